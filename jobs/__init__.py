@@ -1,0 +1,1 @@
+"""Jobs: content keys, the fetch → render → store pipeline, and the rq queue."""

@@ -1,0 +1,41 @@
+"""Content addressing: a clip's key is a hash of everything that changes its pixels."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from pathlib import Path
+
+from quoteclip import RENDERER_VERSION
+from quoteclip.spec import ClipSpec
+
+
+def _file_identity(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return path
+    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def clip_key(spec: ClipSpec, source_identity: str) -> str:
+    """32 hex characters of SHA-256 over the source identity, the spec's render fields and the renderer version."""
+    fields = spec.model_dump(exclude={"source"})
+    fields["font"] = _file_identity(spec.font)
+    if spec.watermark is not None and spec.watermark.logo is not None:
+        fields["watermark"]["logo"] = _file_identity(spec.watermark.logo)
+    payload = {"renderer": RENDERER_VERSION, "source": source_identity, "spec": fields}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def download_name(spec: ClipSpec, key: str) -> str:
+    """A safe file name for the download: ASCII words of the caption, the times, part of the key."""
+    text = unicodedata.normalize("NFKD", spec.caption).encode("ascii", "ignore").decode()
+    words = re.findall(r"[A-Za-z0-9]+", text)[:6]
+    stem = "-".join(words).lower()[:48] or "clip"
+    return f"{stem}-{int(spec.start)}s-{key[:8]}.mp4"

@@ -1,0 +1,127 @@
+"""The pipeline shared by the inline CLI and the queue worker: resolve → cached? → probe → render → store."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec
+from renderer.ffmpeg import ffmpeg_binary
+from renderer.probe import probe
+from renderer.render import render_clip
+from sources import resolve_source
+from storage import Storage
+
+from .keys import clip_key, download_name
+
+log = logging.getLogger(__name__)
+
+
+class Stage(StrEnum):
+    QUEUED = "queued"
+    FETCHING = "fetching"
+    RENDERING = "rendering"
+    UPLOADING = "uploading"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+# Share of the overall progress at which each stage starts.
+STAGE_START = {Stage.FETCHING: 0, Stage.RENDERING: 5, Stage.UPLOADING: 95, Stage.FINISHED: 100}
+
+Reporter = Callable[[Stage, int], None]
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    status: str
+    link: str
+    key: str
+    width: int
+    height: int
+    duration: float
+    cached: bool
+    path: str | None = None
+    filename: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "path"}
+
+
+def lookup(spec: ClipSpec, settings: Settings, storage: Storage, allow_local: bool) -> tuple[str, ClipResult | None]:
+    """The clip's key, and its result when it is already stored (no probe, no ffmpeg)."""
+    source = resolve_source(spec.source, allow_local=allow_local)
+    key = clip_key(spec, source.identity)
+    meta = storage.stat(key)
+    if meta is None:
+        return key, None
+    return key, _result(storage, key, meta, cached=True)
+
+
+def produce_clip(
+    spec: ClipSpec,
+    settings: Settings,
+    storage: Storage,
+    allow_local: bool,
+    report: Reporter | None = None,
+) -> ClipResult:
+    """Return the stored clip for ``spec``, rendering and storing it first when it is not stored yet."""
+
+    def say(stage: Stage, percent: int) -> None:
+        if report is not None:
+            report(stage, percent)
+
+    source = resolve_source(spec.source, allow_local=allow_local)
+    key = clip_key(spec, source.identity)
+    meta = storage.stat(key)
+    if meta is not None:
+        say(Stage.FINISHED, 100)
+        return _result(storage, key, meta, cached=True)
+
+    say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
+    info = probe(source.input)
+    binary = ffmpeg_binary(settings.ffmpeg_binary)
+    with tempfile.TemporaryDirectory(prefix="quoteclip-") as tmp:
+        say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
+        span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
+        result = render_clip(
+            spec,
+            source.input,
+            info,
+            Path(tmp),
+            binary,
+            timeout=settings.render_timeout(spec.duration),
+            on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
+        )
+        say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
+        filename = download_name(spec, key)
+        meta = {
+            "width": str(result.width),
+            "height": str(result.height),
+            "duration": f"{result.duration:.3f}",
+            "filename": filename,
+        }
+        storage.put(result.path, key, filename, meta)
+    say(Stage.FINISHED, 100)
+    log.info("stored clip %s (%.3f s)", key, result.duration)
+    return _result(storage, key, meta, cached=False)
+
+
+def _result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> ClipResult:
+    path = storage.local_path(key)
+    return ClipResult(
+        status=Stage.FINISHED.value,
+        link=storage.link(key),
+        key=key,
+        width=int(meta.get("width", 0)),
+        height=int(meta.get("height", 0)),
+        duration=float(meta.get("duration", 0)),
+        cached=cached,
+        path=str(path) if path is not None else None,
+        filename=meta.get("filename"),
+    )

@@ -1,0 +1,56 @@
+"""One small error hierarchy. Whether an error is worth retrying is a property of its class."""
+
+from __future__ import annotations
+
+
+class QuoteclipError(Exception):
+    """Base class. ``permanent`` errors are never retried; the others may succeed on a later try."""
+
+    permanent: bool = True
+    kind: str = "error"
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else self.kind
+
+
+class BadInput(QuoteclipError):
+    """The request itself is wrong (a field, a time, a file that is not media)."""
+
+    kind = "bad input"
+
+
+class SourceUnavailable(QuoteclipError):
+    """The source cannot be read (missing file, HTTP 404, refused host)."""
+
+    kind = "source unavailable"
+
+
+class SourceTransient(SourceUnavailable):
+    """The source failed in a way that may pass (timeout, HTTP 5xx)."""
+
+    permanent = False
+
+
+class RenderFailed(QuoteclipError):
+    """ffmpeg failed or timed out. Carries the command and the tail of its stderr."""
+
+    kind = "render failed"
+    permanent = True
+
+    def __init__(self, message: str, argv: list[str] | None = None, stderr_tail: str = "") -> None:
+        super().__init__(message)
+        self.argv = argv or []
+        self.stderr_tail = stderr_tail
+
+    def __str__(self) -> str:
+        text = str(self.args[0])
+        if self.stderr_tail:
+            text += "\nffmpeg said:\n" + self.stderr_tail
+        return text
+
+
+class StorageFailed(QuoteclipError):
+    """The object store refused or failed an operation; usually worth a retry."""
+
+    kind = "storage failed"
+    permanent = False

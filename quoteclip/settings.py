@@ -1,0 +1,105 @@
+"""Settings: one frozen dataclass, built once from the environment in the entry point and passed down."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .errors import BadInput
+from .spec import DEFAULT_MAX_SECONDS
+
+DEFAULT_SOURCE_HOSTS = (
+    "youtube.com",
+    "youtu.be",
+    "vimeo.com",
+    "dailymotion.com",
+    "twitch.tv",
+    "x.com",
+    "twitter.com",
+)
+
+
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInput(f"{name} must be a number, got {raw!r}") from None
+    if not value >= minimum:
+        raise BadInput(f"{name} must be at least {minimum:g}, got {raw!r}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise BadInput(f"{name} must be true or false, got {raw!r}")
+
+
+def _optional_bool(env: Mapping[str, str], name: str) -> bool | None:
+    return None if not env.get(name) else _bool(env, name, False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    storage_dir: Path = Path("clips")
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    s3_endpoint: str | None = None
+    s3_bucket: str | None = None
+    s3_region: str = "us-east-1"
+    aws_access_key_id: str | None = field(default=None, repr=False)
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    link_ttl: int = 3600
+    public_base_url: str | None = None
+    source_hosts: tuple[str, ...] = DEFAULT_SOURCE_HOSTS
+    # None: allowed for the CLI, refused for queued jobs (a website must not make a worker read its disk).
+    allow_local_sources: bool | None = None
+    allow_private_addresses: bool = False
+    ffmpeg_binary: str | None = None
+    max_clip_seconds: float = DEFAULT_MAX_SECONDS
+    # A render may take this many seconds per second of clip, plus a fixed allowance.
+    render_timeout_factor: float = 20.0
+    render_timeout_base: float = 60.0
+    queue_name: str = "quoteclip"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        hosts = env.get("QUOTECLIP_SOURCE_HOSTS")
+        return cls(
+            storage_dir=Path(env.get("QUOTECLIP_STORAGE_DIR") or "clips"),
+            redis_url=env.get("QUOTECLIP_REDIS_URL") or env.get("REDIS_URL") or cls.redis_url,
+            s3_endpoint=env.get("QUOTECLIP_S3_ENDPOINT") or None,
+            s3_bucket=env.get("QUOTECLIP_S3_BUCKET") or None,
+            s3_region=env.get("QUOTECLIP_S3_REGION") or cls.s3_region,
+            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            link_ttl=int(_float(env, "QUOTECLIP_LINK_TTL", cls.link_ttl, minimum=1)),
+            public_base_url=(env.get("QUOTECLIP_PUBLIC_BASE_URL") or "").rstrip("/") or None,
+            source_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip())
+            if hosts is not None
+            else DEFAULT_SOURCE_HOSTS,
+            allow_local_sources=_optional_bool(env, "QUOTECLIP_ALLOW_LOCAL_SOURCES"),
+            allow_private_addresses=_bool(env, "QUOTECLIP_ALLOW_PRIVATE_ADDRESSES", False),
+            ffmpeg_binary=env.get("FFMPEG_BINARY") or None,
+            max_clip_seconds=_float(env, "QUOTECLIP_MAX_CLIP_SECONDS", DEFAULT_MAX_SECONDS, minimum=0.1),
+        )
+
+    @property
+    def uses_s3(self) -> bool:
+        return self.s3_bucket is not None
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def render_timeout(self, clip_seconds: float) -> float:
+        return self.render_timeout_base + self.render_timeout_factor * clip_seconds

@@ -1,0 +1,197 @@
+"""The clip request: one validated, immutable record of JSON-able values."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from .errors import BadInput
+
+DEFAULT_MAX_SECONDS = 180.0
+MAX_CAPTION_CHARS = 1000
+MAX_SOURCE_CHARS = 4096
+
+# Output profiles: name -> (width, height).
+PROFILES: dict[str, tuple[int, int]] = {
+    "landscape": (1280, 720),
+    "vertical": (720, 1280),
+    "square": (720, 720),
+}
+ProfileName = Literal["landscape", "vertical", "square"]
+Corner = Literal["top-left", "top-right", "bottom-left", "bottom-right"]
+Fit = Literal["pad", "blur"]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def parse_time(value: object, field: str = "time") -> float:
+    """Seconds from ``1134.5``, ``MM:SS(.fff)`` or ``HH:MM:SS(.fff)`` (or a number)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field} must be a time, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        seconds = _parse_timecode(value.strip(), field)
+    else:
+        raise ValueError(f"{field} must be seconds or HH:MM:SS(.fff), got {value!r}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{field} must be a finite time, got {value!r}")
+    if seconds < 0:
+        raise ValueError(f"{field} must not be negative, got {value!r}")
+    return round(seconds, 3)
+
+
+def _parse_timecode(text: str, field: str) -> float:
+    parts = text.split(":")
+    bad = ValueError(f"{field} must be seconds, MM:SS(.fff) or HH:MM:SS(.fff), got {text!r}")
+    if not text or len(parts) > 3:
+        raise bad
+    if not re.fullmatch(r"\d+(\.\d+)?", parts[-1]) or not all(p.isdigit() for p in parts[:-1]):
+        raise bad
+    seconds = float(parts[-1])
+    if len(parts) > 1 and seconds >= 60:
+        raise ValueError(f"{field} has {parts[-1]} in its seconds place (must be below 60), got {text!r}")
+    if len(parts) == 3 and int(parts[1]) >= 60:
+        raise ValueError(f"{field} has {parts[1]} in its minutes place (must be below 60), got {text!r}")
+    total = 0.0
+    for part in parts[:-1]:
+        total = total * 60 + int(part)
+    return total * 60 + seconds if len(parts) > 1 else seconds
+
+
+def format_time(seconds: float) -> str:
+    """``H:MM:SS.fff`` (or ``M:SS.fff`` under an hour) for messages."""
+    ms = round(seconds * 1000)
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s = rest / 1000
+    return f"{h}:{m:02d}:{s:06.3f}" if h else f"{m}:{s:06.3f}"
+
+
+class WatermarkSpec(BaseModel):
+    """A brand mark: text drawn with the caption font, or a PNG logo path."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str | None = Field(default=None, max_length=64)
+    logo: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+    position: Corner = "top-right"
+    opacity: float = Field(default=0.8, ge=0.05, le=1.0)
+    size: float = Field(default=0.06, ge=0.02, le=0.3, description="height of the mark / output height")
+    margin: float = Field(default=0.03, ge=0.0, le=0.2, description="margin / output height")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WatermarkSpec:
+        if (self.text is None) == (self.logo is None):
+            raise ValueError("watermark needs exactly one of text or logo")
+        if self.text is not None and (not self.text.strip() or _CONTROL.search(self.text)):
+            raise ValueError(f"watermark.text must be printable text, got {self.text!r}")
+        if self.logo is not None and not self.logo.lower().endswith(".png"):
+            raise ValueError(f"watermark.logo must be a .png file, got {self.logo!r}")
+        return self
+
+    @classmethod
+    def from_brand(cls, brand: str, **options: Any) -> WatermarkSpec:
+        """``StarZero`` is a text mark; a path ending in ``.png`` is a logo."""
+        if brand.lower().endswith(".png"):
+            return cls(logo=brand, **options)
+        return cls(text=brand, **options)
+
+
+class ClipSpec(BaseModel):
+    """Everything that decides a clip. Built once, validated when built, never mutated.
+
+    Pass ``context={"max_seconds": N}`` to ``model_validate`` to change the length cap.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
+    start: float
+    end: float
+    caption: str = Field(default="", max_length=MAX_CAPTION_CHARS)
+    font: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+    caption_size: float = Field(default=0.055, ge=0.02, le=0.15, description="font size / output height")
+    watermark: WatermarkSpec | None = None
+    profile: ProfileName = "landscape"
+    fit: Fit = "pad"
+
+    @field_validator("source")
+    @classmethod
+    def _source_text(cls, v: str) -> str:
+        v = v.strip()
+        if not v or _CONTROL.search(v) or "\n" in v:
+            raise ValueError(f"source must be a path or URL on one line, got {v!r}")
+        return v
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _time(cls, v: object, info: ValidationInfo) -> float:
+        return parse_time(v, info.field_name or "time")
+
+    @field_validator("caption")
+    @classmethod
+    def _caption(cls, v: str) -> str:
+        if "\x00" in v:
+            raise ValueError("caption must not contain NUL characters")
+        return v.strip()
+
+    @field_validator("font")
+    @classmethod
+    def _font(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.lower().endswith((".ttf", ".otf", ".ttc")):
+            raise ValueError(f"font must be a .ttf, .otf or .ttc file, got {v!r}")
+        if not Path(v).is_file():
+            raise ValueError(f"font file not found: {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _span(self, info: ValidationInfo) -> ClipSpec:
+        if self.end <= self.start:
+            raise ValueError(f"end must be after start, got start={self.start} end={self.end}")
+        limit = float((info.context or {}).get("max_seconds", DEFAULT_MAX_SECONDS))
+        if self.end - self.start > limit:
+            raise ValueError(
+                f"clip is {self.end - self.start:.3f} s long, over the {limit:g} s limit "
+                f"(start={self.start} end={self.end})"
+            )
+        return self
+
+    @property
+    def duration(self) -> float:
+        return round(self.end - self.start, 3)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return PROFILES[self.profile]
+
+
+def build_spec(data: dict[str, Any], max_seconds: float = DEFAULT_MAX_SECONDS) -> ClipSpec:
+    """Validate ``data`` into a ClipSpec, turning pydantic's report into one readable BadInput."""
+    try:
+        return ClipSpec.model_validate(data, context={"max_seconds": max_seconds})
+    except ValidationError as exc:
+        raise BadInput(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the field and the value, e.g. ``end: end must be after start, got …``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in err["loc"]) or "spec"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{…}"
+        if len(shown) > 80:
+            shown = shown[:77] + "…"
+        if "got" in msg or err["type"] == "missing":
+            lines.append(f"{field}: {msg}")
+        else:
+            lines.append(f"{field}: {msg}, got {shown}")
+    return "; ".join(lines)

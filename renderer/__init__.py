@@ -1,0 +1,1 @@
+"""Probe → plan → run."""

@@ -1,0 +1,110 @@
+"""Find ffmpeg and run it: one function, a timeout, progress, and nothing left behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from typing import IO
+
+from quoteclip.errors import RenderFailed
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_CHARS = 2000
+
+
+def ffmpeg_binary(override: str | None = None) -> str:
+    """``FFMPEG_BINARY`` (passed in through Settings) or the static ffmpeg of the imageio-ffmpeg wheel."""
+    if override:
+        found = shutil.which(override)
+        if not found:
+            raise RenderFailed(f"FFMPEG_BINARY points at {override!r}, which is not an executable")
+        return found
+    import imageio_ffmpeg
+
+    return str(imageio_ffmpeg.get_ffmpeg_exe())
+
+
+@lru_cache(maxsize=8)
+def ffmpeg_version(binary: str) -> str:
+    out = subprocess.run([binary, "-hide_banner", "-version"], capture_output=True, text=True, timeout=30)
+    first = out.stdout.splitlines()[0] if out.stdout else ""
+    return first.removeprefix("ffmpeg version ").split(" ")[0]
+
+
+def run_ffmpeg(
+    argv: list[str],
+    timeout: float,
+    on_progress: Callable[[float], None] | None = None,
+) -> None:
+    """Run one ffmpeg command to completion.
+
+    ``argv`` must contain ``-progress pipe:1`` for progress reports; ``on_progress`` receives the output
+    time in seconds, at most a few times a second. On failure or timeout the process group is killed and
+    RenderFailed carries the command and the tail of stderr.
+    """
+    log.debug("ffmpeg: %s", subprocess.list2cmdline(argv))
+    with tempfile.TemporaryFile(mode="w+b") as err:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+        )
+        reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
+        reader.start()
+        try:
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise RenderFailed(
+                    f"ffmpeg took longer than {timeout:.0f} s and was stopped", argv, _tail(err)
+                ) from None
+            reader.join(timeout=5)
+            if code != 0:
+                raise RenderFailed(f"ffmpeg exited with code {code}", argv, _tail(err))
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+            if proc.stdout:
+                proc.stdout.close()
+
+
+def _read_progress(proc: subprocess.Popen[bytes], on_progress: Callable[[float], None] | None) -> None:
+    assert proc.stdout is not None
+    last = 0.0
+    for raw in proc.stdout:
+        line = raw.decode("ascii", "replace").strip()
+        if on_progress is None or not line.startswith("out_time_us="):
+            continue
+        try:
+            seconds = int(line.split("=", 1)[1]) / 1e6
+        except ValueError:
+            continue  # "N/A" before the first frame
+        now = time.monotonic()
+        if now - last >= 0.25:
+            last = now
+            on_progress(max(0.0, seconds))
+
+
+def _tail(err: IO[bytes]) -> str:
+    err.seek(0, os.SEEK_END)
+    err.seek(max(0, err.tell() - STDERR_TAIL_CHARS))
+    return err.read().decode("utf-8", "replace").strip()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

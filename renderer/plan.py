@@ -1,0 +1,116 @@
+"""The ffmpeg command as data: a pure function of (spec, probe, overlays) → argv. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import ffmpeg
+
+from quoteclip.spec import ClipSpec
+
+from .probe import NETWORK_PROTOCOLS, MediaInfo
+
+PRESET = "veryfast"
+CRF = 23
+AUDIO_BITRATE = "128k"
+AUDIO_RATE = 48000
+MAX_FPS = Fraction(60)
+DEFAULT_FPS = Fraction(30)
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """A still RGBA image (caption or watermark) placed at (x, y) for the whole clip."""
+
+    path: str
+    x: int
+    y: int
+
+
+def output_rate(info: MediaInfo) -> Fraction:
+    """The source's frame rate, capped at 60 fps; 30 fps when the source does not say."""
+    try:
+        rate = Fraction(info.frame_rate) if info.frame_rate else Fraction(info.fps).limit_denominator(1001)
+    except (ValueError, ZeroDivisionError):
+        rate = Fraction(0)
+    if rate <= 0:
+        return DEFAULT_FPS
+    return min(rate, MAX_FPS)
+
+
+def build_command(
+    spec: ClipSpec,
+    info: MediaInfo,
+    source: str,
+    overlays: list[Overlay],
+    output: str,
+    ffmpeg_bin: str = "ffmpeg",
+) -> list[str]:
+    """One ffmpeg pass: exact cut (input seek + decode), fit to the profile, overlays, H.264/AAC mp4.
+
+    ``source`` is what ffmpeg reads: a local path, or an http(s) URL, which is then read with only
+    network protocols allowed (no file, concat or playlist tricks).
+    """
+    width, height = spec.size
+    remote = source.startswith(("http://", "https://"))
+    src = ffmpeg.input(
+        source,
+        ss=_seconds(spec.start),
+        t=_seconds(spec.duration),
+        protocol_whitelist=NETWORK_PROTOCOLS if remote else "file",
+    )
+    video = _fit(src.video, width, height, spec.fit)
+    for overlay in overlays:
+        still = ffmpeg.input(overlay.path, protocol_whitelist="file")
+        video = ffmpeg.overlay(video, still, x=overlay.x, y=overlay.y, eof_action="repeat")
+    video = video.filter("format", "yuv420p")
+    if info.has_audio:
+        audio = src.audio
+    else:  # a silent track, so every clip plays the same way in every player
+        audio = ffmpeg.input(
+            f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(spec.duration)
+        ).audio
+    out = ffmpeg.output(
+        video,
+        audio,
+        output,
+        vcodec="libx264",
+        preset=PRESET,
+        crf=CRF,
+        r=str(output_rate(info)),
+        fps_mode="cfr",
+        acodec="aac",
+        audio_bitrate=AUDIO_BITRATE,
+        ar=AUDIO_RATE,
+        movflags="+faststart",
+        map_metadata=-1,
+        f="mp4",
+    )
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
+    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def _fit(video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str) -> ffmpeg.nodes.FilterableStream:
+    """Scale into width×height without distortion: black bars (pad) or a blurred fill of the frame (blur)."""
+    if fit == "pad":
+        return _contain(video, width, height).filter("pad", width, height, "(ow-iw)/2", "(oh-ih)/2").filter("setsar", 1)
+    split = video.filter_multi_output("split")
+    bg = (
+        split[1]
+        .filter("scale", width // 8, height // 8, force_original_aspect_ratio="increase")
+        .filter("crop", width // 8, height // 8)
+        .filter("boxblur", 6)
+        .filter("scale", width, height)
+    )
+    return ffmpeg.overlay(bg, _contain(split[0], width, height), x="(W-w)/2", y="(H-h)/2").filter("setsar", 1)
+
+
+def _contain(video: ffmpeg.nodes.FilterableStream, width: int, height: int) -> ffmpeg.nodes.FilterableStream:
+    return video.filter(
+        "scale", width, height, force_original_aspect_ratio="decrease", force_divisible_by=2, flags="bicubic"
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"

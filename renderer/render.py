@@ -1,0 +1,93 @@
+"""Render one clip: overlays (Pillow) → plan (pure) → one ffmpeg run → probe of the result."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from quoteclip.errors import BadInput, RenderFailed
+from quoteclip.spec import ClipSpec, format_time
+from watermarks import watermark_image
+
+from .captions import caption_image
+from .ffmpeg import run_ffmpeg
+from .plan import Overlay, build_command
+from .probe import MediaInfo, probe
+
+log = logging.getLogger(__name__)
+
+# A quote may end this far past the probed duration (container durations are rounded).
+END_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    path: Path
+    width: int
+    height: int
+    duration: float
+    argv: tuple[str, ...]
+
+
+def check_span(spec: ClipSpec, info: MediaInfo) -> None:
+    """Refuse a quote that is not inside the video, naming the video's length."""
+    if info.duration and spec.start >= info.duration:
+        raise BadInput(
+            f"start: quote starts after the end of the video (start={format_time(spec.start)}, "
+            f"video is {format_time(info.duration)} long)"
+        )
+    if info.duration and spec.end > info.duration + END_TOLERANCE:
+        raise BadInput(
+            f"end: quote ends after the end of the video (end={format_time(spec.end)}, "
+            f"video is {format_time(info.duration)} long)"
+        )
+
+
+def make_overlays(spec: ClipSpec, workdir: Path) -> list[Overlay]:
+    """Caption and watermark as PNG files in ``workdir``, placed for the spec's output size."""
+    overlays = []
+    caption = caption_image(spec.caption, spec.size, spec.caption_size, spec.font)
+    if caption is not None:
+        img, (x, y) = caption
+        path = workdir / "caption.png"
+        img.save(path, compress_level=1)
+        overlays.append(Overlay(str(path), x, y))
+    if spec.watermark is not None:
+        img, (x, y) = watermark_image(spec.watermark, spec.size, spec.font)
+        path = workdir / "watermark.png"
+        img.save(path, compress_level=1)
+        overlays.append(Overlay(str(path), x, y))
+    return overlays
+
+
+def render_clip(
+    spec: ClipSpec,
+    source: str,
+    info: MediaInfo,
+    workdir: Path,
+    ffmpeg_bin: str,
+    timeout: float,
+    on_progress: Callable[[float], None] | None = None,
+) -> RenderResult:
+    """Render ``spec`` from ``source`` (already probed as ``info``) to ``workdir/clip.mp4``.
+
+    ``on_progress`` receives the fraction done, 0.0–1.0.
+    """
+    check_span(spec, info)
+    overlays = make_overlays(spec, workdir)
+    output = workdir / "clip.mp4"
+    argv = build_command(spec, info, source, overlays, str(output), ffmpeg_bin)
+    duration = spec.duration
+
+    def progress(seconds: float) -> None:
+        if on_progress is not None:
+            on_progress(min(1.0, seconds / duration))
+
+    run_ffmpeg(argv, timeout=timeout, on_progress=progress)
+    if not output.is_file() or output.stat().st_size == 0:
+        raise RenderFailed("ffmpeg finished but wrote no output", argv)
+    out = probe(str(output))
+    log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
+    return RenderResult(output, out.width, out.height, round(out.duration, 3), tuple(argv))

@@ -1,0 +1,36 @@
+"""One storage interface: a local folder (the embedded default) or S3 via boto3 (production)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from .local import LocalStorage
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from quoteclip.settings import Settings
+
+__all__ = ["LocalStorage", "Storage", "open_storage"]
+
+
+class Storage(Protocol):
+    def stat(self, key: str) -> dict[str, str] | None:
+        """The stored clip's metadata, or None when the clip is not stored."""
+
+    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> None:
+        """Store ``path`` under ``key``. The clip becomes visible only once complete."""
+
+    def link(self, key: str) -> str:
+        """A link to download the clip (file://, presigned or public https)."""
+
+    def local_path(self, key: str) -> Path | None:
+        """The clip's path on this machine, where the store is a local folder."""
+
+
+def open_storage(settings: Settings) -> Storage:
+    if settings.uses_s3:
+        from .s3 import S3Storage
+
+        return S3Storage.from_settings(settings)
+    return LocalStorage(settings.storage_dir)
