@@ -17,7 +17,7 @@ import typer
 
 from .errors import BadInput, QuoteclipError
 from .settings import Settings
-from .spec import ClipSpec, Corner, Fit, ProfileName, WatermarkSpec, build_spec
+from .spec import ClipSpec, WatermarkSpec, build_spec
 
 app = typer.Typer(
     add_completion=False,
@@ -147,9 +147,7 @@ class _Progress:
 StartOpt = Annotated[str, typer.Option("--start", help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
 EndOpt = Annotated[str, typer.Option("--end", help="Quote end, same forms as --start.")]
 CaptionOpt = Annotated[str, typer.Option("--caption", help="The quote's text, burned in as a caption.")]
-WatermarkOpt = Annotated[
-    str | None, typer.Option("--watermark", help="Brand text (e.g. StarZero) or a PNG logo path.")
-]
+WatermarkOpt = Annotated[str | None, typer.Option("--watermark", help="Brand text (e.g. StarZero) or a PNG logo path.")]
 WmPosOpt = Annotated[str, typer.Option("--watermark-position", help="top-left|top-right|bottom-left|bottom-right")]
 WmOpacityOpt = Annotated[float, typer.Option("--watermark-opacity", help="0.05–1.0")]
 WmSizeOpt = Annotated[float, typer.Option("--watermark-size", help="Mark height as a fraction of the frame.")]
@@ -161,35 +159,38 @@ FitOpt = Annotated[str, typer.Option("--fit", help="pad (black bars) | blur (blu
 _DEFAULT_WM = WatermarkSpec(text="x")
 
 
-@app.command()
-def render(
-    source: Annotated[str, typer.Argument(help="A local path or an http(s) media URL.")],
-    start: StartOpt,
-    end: EndOpt,
-    caption: CaptionOpt = "",
-    watermark: WatermarkOpt = None,
-    watermark_position: WmPosOpt = _DEFAULT_WM.position,
-    watermark_opacity: WmOpacityOpt = _DEFAULT_WM.opacity,
-    watermark_size: WmSizeOpt = _DEFAULT_WM.size,
-    font: FontOpt = None,
-    caption_size: CaptionSizeOpt = ClipSpec.model_fields["caption_size"].default,
-    profile: ProfileOpt = "landscape",
-    fit: FitOpt = "pad",
-    as_json: JsonOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Render one clip inline and store it (a second identical call returns the stored clip)."""
-    _setup_logging(verbose)
+def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callable[..., None]:
+    """A command taking a clip spec from options; ``action`` does the rest (render inline, or enqueue)."""
 
-    def go() -> None:
-        settings = Settings.from_env()
-        spec = _spec_from_options(
-            source, start, end, caption, watermark, watermark_position, watermark_opacity,
-            watermark_size, font, caption_size, profile, fit, settings,
-        )  # fmt: skip
-        _render_and_print(spec, settings, as_json)
+    def command(
+        source: Annotated[str, typer.Argument(help="A local path or an http(s) media URL.")],
+        start: StartOpt,
+        end: EndOpt,
+        caption: CaptionOpt = "",
+        watermark: WatermarkOpt = None,
+        watermark_position: WmPosOpt = _DEFAULT_WM.position,
+        watermark_opacity: WmOpacityOpt = _DEFAULT_WM.opacity,
+        watermark_size: WmSizeOpt = _DEFAULT_WM.size,
+        font: FontOpt = None,
+        caption_size: CaptionSizeOpt = ClipSpec.model_fields["caption_size"].default,
+        profile: ProfileOpt = "landscape",
+        fit: FitOpt = "pad",
+        as_json: JsonOpt = False,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        _setup_logging(verbose)
 
-    run_guarded(go)
+        def go() -> None:
+            settings = Settings.from_env()
+            spec = _spec_from_options(
+                source, start, end, caption, watermark, watermark_position, watermark_opacity,
+                watermark_size, font, caption_size, profile, fit, settings,
+            )  # fmt: skip
+            action(spec, settings, as_json)
+
+        run_guarded(go)
+
+    return command
 
 
 def _render_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None:
@@ -203,6 +204,59 @@ def _render_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None
         result = produce_clip(spec, settings, storage, allow_local=allow_local, report=bar)
     payload = result.to_json()
     _emit(payload, as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
+
+
+def _enqueue_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None:
+    from jobs.queue import enqueue_clip
+
+    queued = enqueue_clip(spec, settings)
+    _emit(queued.to_json(), as_json, f"{queued.job_id} {queued.status}" + (f" {queued.link}" if queued.link else ""))
+
+
+app.command("render", help="Render one clip inline and store it (an identical call returns the stored clip).")(
+    _clip_command(_render_and_print)
+)
+app.command("enqueue", help="Queue one clip for the workers; prints the job id at once.")(
+    _clip_command(_enqueue_and_print)
+)
+
+
+@app.command()
+def status(
+    job_id: Annotated[str, typer.Argument(help="The id printed by enqueue.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a queued clip's status, stage, progress, link (freshly signed) and error."""
+    _setup_logging(False)
+
+    def go() -> None:
+        from jobs.queue import job_status
+
+        body = job_status(job_id, Settings.from_env())
+        human = f"{body['job_id']} {body['status']} {body['stage']} {body['progress']}%"
+        human += f" {body['link']}" if body.get("link") else ""
+        human += f" error: {body['error']}" if body.get("error") else ""
+        _emit(body, as_json, human)
+        if body["status"] == "unknown":
+            raise typer.Exit(1)
+
+    run_guarded(go)
+
+
+@app.command()
+def worker(
+    burst: Annotated[bool, typer.Option("--burst", help="Exit when the queue is empty.")] = False,
+    name: Annotated[str | None, typer.Option("--name", help="Worker name (default: rq's).")] = None,
+) -> None:
+    """Run a queue worker (rq) that renders clips and stores them (local folder or S3)."""
+
+    def go() -> None:
+        from worker import run_worker, setup_logging
+
+        setup_logging()
+        run_worker(Settings.from_env(), burst=burst, name=name)
+
+    run_guarded(go)
 
 
 @app.command()

@@ -32,14 +32,14 @@ def load_font(path: str | None, size: int, weight: int = 700) -> ImageFont.FreeT
         axes = font.get_variation_axes()
     except OSError:
         return font  # a static font
-    values = []
+    values: list[float] = []
     for axis in axes:
-        name = axis.get("name")
-        name = name.decode() if isinstance(name, bytes) else name
-        default = axis.get("default", axis["minimum"])
-        if str(name).lower() in {"weight", "wght"}:
-            values.append(max(axis["minimum"], min(axis["maximum"], weight)))
+        raw = axis.get("name")
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        low, high = float(axis.get("minimum") or 0), float(axis.get("maximum") or 0)
+        if name.lower() in {"weight", "wght"}:
+            values.append(max(low, min(high, weight)))
         else:
-            values.append(default)
+            values.append(float(axis.get("default") or low))
     font.set_variation_by_axes(values)
     return font

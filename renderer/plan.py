@@ -68,9 +68,7 @@ def build_command(
     if info.has_audio:
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player
-        audio = ffmpeg.input(
-            f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(spec.duration)
-        ).audio
+        audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(spec.duration)).audio
     out = ffmpeg.output(
         video,
         audio,

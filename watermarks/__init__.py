@@ -23,7 +23,7 @@ def watermark_image(
     target_h = max(8, round(mark.size * height))
     img = _logo(mark.logo, target_h) if mark.logo else _text(mark.text or "", target_h, font_path)
     if img.width > width // 2:  # never cover more than half the frame width
-        img = img.resize((width // 2, max(1, round(img.height * (width // 2) / img.width))), Image.LANCZOS)
+        img = img.resize((width // 2, max(1, round(img.height * (width // 2) / img.width))), Image.Resampling.LANCZOS)
     alpha = img.getchannel("A").point(lambda a: round(a * mark.opacity))
     img.putalpha(alpha)
     margin = round(mark.margin * height)
@@ -36,7 +36,7 @@ def _text(text: str, target_h: int, font_path: str | None) -> Image.Image:
     font = load_font(font_path, target_h, weight=800)
     left, top, right, bottom = font.getbbox(text, anchor="ls")
     shadow = max(1, target_h // 16)
-    w, h = right - left + 2 * shadow + 2, bottom - top + 2 * shadow + 2
+    w, h = int(right - left) + 2 * shadow + 2, int(bottom - top) + 2 * shadow + 2
     img = Image.new("RGBA", (w, h), (0, 0, 0, 0))
     draw = ImageDraw.Draw(img)
     origin = (-left + 1, -top + 1)
@@ -59,4 +59,4 @@ def _logo(path: str, target_h: int) -> Image.Image:
     except (UnidentifiedImageError, OSError):
         raise BadInput(f"watermark.logo is not a readable PNG: {path!r}") from None
     scale = target_h / logo.height
-    return logo.resize((max(1, round(logo.width * scale)), target_h), Image.LANCZOS)
+    return logo.resize((max(1, round(logo.width * scale)), target_h), Image.Resampling.LANCZOS)

@@ -1,0 +1,169 @@
+"""Enqueue a clip, join an identical one, read its status. Job ids are content-addressed: ``clip-<key>``."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis, WatchError
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec
+from storage import Storage, open_storage
+
+from .pipeline import Stage, lookup
+
+log = logging.getLogger(__name__)
+
+JOB_ID = re.compile(r"^clip-([0-9a-f]{32})$")
+RETRY = Retry(max=3, interval=[2, 10, 30])
+RESULT_TTL = 24 * 3600
+FAILURE_TTL = 24 * 3600
+FETCH_ALLOWANCE = 120  # seconds a job may spend fetching, on top of the render timeout
+ACTIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    job_id: str
+    status: str
+    link: str | None = None
+    joined: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        body: dict[str, object] = {"job_id": self.job_id, "status": self.status}
+        if self.link:
+            body["link"] = self.link
+            body["cached"] = True
+        if self.joined:
+            body["joined"] = True
+        return body
+
+
+def connect(settings: Settings) -> Redis:
+    return Redis.from_url(settings.redis_url, socket_connect_timeout=5, health_check_interval=30)
+
+
+def job_id_for(key: str) -> str:
+    return f"clip-{key}"
+
+
+def enqueue_clip(
+    spec: ClipSpec,
+    settings: Settings,
+    connection: Redis | None = None,
+    storage: Storage | None = None,
+) -> Enqueued:
+    """Return at once: the stored clip's link, the id of an identical job already queued or running
+    (joined, never a second render), or the id of a newly enqueued job."""
+    connection = connection or connect(settings)
+    storage = storage or open_storage(settings)
+    key, cached = lookup(spec, settings, storage, allow_local=settings.allow_local_sources is True)
+    job_id = job_id_for(key)
+    if cached is not None:
+        return Enqueued(job_id, Stage.FINISHED.value, link=cached.link)
+    queue = Queue(settings.queue_name, connection=connection)
+    for _ in range(3):
+        try:
+            queue.enqueue(
+                "jobs.tasks.render_job",
+                spec.model_dump(mode="json"),
+                job_id=job_id,
+                unique=True,  # atomic in Redis: of racing identical requests exactly one enqueues
+                retry=RETRY,
+                job_timeout=int(settings.render_timeout(spec.duration) + FETCH_ALLOWANCE),
+                result_ttl=RESULT_TTL,
+                failure_ttl=FAILURE_TTL,
+                description=f"clip {key} {spec.start:.3f}-{spec.end:.3f}",
+                meta={"stage": Stage.QUEUED.value, "progress": 0},
+            )
+            log.info("enqueued %s", job_id)
+            return Enqueued(job_id, Stage.QUEUED.value)
+        except DuplicateJobError:
+            pass
+        try:
+            job = Job.fetch(job_id, connection=connection)
+        except NoSuchJobError:
+            continue  # it expired or was replaced in between: try again
+        status = job.get_status(refresh=False)
+        if status in ACTIVE:
+            return Enqueued(job_id, str(job.meta.get("stage", Stage.QUEUED.value)), joined=True)
+        if status == JobStatus.FINISHED and storage.stat(key) is not None:
+            return Enqueued(job_id, Stage.FINISHED.value, link=storage.link(key))
+        # Failed, stopped, canceled, or finished but the object is gone: replace the old job.
+        _delete_if_status(connection, job, status)
+    raise BadInput(f"could not enqueue {job_id}: it kept changing state under us; try again")
+
+
+def _delete_if_status(connection: Redis, job: Job, status: JobStatus) -> None:
+    """Delete ``job`` only while its status is still ``status`` (another client may have replaced it)."""
+    with connection.pipeline() as pipe:
+        try:
+            pipe.watch(job.key)
+            current = pipe.hget(job.key, "status")
+            if current is None or (current.decode() if isinstance(current, bytes) else current) != status.value:
+                pipe.unwatch()
+                return
+            pipe.multi()
+            pipe.delete(job.key)
+            pipe.execute()
+        except WatchError:
+            return
+
+
+def job_status(
+    job_id: str, settings: Settings, connection: Redis | None = None, storage: Storage | None = None
+) -> dict[str, Any]:
+    """Status, stage, progress 0–100, a fresh link when finished, and a readable error when failed."""
+    match = JOB_ID.match(job_id)
+    if not match:
+        raise BadInput(f"job_id must look like clip-<32 hex digits>, got {job_id!r}")
+    key = match.group(1)
+    connection = connection or connect(settings)
+    storage = storage or open_storage(settings)
+    try:
+        job: Job | None = Job.fetch(job_id, connection=connection)
+    except NoSuchJobError:
+        job = None
+    body: dict[str, Any] = {"job_id": job_id}
+    if job is None or job.get_status(refresh=False) == JobStatus.FINISHED:
+        meta = storage.stat(key)
+        if meta is not None:  # finished, or stored by an earlier request (the job itself may have expired)
+            body.update(status="finished", stage="finished", progress=100, link=storage.link(key), error=None)
+            return body
+        if job is None:
+            body.update(status="unknown", stage=None, progress=0, link=None, error="no such job (or it expired)")
+            return body
+    assert job is not None
+    status = job.get_status(refresh=False)
+    stage = str(job.meta.get("stage") or Stage.QUEUED.value)
+    error = job.meta.get("error")
+    if status == JobStatus.FAILED:
+        stage = Stage.FAILED.value
+        error = error or _last_line(job)
+    elif status in {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED} and stage != Stage.QUEUED.value:
+        stage = Stage.QUEUED.value  # waiting for a retry
+    progress = int(job.meta.get("progress") or 0) if status != JobStatus.FAILED else int(job.meta.get("progress") or 0)
+    body.update(
+        status=status.value if status else "unknown",
+        stage=stage,
+        progress=progress,
+        link=None,
+        error=error if status in {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED} or error else None,
+    )
+    if status == JobStatus.FINISHED:  # finished but the object is missing from the store
+        body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
+    return body
+
+
+def _last_line(job: Job) -> str:
+    result = job.latest_result()
+    text = (result.exc_string or "") if result is not None else ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "failed"

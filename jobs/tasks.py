@@ -1,0 +1,57 @@
+"""What a worker runs for one queued clip. Progress goes to ``job.meta``; errors are classified."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from rq import get_current_job
+
+from quoteclip.errors import QuoteclipError
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from storage import open_storage
+
+from .pipeline import Stage, produce_clip
+
+log = logging.getLogger(__name__)
+
+META_INTERVAL = 0.5  # seconds between progress writes to Redis
+
+
+def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
+    """Render (or find) the clip for ``spec_data``; returns the ClipResult as JSON."""
+    settings = Settings.from_env()
+    job = get_current_job()
+    last = 0.0
+
+    def report(stage: Stage, percent: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if job is None or (now - last < META_INTERVAL and job.meta.get("stage") == stage.value and percent < 100):
+            return
+        last = now
+        job.meta.update(stage=stage.value, progress=percent)
+        job.save_meta()
+
+    try:
+        spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
+        result = produce_clip(
+            spec, settings, open_storage(settings), allow_local=settings.allow_local_sources is True, report=report
+        )
+    except QuoteclipError as exc:
+        retrying = bool(job is not None and not exc.permanent and job.retries_left)
+        if job is not None:
+            if exc.permanent:
+                job.retries_left = 0  # the worker reads this: a permanent error is never retried
+            job.meta.update(
+                stage=Stage.QUEUED.value if retrying else Stage.FAILED.value,
+                error=f"{exc.kind}: {exc}".splitlines()[0],
+                error_kind=exc.kind,
+                permanent=exc.permanent,
+            )
+            job.save_meta()
+        log.warning("%s%s", f"{exc.kind}: {exc}".splitlines()[0], " (will retry)" if retrying else "")
+        raise
+    return result.to_json()

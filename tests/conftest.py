@@ -1,0 +1,215 @@
+"""Shared fixtures: generated media, a loopback HTTP server with Range support, settings, a CLI runner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from quoteclip.settings import Settings
+from renderer.ffmpeg import ffmpeg_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def ffmpeg_bin() -> str:
+    return ffmpeg_binary(None)
+
+
+MediaFactory = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFactory:
+    """Generate a source once per session per set of parameters.
+
+    pattern: "testsrc" (moving test pattern, good for matching frames) or "flash" (black, a white frame
+    flash and a 1 kHz beep for the first 0.1 s of every second: for audio/video sync).
+    """
+    folder = tmp_path_factory.mktemp("media")
+
+    def make(
+        size: str = "320x180",
+        fps: int = 30,
+        duration: float = 12,
+        gop: int | None = 300,
+        audio: bool = True,
+        rotation: int | None = None,
+        vfr: bool = False,
+        pattern: str = "testsrc",
+    ) -> Path:
+        params = json.dumps([size, fps, duration, gop, audio, rotation, vfr, pattern])
+        path = folder / f"src-{hashlib.sha1(params.encode()).hexdigest()[:12]}.mp4"
+        if path.exists():
+            return path
+        if pattern == "flash":
+            video = f"color=c=black:s={size}:r={fps}:d={duration},drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)'"
+            sound = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={duration}"
+        else:
+            video = f"testsrc2=size={size}:rate={fps}:duration={duration}"
+            sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
+        argv = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", video]
+        if audio:
+            argv += ["-f", "lavfi", "-i", sound]
+        vf = ["select='mod(n,5)'"] if vfr else []
+        if vf:
+            argv += ["-vf", ",".join(vf), "-fps_mode", "vfr"]
+        argv += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]
+        if gop:
+            argv += ["-g", str(gop), "-keyint_min", str(gop), "-sc_threshold", "0"]
+        if audio:
+            argv += ["-c:a", "aac", "-shortest"]
+        tmp = path.with_suffix(".tmp.mp4")
+        subprocess.run([*argv, str(tmp)], check=True)
+        if rotation is not None:
+            rotated = path.with_suffix(".rot.mp4")
+            subprocess.run(
+                [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-display_rotation", str(rotation),
+                 "-i", str(tmp), "-c", "copy", str(rotated)],
+                check=True,
+            )  # fmt: skip
+            rotated.replace(tmp)
+        tmp.replace(path)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(storage_dir=tmp_path / "clips", allow_local_sources=True)
+
+
+class HttpSource:
+    """A loopback HTTP server over a folder, with Range support; counts requests and bytes per path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.requests: Counter[str] = Counter()
+        self.bytes_sent: Counter[str] = Counter()
+        self.ranges: list[tuple[str, int, int]] = []
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        source = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self.do_GET(head=True)
+
+            def do_GET(self, head: bool = False) -> None:
+                name = self.path.lstrip("/").split("?")[0]
+                with source.lock:
+                    source.requests[name] += 1
+                file = source.root / name
+                if not name or "/" in name or not file.is_file():
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                size = file.stat().st_size
+                start, end = 0, size - 1
+                header = self.headers.get("Range")
+                if header and header.startswith("bytes="):
+                    first, _, last = header[6:].split(",")[0].partition("-")
+                    start = int(first) if first else max(0, size - int(last))
+                    end = int(last) if first and last else size - 1
+                    end = min(end, size - 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                else:
+                    self.send_response(200)
+                self.send_header("Accept-Ranges", "bytes")
+                self.send_header("Content-Type", "video/mp4")
+                self.send_header("Content-Length", str(end - start + 1))
+                self.end_headers()
+                if head:
+                    return
+                with open(file, "rb") as f:
+                    f.seek(start)
+                    remaining = end - start + 1
+                    sent = 0
+                    try:
+                        while remaining > 0:
+                            chunk = f.read(min(65536, remaining))
+                            if not chunk:
+                                break
+                            self.wfile.write(chunk)
+                            remaining -= len(chunk)
+                            sent += len(chunk)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    finally:
+                        with source.lock:
+                            source.bytes_sent[name] += sent
+                            source.ranges.append((name, start, start + sent))
+
+        return Handler
+
+
+@pytest.fixture
+def http_source(tmp_path: Path) -> Iterator[HttpSource]:
+    root = tmp_path / "www"
+    root.mkdir()
+    server = HttpSource(root)
+    yield server
+    server.close()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m quoteclip`` as a user would, with a clean, explicit environment."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "quoteclip", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
+    """An FFMPEG_BINARY wrapper that records each run, to assert when ffmpeg did (not) run."""
+    log = tmp_path / "ffmpeg-runs.log"
+    wrapper = tmp_path / "ffmpeg-counting"
+    wrapper.write_text(f'#!/bin/sh\necho run >> "{log}"\nexec "{ffmpeg_bin}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper), log
+
+
+def runs(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0

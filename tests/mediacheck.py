@@ -1,0 +1,88 @@
+"""Helpers that check rendered files for real: streams, atoms, frames and samples decoded with PyAV."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import av
+import numpy as np
+
+
+def streams(path: Path) -> dict[str, object]:
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        a = c.streams.audio[0] if c.streams.audio else None
+        frames = sum(1 for _ in c.demux(v) if _.size)
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        return {
+            "vcodec": v.codec_context.name,
+            "pix_fmt": v.codec_context.pix_fmt,
+            "width": v.codec_context.width,
+            "height": v.codec_context.height,
+            "fps": float(v.average_rate or 0),
+            "frames": frames,
+            "duration": float(c.duration or 0) / av.time_base,
+            "acodec": a.codec_context.name if a else None,
+            "format": c.format.name,
+        }
+
+
+def top_level_atoms(path: Path) -> list[str]:
+    atoms = []
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(8)
+            if len(header) < 8:
+                break
+            size, kind = struct.unpack(">I4s", header)
+            if size == 1:
+                size = struct.unpack(">Q", f.read(8))[0]
+                f.seek(size - 16, 1)
+            else:
+                f.seek(size - 8, 1)
+            atoms.append(kind.decode("latin-1"))
+    return atoms
+
+
+def gray_frames(
+    path: Path, size: tuple[int, int] = (160, 90), limit: int | None = None
+) -> list[tuple[float, np.ndarray]]:
+    """(pts seconds, small grayscale array) for each frame."""
+    out = []
+    with av.open(str(path)) as c:
+        for frame in c.decode(video=0):
+            img = frame.reformat(width=size[0], height=size[1], format="gray").to_ndarray().astype(np.float32)
+            out.append((float(frame.time or 0.0), img))
+            if limit and len(out) >= limit:
+                break
+    return out
+
+
+def rgb_frame(path: Path, at: float = 0.5) -> np.ndarray:
+    with av.open(str(path)) as c:
+        for frame in c.decode(video=0):
+            if (frame.time or 0.0) >= at:
+                return frame.to_ndarray(format="rgb24").astype(np.int16)
+    raise AssertionError(f"no frame at {at} s in {path}")
+
+
+def first_loud_sample(path: Path, threshold: float = 0.2) -> float | None:
+    """Time in seconds of the first audio sample above ``threshold`` (float audio)."""
+    with av.open(str(path)) as c:
+        for frame in c.decode(audio=0):
+            data = frame.to_ndarray()
+            if data.ndim > 1:
+                data = np.abs(data).max(axis=0)
+            loud = np.nonzero(np.abs(data) > threshold)[0]
+            if loud.size:
+                return float(frame.time or 0.0) + loud[0] / frame.sample_rate
+    return None
+
+
+def first_bright_frame(path: Path, threshold: float = 128) -> float | None:
+    for t, img in gray_frames(path):
+        if img.mean() > threshold:
+            return t
+    return None

@@ -1,0 +1,111 @@
+"""The command line as a user meets it: one JSON object on stdout, exit codes 0/1/2, readable errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, runs
+
+
+def test_render_json_then_cached_without_ffmpeg(media, tmp_path, ffmpeg_counter) -> None:
+    wrapper, log = ffmpeg_counter
+    src = media(size="640x360", duration=6)
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
+    args = ["render", str(src), "--start", "0:01.0", "--end", "0:03.5", "--caption", "It's 5:00 \\ done",
+            "--watermark", "StarZero", "--json"]  # fmt: skip
+    first = run_cli(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    body = json.loads(first.stdout)  # exactly one JSON object and nothing else
+    assert first.stdout.count("\n") == 1
+    assert body["status"] == "finished" and body["cached"] is False
+    assert (body["width"], body["height"], body["duration"]) == (1280, 720, 2.5)
+    assert body["link"] == Path(body["path"]).as_uri() and body["link"].endswith(f"/clips/{body['key']}.mp4")
+    assert Path(body["path"]).is_file()
+    rendered = runs(log)
+    assert rendered == 1
+
+    second = run_cli(*args, env=env)
+    assert second.returncode == 0, second.stderr
+    again = json.loads(second.stdout)
+    assert again["cached"] is True and again["key"] == body["key"] and again["link"] == body["link"]
+    assert runs(log) == rendered  # no ffmpeg ran for the cached clip
+
+
+def test_default_storage_dir_is_clips_in_cwd(media, tmp_path) -> None:
+    src = media(size="320x180", duration=4, gop=60)
+    done = run_cli("render", str(src), "--start", "1", "--end", "2", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert Path(json.loads(done.stdout)["path"]).parent == tmp_path / "clips"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--start", "10", "--end", "5"], "end must be after start, got start=10.0 end=5.0"),
+        (["--start", "ten", "--end", "5"], "start: start must be seconds, MM:SS(.fff) or HH:MM:SS(.fff), got 'ten'"),
+        (["--start", "0", "--end", "181"], "over the 180 s limit"),
+        (["--start", "0", "--end", "1", "--profile", "tiktok"], "profile: Input should be"),
+        (["--start", "0", "--end", "1", "--caption", "x" * 1001], "caption: String should have at most 1000"),
+        (["--start", "0", "--end", "1", "--font", "/no/such.ttf"], "font file not found"),
+        (["--start", "0", "--end", "1", "--watermark-opacity", "7", "--watermark", "S"], "watermark.opacity"),
+        (["--start", "0", "--end", "1", "--watermark", "/no/logo.png"], "watermark.logo not found"),
+        (["--start", "1", "--end", "9"], "end: quote ends after the end of the video (end=0:09.000, video is 0:04.000"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(media, tmp_path, args, message) -> None:
+    src = media(size="320x180", duration=4, gop=60)
+    done = run_cli("render", str(src), *args, "--json", env={"QUOTECLIP_STORAGE_DIR": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_sources(tmp_path) -> None:
+    notvideo = tmp_path / "x.mp4"
+    notvideo.write_text("hello")
+    for source, code, message in [
+        (str(tmp_path / "missing.mp4"), 1, "source not found"),
+        (str(notvideo), 2, "source is not a readable video file"),
+        ("ftp://host/x.mp4", 2, "source scheme 'ftp' is not supported"),
+        (str(tmp_path), 2, "source is not a file"),
+    ]:
+        done = run_cli("render", source, "--start", "0", "--end", "1", env={"QUOTECLIP_STORAGE_DIR": str(tmp_path)})
+        assert done.returncode == code, (source, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_missing_required_option_is_usage_error() -> None:
+    done = run_cli("render", "a.mp4", "--start", "1")
+    assert done.returncode == 2 and "--end" in done.stderr
+
+
+def test_render_failure_exits_1_with_ffmpeg_tail(media, tmp_path) -> None:
+    broken = tmp_path / "ffmpeg-broken"
+    broken.write_text("#!/bin/sh\necho 'Unknown encoder libx264 (simulated)' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    src = media(size="320x180", duration=4, gop=60)
+    done = run_cli(
+        "render", str(src), "--start", "1", "--end", "2",
+        env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "c"), "FFMPEG_BINARY": str(broken)},
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "render failed: ffmpeg exited with code 1" in done.stderr
+    assert "Unknown encoder libx264 (simulated)" in done.stderr
+    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").iterdir())
+
+
+def test_bad_environment_exits_2(tmp_path) -> None:
+    done = run_cli("render", "a.mp4", "--start", "0", "--end", "1", env={"QUOTECLIP_LINK_TTL": "soon"})
+    assert done.returncode == 2 and "QUOTECLIP_LINK_TTL must be a number, got 'soon'" in done.stderr
+
+
+def test_demo_renders_offline(tmp_path) -> None:
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = run_cli("demo", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert (body["width"], body["height"], body["duration"]) == (1280, 720, 7.0)

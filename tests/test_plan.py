@@ -1,0 +1,74 @@
+"""The ffmpeg command is data: assert the argv without running ffmpeg."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from quoteclip.spec import ClipSpec
+from renderer.plan import Overlay, build_command, output_rate
+from renderer.probe import MediaInfo
+
+INFO = MediaInfo(
+    duration=1200, width=1920, height=1080, rotation=0, fps=30, frame_rate="30", video_codec="h264", has_audio=True
+)
+
+
+def test_landscape_with_overlays_exact_argv() -> None:
+    spec = ClipSpec(source="in.mp4", start="18:54.0", end="19:01.0")
+    argv = build_command(spec, INFO, "/src/in.mp4", [Overlay("/t/caption.png", 66, 504)], "/t/clip.mp4", "ffmpeg")
+    assert argv == [
+        "ffmpeg",
+        "-protocol_whitelist", "file", "-ss", "1134.000", "-t", "7.000", "-i", "/src/in.mp4",
+        "-protocol_whitelist", "file", "-i", "/t/caption.png",
+        "-filter_complex",
+        "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
+        "[s0]pad=1280:720:(ow-iw)/2:(oh-ih)/2[s1];[s1]setsar=1[s2];"
+        "[s2][1]overlay=eof_action=repeat:x=66:y=504[s3];[s3]format=yuv420p[s4]",
+        "-map", "[s4]", "-map", "0:a",
+        "-f", "mp4", "-b:a", "128k", "-acodec", "aac", "-ar", "48000", "-crf", "23", "-fps_mode", "cfr",
+        "-map_metadata", "-1", "-movflags", "+faststart", "-preset", "veryfast", "-r", "30", "-vcodec", "libx264",
+        "/t/clip.mp4",
+        "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1", "-y",
+    ]  # fmt: skip
+
+
+def test_remote_source_allows_network_protocols_only() -> None:
+    spec = ClipSpec(source="https://cdn.example/ep.mp4", start=1, end=2)
+    argv = build_command(spec, INFO, "https://cdn.example/ep.mp4", [], "/t/o.mp4")
+    i = argv.index("https://cdn.example/ep.mp4")
+    assert argv[i - 7 : i - 5] == ["-protocol_whitelist", "http,https,tcp,tls"]
+    assert "file" not in argv[i - 6]
+
+
+def test_silent_track_when_source_has_no_audio() -> None:
+    spec = ClipSpec(source="in.mp4", start=1, end=3.5)
+    info = MediaInfo(**{**INFO.__dict__, "has_audio": False})
+    argv = build_command(spec, info, "in.mp4", [], "/t/o.mp4")
+    assert ["-f", "lavfi", "-t", "2.500", "-i", "anullsrc=r=48000:cl=stereo"] == argv[9:15]
+    assert argv[argv.index("-map", argv.index("-map") + 1) + 1] == "1:a"
+
+
+def test_vertical_blur_fill() -> None:
+    spec = ClipSpec(source="in.mp4", start=1, end=3, profile="vertical", fit="blur")
+    graph = build_command(spec, INFO, "in.mp4", [], "/t/o.mp4")[
+        build_command(spec, INFO, "in.mp4", [], "/t/o.mp4").index("-filter_complex") + 1
+    ]
+    assert "split=2" in graph and "boxblur" in graph
+    assert "scale=90:160:force_original_aspect_ratio=increase" in graph
+    assert "scale=720:1280:flags=bicubic" in graph
+
+
+def test_user_text_never_enters_the_command() -> None:
+    nasty = "it's 5:00 \\ 100% %{pts} [x];[y] drawtext=text='pwn' \n ok"
+    spec = ClipSpec(source="in.mp4", start=1, end=3, caption=nasty, watermark={"text": "a:b'c"})
+    argv = build_command(spec, INFO, "in.mp4", [Overlay("/t/c.png", 0, 0)], "/t/o.mp4")
+    joined = " ".join(argv)
+    for fragment in ("pwn", "%{pts}", "a:b'c", "5:00"):
+        assert fragment not in joined
+
+
+def test_output_rate() -> None:
+    assert output_rate(INFO) == 30
+    assert output_rate(MediaInfo(**{**INFO.__dict__, "frame_rate": "30000/1001"})) == Fraction(30000, 1001)
+    assert output_rate(MediaInfo(**{**INFO.__dict__, "frame_rate": "120"})) == 60
+    assert output_rate(MediaInfo(**{**INFO.__dict__, "frame_rate": "", "fps": 0.0})) == 30

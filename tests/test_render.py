@@ -1,0 +1,162 @@
+"""End-to-end renders of generated media, checked by probing, atoms, frames and samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mediacheck import (
+    first_bright_frame,
+    first_loud_sample,
+    gray_frames,
+    rgb_frame,
+    streams,
+    top_level_atoms,
+)
+
+from jobs.pipeline import produce_clip
+from quoteclip.errors import BadInput, SourceUnavailable
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from storage import LocalStorage
+
+
+def render(settings: Settings, **fields: object) -> Path:
+    spec = build_spec(fields)
+    result = produce_clip(spec, settings, LocalStorage(settings.storage_dir), allow_local=True)
+    assert result.path is not None
+    return Path(result.path)
+
+
+def test_output_is_h264_aac_720p_faststart(media, settings) -> None:
+    src = media(size="640x360", duration=6)
+    out = render(settings, source=str(src), start=1, end=3.5, caption="Hello", watermark={"text": "StarZero"})
+    info = streams(out)
+    assert info["vcodec"] == "h264" and info["pix_fmt"] == "yuv420p" and info["acodec"] == "aac"
+    assert (info["width"], info["height"]) == (1280, 720)
+    assert info["frames"] == 75
+    assert abs(info["duration"] - 2.5) < 0.05
+    atoms = top_level_atoms(out)
+    assert atoms.index("moov") < atoms.index("mdat")
+
+
+def test_cut_is_frame_exact_with_sparse_keyframes(media, settings) -> None:
+    """First output frame is the source frame at start; frame count is duration × fps (keyframes 10 s apart)."""
+    src = media(size="320x180", fps=30, duration=12, gop=300)
+    start, end = 5.5, 8.0  # source frames 165 .. 239
+    out = render(settings, source=str(src), start=start, end=end)
+    source_frames = gray_frames(src)
+    first = gray_frames(out, limit=3)[0][1]
+    errors = [float(np.abs(img - first).mean()) for _, img in source_frames]
+    best = int(np.argmin(errors))
+    assert best == round(start * 30), f"first frame matches source frame {best}, errors {errors[160:170]}"
+    assert streams(out)["frames"] == round((end - start) * 30)
+
+
+def test_audio_stays_in_sync(media, settings) -> None:
+    src = media(size="320x180", duration=6, gop=300, pattern="flash")
+    out = render(settings, source=str(src), start=2.55, end=4.0)  # next flash+beep at 3.0 → 0.45 s in
+    flash = first_bright_frame(out)
+    beep = first_loud_sample(out)
+    assert flash is not None and beep is not None
+    assert abs(flash - 0.45) <= 1 / 30 + 0.001
+    assert abs(beep - flash) <= 0.040
+
+
+@pytest.mark.parametrize(
+    ("params", "expect_bars"),
+    [
+        ({"size": "333x187"}, False),
+        ({"size": "320x180", "fps": 60}, False),
+        ({"size": "320x180", "rotation": 90}, True),
+        ({"size": "320x180", "vfr": True}, False),
+        ({"size": "320x180", "audio": False}, False),
+        ({"size": "240x240"}, True),
+    ],
+    ids=["odd-size", "60fps", "rotated", "vfr", "no-audio", "square"],
+)
+def test_awkward_sources_render_720p(media, settings, params, expect_bars) -> None:
+    src = media(duration=4, gop=60, **params)
+    out = render(settings, source=str(src), start=1, end=3)
+    info = streams(out)
+    assert (info["width"], info["height"]) == (1280, 720)
+    assert abs(info["duration"] - 2.0) < 0.06
+    assert info["acodec"] == "aac"  # a silent track when the source has none
+    fps = params.get("fps", 30) if not params.get("vfr") else 24
+    assert abs(info["frames"] - 2 * fps) <= 1
+    frame = rgb_frame(out, 0.5)
+    left_bar = frame[:, :100].mean()
+    assert (left_bar < 20) == expect_bars  # pillarbox for tall/square sources, none for 16:9
+
+
+def test_rotated_source_is_upright(media, settings) -> None:
+    src = media(size="320x180", duration=4, gop=60, rotation=90)
+    out = render(settings, source=str(src), start=1, end=2)
+    frame = rgb_frame(out, 0.2)
+    content = frame[:, 440:840]  # a 180x320 portrait picture scaled to 405x720 sits in the middle
+    assert content.mean() > 40 and frame[:, :200].mean() < 20
+
+
+def test_caption_and_watermark_pixels_are_there(media, settings) -> None:
+    src = media(size="320x180", duration=4, gop=60)
+    base = dict(source=str(src), start=1, end=2)
+    plain = rgb_frame(render(settings, **base), 0.5)
+    marked = rgb_frame(render(settings, **base, watermark={"text": "StarZero", "position": "top-right"}), 0.5)
+    captioned = rgb_frame(render(settings, **base, caption="Quotes: 'a' \\ %{pts} [x] 100% — ünïcode"), 0.5)
+
+    def diff(a: np.ndarray, b: np.ndarray, rows: slice, cols: slice) -> float:
+        return float(np.abs(a[rows, cols] - b[rows, cols]).mean())
+
+    top_right, bottom, middle = (
+        (slice(0, 90), slice(1000, 1280)),
+        (slice(560, 700), slice(200, 1080)),
+        (slice(250, 400), slice(300, 900)),
+    )
+    assert diff(plain, marked, *top_right) > 10
+    assert diff(plain, marked, *bottom) < 3 and diff(plain, marked, *middle) < 3
+    assert diff(plain, captioned, *bottom) > 10
+    assert diff(plain, captioned, *top_right) < 3 and diff(plain, captioned, *middle) < 3
+
+
+def test_logo_watermark_and_user_font(media, settings, tmp_path) -> None:
+    from PIL import Image
+
+    from quoteclip.fonts import default_font_path
+
+    logo = tmp_path / "logo.png"
+    Image.new("RGBA", (200, 100), (255, 0, 0, 255)).save(logo)
+    src = media(size="320x180", duration=4, gop=60)
+    out = render(
+        settings, source=str(src), start=1, end=2, font=str(default_font_path()),
+        caption="hi", watermark={"logo": str(logo), "position": "bottom-left", "opacity": 1.0, "size": 0.1},
+    )  # fmt: skip
+    frame = rgb_frame(out, 0.5)
+    # 0.1 × 720 = 72 px high, margin 0.03 × 720 = 22 px from the bottom-left corner: solid red.
+    patch = frame[720 - 22 - 60 : 720 - 22 - 12, 22 + 10 : 22 + 130]
+    assert patch[..., 0].mean() > 200 and patch[..., 1].mean() < 60
+
+
+def test_http_source(media, settings, http_source) -> None:
+    src = media(size="320x180", duration=6, gop=300)
+    (http_source.root / "ep.mp4").write_bytes(src.read_bytes())
+    out = render(settings, source=http_source.url("ep.mp4"), start=2, end=3)
+    assert streams(out)["frames"] == 30
+
+
+def test_quote_past_the_end_is_refused_naming_the_length(media, settings) -> None:
+    src = media(size="320x180", duration=4, gop=60)
+    with pytest.raises(BadInput, match=r"end: quote ends after the end of the video \(end=0:05.000, video is 0:04.000"):
+        render(settings, source=str(src), start=3, end=5)
+
+
+def test_missing_sources(settings, http_source, tmp_path) -> None:
+    with pytest.raises(SourceUnavailable, match="source not found"):
+        render(settings, source=str(tmp_path / "nope.mp4"), start=1, end=2)
+    with pytest.raises(SourceUnavailable, match=r"HTTP 404"):
+        render(settings, source=http_source.url("missing.mp4"), start=1, end=2)
+    notvideo = tmp_path / "notes.mp4"
+    notvideo.write_text("not a video")
+    with pytest.raises(BadInput, match="not a readable video"):
+        render(settings, source=str(notvideo), start=1, end=2)
+    assert not list((settings.storage_dir).glob("*.mp4")) if settings.storage_dir.exists() else True
