@@ -44,6 +44,7 @@ class S3Storage:
             aws_secret_access_key=settings.aws_secret_access_key,
             config=Config(
                 s3={"addressing_style": "path"},
+                signature_version="s3v4",
                 retries={"max_attempts": 4, "mode": "standard"},
                 connect_timeout=10,
                 read_timeout=60,

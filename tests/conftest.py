@@ -213,3 +213,111 @@ def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
 
 def runs(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+# ---- real services: Redis, SeaweedFS, rq workers -------------------------------------------------------------
+
+from services import S3Server, start_private_redis, start_seaweedfs  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """QUOTECLIP_REDIS_URL / REDIS_URL when set; else a private redis-server; else skip (fail under CI)."""
+    url = os.environ.get("QUOTECLIP_REDIS_URL") or os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    started = start_private_redis(tmp_path_factory.mktemp("redis"))
+    if started is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Redis: set QUOTECLIP_REDIS_URL or put redis-server on PATH")
+        pytest.skip("no Redis available (set QUOTECLIP_REDIS_URL or install redis-server)")
+    proc, url = started
+    yield url
+    proc.terminate()
+    proc.wait()
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A clean database for each test (the database named in the URL is flushed)."""
+    import redis
+
+    conn = redis.Redis.from_url(redis_server_url)
+    conn.flushdb()
+    yield redis_server_url
+    conn.flushdb()
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server) -> Iterator[S3Server]:
+    """The session's SeaweedFS with an empty bucket."""
+    client = s3_server.client()
+
+    def empty() -> None:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_server.bucket):
+            for obj in page.get("Contents", []):
+                client.delete_object(Bucket=s3_server.bucket, Key=obj["Key"])
+
+    empty()
+    yield s3_server
+    empty()
+
+
+class Workers:
+    """Runs real ``quoteclip worker`` processes (rq) with a given environment."""
+
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env = env
+        self.tmp = tmp
+
+    def full_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECLIP_", "AWS_"))}
+        env.update(self.env)
+        env.update(extra or {})
+        return env
+
+    def start(self, burst: bool = True, name: str | None = None) -> subprocess.Popen[str]:
+        args = [sys.executable, "-m", "quoteclip", "worker"] + (["--burst"] if burst else [])
+        args += ["--name", name] if name else []
+        return subprocess.Popen(
+            args, env=self.full_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.tmp
+        )
+
+    def burst(self, count: int = 1, timeout: float = 180) -> list[str]:
+        """Run ``count`` burst workers side by side until the queue is empty; return their logs."""
+        procs = [self.start(burst=True, name=f"w{i}-{os.getpid()}-{id(self)}") for i in range(count)]
+        logs = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, out
+            logs.append(out)
+        return logs
+
+
+@pytest.fixture
+def queue_env(redis_url: str, tmp_path: Path, ffmpeg_counter: tuple[str, Path]) -> dict[str, str]:
+    """Environment for CLI and workers: this test's Redis DB, a local store, a counting ffmpeg, a private TMPDIR."""
+    wrapper, _ = ffmpeg_counter
+    tmpdir = tmp_path / "worker-tmp"
+    tmpdir.mkdir()
+    return {
+        "QUOTECLIP_REDIS_URL": redis_url,
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+        "QUOTECLIP_ALLOW_LOCAL_SOURCES": "true",
+        "FFMPEG_BINARY": wrapper,
+        "TMPDIR": str(tmpdir),
+    }
+
+
+@pytest.fixture
+def workers(queue_env: dict[str, str], tmp_path: Path) -> Workers:
+    return Workers(queue_env, tmp_path)

