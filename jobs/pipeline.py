@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
+from quoteclip.errors import RenderFailed
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
 from renderer.ffmpeg import ffmpeg_binary
-from renderer.probe import probe
-from renderer.render import render_clip
-from sources import resolve_source
+from renderer.probe import has_audio, probe
+from renderer.render import check_limits, render_clip
+from sources import open_source, resolve_source
 from storage import Storage
 
 from .keys import clip_key, download_name
@@ -48,6 +49,7 @@ class ClipResult:
     cached: bool
     path: str | None = None
     filename: str | None = None
+    source_bytes: int | None = None  # bytes fetched from a remote source for this render
 
     def to_json(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "path"}
@@ -83,21 +85,35 @@ def produce_clip(
         say(Stage.FINISHED, 100)
         return _result(storage, key, meta, cached=True)
 
-    say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
-    info = probe(source.input)
     binary = ffmpeg_binary(settings.ffmpeg_binary)
     with tempfile.TemporaryDirectory(prefix="quoteclip-") as tmp:
-        say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
-        span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
-        result = render_clip(
-            spec,
-            source.input,
-            info,
-            Path(tmp),
-            binary,
-            timeout=settings.render_timeout(spec.duration),
-            on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
-        )
+        say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
+        with open_source(source, settings, Path(tmp), binary) as opened:
+            info = probe(opened.probe_video, name=spec.source)
+            if opened.probe_audio is not None:
+                info = replace(info, has_audio=has_audio(opened.probe_audio))
+            check_limits(
+                info, settings.max_source_seconds, settings.max_frame_pixels, settings.max_streams, spec.source
+            )
+            say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
+            span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
+            try:
+                result = render_clip(
+                    spec,
+                    opened.video,
+                    info,
+                    Path(tmp),
+                    binary,
+                    timeout=settings.render_timeout(spec.duration),
+                    on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
+                    audio_source=opened.audio,
+                )
+            except RenderFailed:
+                source_error = opened.error()
+                if source_error is not None:  # ffmpeg failed because the source did: say so
+                    raise source_error from None
+                raise
+            fetched = opened.fetched_bytes if source.remote else None
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         filename = download_name(spec, key)
         meta = {
@@ -109,7 +125,7 @@ def produce_clip(
         storage.put(result.path, key, filename, meta)
     say(Stage.FINISHED, 100)
     log.info("stored clip %s (%.3f s)", key, result.duration)
-    return _result(storage, key, meta, cached=False)
+    return replace(_result(storage, key, meta, cached=False), source_bytes=fetched)
 
 
 def _result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> ClipResult:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary, run_ffmpeg
 
-from .settings import Settings
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "quoteclip"
+from .settings import Settings, default_cache_dir
 
 
 def demo_source(settings: Settings, seconds: int = 15) -> Path:
     """A 1920×1080 30 fps test pattern with a tone, keyframes every 10 s; made once, then reused."""
-    path = cache_dir() / f"demo-1080p-{seconds}s.mp4"
+    path = default_cache_dir() / f"demo-1080p-{seconds}s.mp4"
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,23 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise BadInput(f"{name} must be true or false, got {raw!r}")
 
 
+def parse_networks(text: str) -> tuple[str, ...]:
+    nets = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            nets.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise BadInput(f"QUOTECLIP_ALLOW_ADDRESSES has {item!r}, which is not an IP address or network") from None
+    return tuple(nets)
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "quoteclip"
+
+
 def _optional_bool(env: Mapping[str, str], name: str) -> bool | None:
     return None if not env.get(name) else _bool(env, name, False)
 
@@ -63,7 +81,15 @@ class Settings:
     source_hosts: tuple[str, ...] = DEFAULT_SOURCE_HOSTS
     # None: allowed for the CLI, refused for queued jobs (a website must not make a worker read its disk).
     allow_local_sources: bool | None = None
-    allow_private_addresses: bool = False
+    # Networks a source may resolve to although private or loopback (tests: 127.0.0.1/32). Never metadata.
+    allow_addresses: tuple[str, ...] = ()
+    cache_dir: Path = field(default_factory=lambda: default_cache_dir() / "sources")
+    cache_max_bytes: int = 2 * 1024**3
+    max_fetch_bytes: int = 1024**3  # per job
+    min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a fetch that lasts over 30 s
+    max_source_seconds: float = 6 * 3600
+    max_frame_pixels: int = 8192 * 8192
+    max_streams: int = 8
     ffmpeg_binary: str | None = None
     max_clip_seconds: float = DEFAULT_MAX_SECONDS
     # A render may take this many seconds per second of clip, plus a fixed allowance.
@@ -89,7 +115,11 @@ class Settings:
             if hosts is not None
             else DEFAULT_SOURCE_HOSTS,
             allow_local_sources=_optional_bool(env, "QUOTECLIP_ALLOW_LOCAL_SOURCES"),
-            allow_private_addresses=_bool(env, "QUOTECLIP_ALLOW_PRIVATE_ADDRESSES", False),
+            allow_addresses=parse_networks(env.get("QUOTECLIP_ALLOW_ADDRESSES", "")),
+            cache_dir=Path(env.get("QUOTECLIP_CACHE_DIR") or default_cache_dir(env) / "sources"),
+            cache_max_bytes=int(_float(env, "QUOTECLIP_CACHE_MAX_MB", cls.cache_max_bytes / 1024**2, 1) * 1024**2),
+            max_fetch_bytes=int(_float(env, "QUOTECLIP_MAX_FETCH_MB", cls.max_fetch_bytes / 1024**2, 1) * 1024**2),
+            max_source_seconds=_float(env, "QUOTECLIP_MAX_SOURCE_SECONDS", cls.max_source_seconds, 1),
             ffmpeg_binary=env.get("FFMPEG_BINARY") or None,
             max_clip_seconds=_float(env, "QUOTECLIP_MAX_CLIP_SECONDS", DEFAULT_MAX_SECONDS, minimum=0.1),
         )

@@ -9,7 +9,7 @@ import ffmpeg
 
 from quoteclip.spec import ClipSpec
 
-from .probe import NETWORK_PROTOCOLS, MediaInfo
+from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
 PRESET = "veryfast"
 CRF = 23
@@ -46,26 +46,24 @@ def build_command(
     overlays: list[Overlay],
     output: str,
     ffmpeg_bin: str = "ffmpeg",
+    audio_source: str | None = None,
 ) -> list[str]:
     """One ffmpeg pass: exact cut (input seek + decode), fit to the profile, overlays, H.264/AAC mp4.
 
-    ``source`` is what ffmpeg reads: a local path, or an http(s) URL, which is then read with only
-    network protocols allowed (no file, concat or playlist tricks).
+    ``source`` is what ffmpeg reads: a local path, or an http(s) URL (the source proxy), read with only
+    network protocols and plain media demuxers allowed (no file, concat or playlist tricks).
+    ``audio_source``, when given, is a separate audio stream of the same source (as YouTube serves them).
     """
     width, height = spec.size
-    remote = source.startswith(("http://", "https://"))
-    src = ffmpeg.input(
-        source,
-        ss=_seconds(spec.start),
-        t=_seconds(spec.duration),
-        protocol_whitelist=NETWORK_PROTOCOLS if remote else "file",
-    )
+    src = _input(source, spec)
     video = _fit(src.video, width, height, spec.fit)
     for overlay in overlays:
         still = ffmpeg.input(overlay.path, protocol_whitelist="file")
         video = ffmpeg.overlay(video, still, x=overlay.x, y=overlay.y, eof_action="repeat")
     video = video.filter("format", "yuv420p")
-    if info.has_audio:
+    if audio_source is not None:
+        audio = _input(audio_source, spec).audio
+    elif info.has_audio:
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player
         audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(spec.duration)).audio
@@ -87,6 +85,17 @@ def build_command(
     )
     out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def _input(source: str, spec: ClipSpec) -> ffmpeg.nodes.FilterableStream:
+    remote = source.startswith(("http://", "https://"))
+    return ffmpeg.input(
+        source,
+        ss=_seconds(spec.start),
+        t=_seconds(spec.duration),
+        protocol_whitelist=NETWORK_PROTOCOLS if remote else "file",
+        format_whitelist=FORMATS,
+    )
 
 
 def _fit(video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str) -> ffmpeg.nodes.FilterableStream:

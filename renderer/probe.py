@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
+from typing import IO
 
 import av
 
-from quoteclip.errors import BadInput, SourceTransient, SourceUnavailable
+from quoteclip.errors import BadInput, QuoteclipError, SourceTransient, SourceUnavailable
+
+Readable = str | io.RawIOBase | IO[bytes]  # a path or URL, or a seekable binary file
 
 # Protocols a probe may use for a remote source: never file, concat, subfile or data.
 NETWORK_PROTOCOLS = "http,https,tcp,tls"
+# Demuxers for real media files only: no playlists (hls, dash), concat, image sequences or lavfi, so no file
+# can make ffmpeg open another file or address.
+FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,mpegts,avi,flv,ogg,mp3,aac,wav,asf,mxf,mpeg,h264,hevc"
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class MediaInfo:
     has_audio: bool
     audio_codec: str | None = None
     start_time: float = 0.0
+    streams: int = 1
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -34,25 +42,34 @@ class MediaInfo:
         return self.width, self.height
 
 
-def probe(source: str, timeout: float = 30.0) -> MediaInfo:
-    """Read the container header and the first video frame of a local path or an http(s) URL."""
-    remote = source.startswith(("http://", "https://"))
-    options = {"protocol_whitelist": NETWORK_PROTOCOLS if remote else "file"}
+def probe(source: Readable, timeout: float = 30.0, name: str | None = None) -> MediaInfo:
+    """Read the container header and the first video frame of a local path, an http(s) URL or a seekable file."""
+    options = {"format_whitelist": FORMATS}
+    if isinstance(source, str):
+        remote = source.startswith(("http://", "https://"))
+        options["protocol_whitelist"] = NETWORK_PROTOCOLS if remote else "file"
+    else:
+        source.seek(0)
+    label = name or (source if isinstance(source, str) else "source")
     try:
-        container = av.open(source, options=options, timeout=timeout)
+        container = av.open(source, mode="r", options=options, timeout=timeout)
     except av.error.InvalidDataError:
-        raise BadInput(f"source is not a readable video file: {source}") from None
+        raise BadInput(f"source is not a readable video file: {label}") from None
+    except av.error.ArgumentError:
+        raise BadInput(f"source is not a plain media file (playlists and the like are refused): {label}") from None
     except FileNotFoundError:
-        raise SourceUnavailable(f"source not found: {source}") from None
+        raise SourceUnavailable(f"source not found: {label}") from None
     except av.error.HTTPNotFoundError:
-        raise SourceUnavailable(f"source not found (HTTP 404): {source}") from None
+        raise SourceUnavailable(f"source not found (HTTP 404): {label}") from None
     except av.error.HTTPClientError as exc:
-        raise SourceUnavailable(f"source refused ({_short(exc)}): {source}") from None
+        raise SourceUnavailable(f"source refused ({_short(exc)}): {label}") from None
+    except QuoteclipError:
+        raise
     except (av.error.HTTPServerError, av.error.HTTPError, TimeoutError, ConnectionError, OSError) as exc:
-        raise SourceTransient(f"source could not be read ({_short(exc)}): {source}") from None
+        raise SourceTransient(f"source could not be read ({_short(exc)}): {label}") from None
     with container:
         if not container.streams.video:
-            raise BadInput(f"source has no video stream: {source}")
+            raise BadInput(f"source has no video stream: {label}")
         video = container.streams.video[0]
         audio = container.streams.audio[0] if container.streams.audio else None
         duration = _duration(container, video)
@@ -63,7 +80,7 @@ def probe(source: str, timeout: float = 30.0) -> MediaInfo:
             frame = next(container.decode(video=0))
             rotation = int(round(getattr(frame, "rotation", 0) or 0)) % 360
         except (StopIteration, av.error.FFmpegError):
-            raise BadInput(f"source has no decodable video frames: {source}") from None
+            raise BadInput(f"source has no decodable video frames: {label}") from None
         width = video.codec_context.width or frame.width
         height = video.codec_context.height or frame.height
         start = float(container.start_time or 0) / av.time_base if container.start_time else 0.0
@@ -78,6 +95,7 @@ def probe(source: str, timeout: float = 30.0) -> MediaInfo:
             has_audio=audio is not None,
             audio_codec=audio.codec_context.name if audio is not None else None,
             start_time=start,
+            streams=len(container.streams),
         )
 
 
@@ -92,3 +110,17 @@ def _duration(container: av.container.InputContainer, video: av.VideoStream) -> 
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
+
+
+def has_audio(source: Readable) -> bool:
+    """Whether a separate audio-only source (as YouTube serves them) has an audio stream."""
+    options = {"format_whitelist": FORMATS}
+    if not isinstance(source, str):
+        source.seek(0)
+    try:
+        with av.open(source, mode="r", options=options) as container:
+            return bool(container.streams.audio)
+    except QuoteclipError:
+        raise
+    except (av.error.FFmpegError, OSError) as exc:
+        raise SourceTransient(f"audio stream could not be read ({_short(exc)})") from None

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from quoteclip.errors import BadInput, RenderFailed
+from quoteclip.errors import BadInput, RenderFailed, SourceUnavailable
 from quoteclip.spec import ClipSpec, format_time
 from watermarks import watermark_image
 
@@ -45,6 +45,18 @@ def check_span(spec: ClipSpec, info: MediaInfo) -> None:
         )
 
 
+def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:
+    """Refuse sources no clip should be cut from: too long, absurd frame sizes, too many streams."""
+    if info.duration > max_seconds:
+        raise SourceUnavailable(
+            f"source is {format_time(info.duration)} long, over the {format_time(max_seconds)} limit: {label}"
+        )
+    if info.width * info.height > max_pixels or max(info.width, info.height) > 16384:
+        raise SourceUnavailable(f"source frame size {info.width}x{info.height} is over the limit: {label}")
+    if info.streams > max_streams:
+        raise SourceUnavailable(f"source has {info.streams} streams, over the limit of {max_streams}: {label}")
+
+
 def make_overlays(spec: ClipSpec, workdir: Path) -> list[Overlay]:
     """Caption and watermark as PNG files in ``workdir``, placed for the spec's output size."""
     overlays = []
@@ -70,6 +82,7 @@ def render_clip(
     ffmpeg_bin: str,
     timeout: float,
     on_progress: Callable[[float], None] | None = None,
+    audio_source: str | None = None,
 ) -> RenderResult:
     """Render ``spec`` from ``source`` (already probed as ``info``) to ``workdir/clip.mp4``.
 
@@ -78,7 +91,7 @@ def render_clip(
     check_span(spec, info)
     overlays = make_overlays(spec, workdir)
     output = workdir / "clip.mp4"
-    argv = build_command(spec, info, source, overlays, str(output), ffmpeg_bin)
+    argv = build_command(spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source)
     duration = spec.duration
 
     def progress(seconds: float) -> None:

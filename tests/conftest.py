@@ -87,7 +87,14 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(storage_dir=tmp_path / "clips", allow_local_sources=True)
+    """Local store and source cache in the test's folder; loopback test servers (127.0.0.1 only) allowed."""
+    return Settings(
+        storage_dir=tmp_path / "clips",
+        allow_local_sources=True,
+        source_hosts=("127.0.0.1",),
+        allow_addresses=("127.0.0.1/32",),
+        cache_dir=tmp_path / "source-cache",
+    )
 
 
 class HttpSource:
@@ -313,6 +320,9 @@ def queue_env(redis_url: str, tmp_path: Path, ffmpeg_counter: tuple[str, Path]) 
         "QUOTECLIP_REDIS_URL": redis_url,
         "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
         "QUOTECLIP_ALLOW_LOCAL_SOURCES": "true",
+        "QUOTECLIP_SOURCE_HOSTS": "127.0.0.1",
+        "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
+        "QUOTECLIP_CACHE_DIR": str(tmp_path / "source-cache"),
         "FFMPEG_BINARY": wrapper,
         "TMPDIR": str(tmpdir),
     }

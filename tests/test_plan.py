@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from quoteclip.spec import ClipSpec
 from renderer.plan import Overlay, build_command, output_rate
-from renderer.probe import MediaInfo
+from renderer.probe import FORMATS, MediaInfo
 
 INFO = MediaInfo(
     duration=1200, width=1920, height=1080, rotation=0, fps=30, frame_rate="30", video_codec="h264", has_audio=True
@@ -18,7 +18,8 @@ def test_landscape_with_overlays_exact_argv() -> None:
     argv = build_command(spec, INFO, "/src/in.mp4", [Overlay("/t/caption.png", 66, 504)], "/t/clip.mp4", "ffmpeg")
     assert argv == [
         "ffmpeg",
-        "-protocol_whitelist", "file", "-ss", "1134.000", "-t", "7.000", "-i", "/src/in.mp4",
+        "-format_whitelist", FORMATS, "-protocol_whitelist", "file", "-ss", "1134.000", "-t", "7.000",
+        "-i", "/src/in.mp4",
         "-protocol_whitelist", "file", "-i", "/t/caption.png",
         "-filter_complex",
         "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
@@ -36,15 +37,24 @@ def test_remote_source_allows_network_protocols_only() -> None:
     spec = ClipSpec(source="https://cdn.example/ep.mp4", start=1, end=2)
     argv = build_command(spec, INFO, "https://cdn.example/ep.mp4", [], "/t/o.mp4")
     i = argv.index("https://cdn.example/ep.mp4")
-    assert argv[i - 7 : i - 5] == ["-protocol_whitelist", "http,https,tcp,tls"]
-    assert "file" not in argv[i - 6]
+    assert argv[i - 9 : i - 5] == ["-format_whitelist", FORMATS, "-protocol_whitelist", "http,https,tcp,tls"]
+    assert "hls" not in FORMATS and "concat" not in FORMATS
+
+
+def test_separate_audio_stream_is_cut_the_same_way() -> None:
+    spec = ClipSpec(source="https://www.youtube.com/watch?v=x", start=10, end=12)
+    argv = build_command(spec, INFO, "http://127.0.0.1:9/v", [], "/t/o.mp4", audio_source="http://127.0.0.1:9/a")
+    a = argv.index("http://127.0.0.1:9/a")
+    assert argv[a - 5 : a] == ["-ss", "10.000", "-t", "2.000", "-i"]
+    assert argv[argv.index("-map", argv.index("-map") + 1) + 1] == "1:a"
 
 
 def test_silent_track_when_source_has_no_audio() -> None:
     spec = ClipSpec(source="in.mp4", start=1, end=3.5)
     info = MediaInfo(**{**INFO.__dict__, "has_audio": False})
     argv = build_command(spec, info, "in.mp4", [], "/t/o.mp4")
-    assert ["-f", "lavfi", "-t", "2.500", "-i", "anullsrc=r=48000:cl=stereo"] == argv[9:15]
+    i = argv.index("anullsrc=r=48000:cl=stereo")
+    assert ["-f", "lavfi", "-t", "2.500", "-i"] == argv[i - 5 : i]
     assert argv[argv.index("-map", argv.index("-map") + 1) + 1] == "1:a"
 
 

@@ -1,0 +1,163 @@
+"""Range requests to a source, safely: every hop (redirects included) is checked and the connection goes
+to the vetted address; bounded in bytes, time and rate."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+import urllib3
+
+from quoteclip.errors import SourceTransient, SourceUnavailable
+
+from .safety import CheckedURL, check_url
+
+log = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 5
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 20.0  # a stall longer than this fails the read
+RATE_GRACE = 30.0  # seconds before the rate floor applies
+USER_AGENT = "quoteclip/0.1 (+https://github.com/quoteclip)"
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+@dataclass
+class RangeResponse:
+    data: bytes
+    start: int
+    total: int | None  # full size of the resource, when the server says
+    etag: str | None
+
+
+@dataclass
+class Fetcher:
+    """Fetches byte ranges of URLs; counts what it fetched; enforces the caps for one job."""
+
+    allowed_hosts: tuple[str, ...] | None
+    allowed_networks: tuple[str, ...] = ()
+    max_bytes: int = 1024**3
+    min_rate: int = 32 * 1024
+    headers: dict[str, str] = field(default_factory=dict)
+    fetched: int = 0
+    requests: int = 0
+    _pools: dict[tuple[str, str, int, str], urllib3.HTTPConnectionPool] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+    def _pool(self, target: CheckedURL) -> urllib3.HTTPConnectionPool:
+        key = (target.scheme, target.address, target.port, target.host)
+        if key not in self._pools:
+            timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT)
+            if target.scheme == "https":
+                self._pools[key] = urllib3.HTTPSConnectionPool(
+                    target.address, target.port, timeout=timeout, maxsize=4,
+                    server_hostname=target.host, assert_hostname=target.host, cert_reqs="CERT_REQUIRED",
+                )  # fmt: skip
+            else:
+                self._pools[key] = urllib3.HTTPConnectionPool(target.address, target.port, timeout=timeout, maxsize=4)
+        return self._pools[key]
+
+    def get_range(self, url: str, start: int, end: int | None, check_hosts: bool = True) -> RangeResponse:
+        """GET bytes ``start``..``end`` (inclusive; None: to the end) of ``url``, following checked redirects."""
+        hosts = self.allowed_hosts if check_hosts else None
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            target = check_url(current, hosts, self.allowed_networks)
+            host_header = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
+            headers = {
+                **self.headers,
+                "Host": host_header,
+                "User-Agent": self.headers.get("User-Agent", USER_AGENT),
+                "Range": f"bytes={start}-{'' if end is None else end}",
+                "Accept-Encoding": "identity",
+            }
+            self.requests += 1
+            try:
+                resp = self._pool(target).urlopen(
+                    "GET", target.path, headers=headers, redirect=False, retries=False, preload_content=False
+                )
+            except urllib3.exceptions.HTTPError as exc:
+                raise SourceTransient(f"source could not be reached ({_reason(exc)}): {target.host}") from None
+            try:
+                if resp.status in (301, 302, 303, 307, 308):
+                    location = resp.headers.get("Location")
+                    if not location:
+                        raise SourceUnavailable(f"source redirect without a Location (HTTP {resp.status})")
+                    current = urljoin(current, location)
+                    hosts = None  # the first URL passed the allowlist; every hop still passes the address check
+                    continue
+                return self._read(resp, start, end, target)
+            finally:
+                resp.release_conn()
+        raise SourceUnavailable(f"source redirected more than {MAX_REDIRECTS} times: {url}")
+
+    def _read(self, resp: Any, start: int, end: int | None, target: CheckedURL) -> RangeResponse:
+        status = resp.status
+        if status in (404, 410):
+            raise SourceUnavailable(f"source not found (HTTP {status}): {target.url}")
+        if status == 416:
+            raise SourceUnavailable(f"source refused the byte range {start}- (HTTP 416): {target.url}")
+        if 400 <= status < 500:
+            raise SourceUnavailable(f"source refused (HTTP {status}): {target.url}")
+        if status >= 500:
+            raise SourceTransient(f"source server error (HTTP {status}): {target.url}")
+        if status not in (200, 206):
+            raise SourceUnavailable(f"source answered HTTP {status}: {target.url}")
+        total: int | None = None
+        got_start = 0
+        if status == 206:
+            match = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+            if not match:
+                raise SourceUnavailable(f"source sent a bad Content-Range: {target.url}")
+            got_start = int(match.group(1))
+            total = int(match.group(3)) if match.group(3) != "*" else None
+        else:
+            length = resp.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+        want = None if end is None else end + 1 - got_start if status == 206 else end + 1
+        data = self._body(resp, want, target)
+        if status == 200 and start:  # the server ignored the range: keep only what was asked for
+            data = data[start:]
+            got_start = start
+        return RangeResponse(data, got_start, total, resp.headers.get("ETag"))
+
+    def _body(self, resp: Any, want: int | None, target: CheckedURL) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        began = time.monotonic()
+        try:
+            for chunk in resp.stream(64 * 1024):
+                chunks.append(chunk)
+                size += len(chunk)
+                self.fetched += len(chunk)
+                if self.fetched > self.max_bytes:
+                    raise SourceUnavailable(
+                        f"source download exceeds the {self.max_bytes // 1024**2} MB limit for one clip: {target.host}"
+                    )
+                elapsed = time.monotonic() - began
+                if elapsed > RATE_GRACE and size / elapsed < self.min_rate:
+                    raise SourceTransient(f"source too slow ({size / elapsed / 1024:.0f} KB/s): {target.host}")
+                if want is not None and size >= want:
+                    resp.close()  # more may follow (a server that ignored the range): drop the connection
+                    break
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise SourceTransient(f"source read failed ({_reason(exc)}): {target.host}") from None
+        data = b"".join(chunks)
+        return data if want is None else data[:want]
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    if "timed out" in text.lower():
+        return "timed out"
+    if "refused" in text.lower():
+        return "connection refused"
+    return type(exc).__name__

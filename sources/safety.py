@@ -1,0 +1,93 @@
+"""URL safety: an allowlist of source hosts, and no private, loopback, link-local or metadata addresses.
+
+Checked for the URL a caller gives, for every media URL an extractor returns, and on every redirect. The
+address a name resolves to is checked and then used for the connection (no second lookup to rebind).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from quoteclip.errors import BadInput, SourceTransient, SourceUnavailable
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Always refused, whatever the settings say: cloud metadata endpoints.
+METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+
+
+@dataclass(frozen=True)
+class CheckedURL:
+    url: str
+    scheme: str
+    host: str
+    port: int
+    address: str  # the vetted IP to connect to
+    path: str  # path and query, for the request line
+
+
+def host_allowed(host: str, allowed: Iterable[str]) -> bool:
+    """``host`` is an allowed host or a subdomain of one (``www.youtube.com`` under ``youtube.com``)."""
+    host = host.lower().rstrip(".")
+    return any(host == a or host.endswith("." + a) for a in allowed)
+
+
+def address_allowed(address: IPAddress, allowed_networks: Iterable[str]) -> bool:
+    if address in METADATA:
+        return False
+    for net in allowed_networks:
+        if address in ipaddress.ip_network(net, strict=False):
+            return True
+    return address.is_global and not address.is_multicast
+
+
+def check_url(
+    url: str,
+    allowed_hosts: Iterable[str] | None,
+    allowed_networks: Iterable[str] = (),
+) -> CheckedURL:
+    """Refuse what is not http(s), not on the allowlist (when one is given) or resolves to a refused address."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"}:
+        raise SourceUnavailable(f"source scheme {parts.scheme!r} is not allowed (http and https only): {url}")
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise BadInput(f"source URL has no host: {url!r}")
+    if parts.username or parts.password:
+        raise SourceUnavailable(f"source URLs with credentials are not allowed: {host}")
+    if allowed_hosts is not None and not host_allowed(host, allowed_hosts):
+        raise SourceUnavailable(f"source host not allowed: {host} (see QUOTECLIP_SOURCE_HOSTS)")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise BadInput(f"source URL has a bad port: {url!r}") from None
+    address = resolve(host, port)
+    if not address_allowed(address, allowed_networks):
+        raise SourceUnavailable(f"source address not allowed: {host} resolves to {address} (private or reserved)")
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return CheckedURL(url, parts.scheme, host, port, str(address), path)
+
+
+def resolve(host: str, port: int) -> IPAddress:
+    """The first address ``host`` resolves to (the one the connection then uses)."""
+    try:
+        literal = ipaddress.ip_address(host.strip("[]"))
+        return literal
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        if exc.errno in {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)}:
+            raise SourceUnavailable(f"source host does not exist: {host}") from None
+        raise SourceTransient(f"source host could not be resolved ({exc.strerror}): {host}") from None
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    if not addresses:
+        raise SourceUnavailable(f"source host does not exist: {host}")
+    return addresses[0]

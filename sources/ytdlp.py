@@ -1,0 +1,127 @@
+"""yt-dlp as a library, for pages (YouTube and other sites): find the media URLs of the formats to fetch.
+
+The bytes themselves are then fetched by range through the block cache (sources.remote), so a clip reads
+only what its cut needs. All yt-dlp options are built here, in one place: no downloads by yt-dlp, no
+postprocessors, no external downloaders, no files written outside the job's folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quoteclip.errors import SourceTransient, SourceUnavailable
+
+log = logging.getLogger(__name__)
+
+# Plain http(s) formats only (the block cache fetches by byte range); video at or above 720p but no higher
+# than needed (res:720 sorts the closest first), separate video + audio streams or a combined one.
+_HTTP = "[protocol^=http][protocol!*=dash][protocol!*=m3u8]"
+FORMAT = f"bv*[height>=720]{_HTTP}+ba{_HTTP}/b[height>=720]{_HTTP}/bv*{_HTTP}+ba{_HTTP}/b{_HTTP}"
+FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
+
+
+@dataclass(frozen=True)
+class Extracted:
+    id: str
+    title: str
+    extractor: str
+    duration: float | None
+    video_url: str
+    audio_url: str | None
+    headers: dict[str, str] = field(default_factory=dict)
+    height: int | None = None
+
+
+class _Logger:
+    def debug(self, msg: str) -> None:
+        log.debug("yt-dlp: %s", msg)
+
+    def info(self, msg: str) -> None:
+        log.debug("yt-dlp: %s", msg)
+
+    def warning(self, msg: str) -> None:
+        log.info("yt-dlp: %s", msg)
+
+    def error(self, msg: str) -> None:
+        log.info("yt-dlp: %s", msg)
+
+
+def deno_path() -> str | None:
+    try:
+        from deno import find_deno_bin
+
+        return str(find_deno_bin())
+    except Exception:  # the deno wheel missing or broken: yt-dlp looks on PATH
+        return None
+
+
+def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False) -> dict[str, Any]:
+    deno = deno_path()
+    return {
+        "quiet": not verbose,
+        "verbose": verbose,
+        "no_warnings": not verbose,
+        "noprogress": True,
+        "logger": None if verbose else _Logger(),
+        "skip_download": True,
+        "simulate": True,
+        "noplaylist": True,
+        "playlist_items": "1",
+        "format": FORMAT,
+        "format_sort": FORMAT_SORT,
+        "check_formats": False,
+        "ffmpeg_location": ffmpeg_bin,
+        "js_runtimes": {"deno": {"path": deno} if deno else {}},
+        "paths": {"home": str(workdir), "temp": str(workdir)},
+        "outtmpl": {"default": "source.%(ext)s"},  # fixed: no title or metadata in any file name
+        "restrictfilenames": True,
+        "cachedir": False,
+        "socket_timeout": 20,
+        "retries": 2,
+        "extractor_retries": 1,
+        "postprocessors": [],
+        "external_downloader": {},
+        "writesubtitles": False,
+        "writeinfojson": False,
+        "writethumbnail": False,
+        "color": {"stderr": "no_color", "stdout": "no_color"},
+    }
+
+
+def extract(url: str, workdir: Path, ffmpeg_bin: str) -> Extracted:
+    import yt_dlp
+    from yt_dlp.utils import DownloadError, ExtractorError
+
+    try:
+        with yt_dlp.YoutubeDL(ydl_options(workdir, ffmpeg_bin)) as ydl:
+            info = ydl.extract_info(url, download=False)
+    except (DownloadError, ExtractorError) as exc:
+        message = str(exc).removeprefix("ERROR: ").splitlines()[0][:300]
+        if any(s in message for s in ("HTTP Error 5", "timed out", "Temporary failure", "Connection reset")):
+            raise SourceTransient(f"source page could not be read ({message})") from None
+        raise SourceUnavailable(f"source could not be extracted: {message}") from None
+    if info is None:
+        raise SourceUnavailable(f"source has no video: {url}")
+    if info.get("_type") == "playlist":
+        raise SourceUnavailable(f"source is a playlist, not one video: {url}")
+    if info.get("is_live") or info.get("live_status") in {"is_live", "is_upcoming", "post_live"}:
+        raise SourceUnavailable(f"source is a live stream ({info.get('live_status')}), which cannot be clipped: {url}")
+    formats = info.get("requested_formats") or [info]
+    video = next((f for f in formats if f.get("vcodec") not in (None, "none")), formats[0])
+    audio = next((f for f in formats if f is not video and f.get("acodec") not in (None, "none")), None)
+    if not video.get("url"):
+        raise SourceUnavailable(f"source offers no plain http(s) format (streaming manifests only): {url}")
+    headers = {k: str(v) for k, v in (video.get("http_headers") or {}).items() if k.lower() not in {"host", "range"}}
+    return Extracted(
+        id=str(info.get("id") or ""),
+        title=str(info.get("title") or "")[:200],
+        extractor=str(info.get("extractor_key") or info.get("extractor") or ""),
+        duration=float(info["duration"]) if info.get("duration") else None,
+        video_url=str(video["url"]),
+        audio_url=str(audio["url"]) if audio is not None and audio.get("url") else None,
+        headers=headers,
+        height=int(video["height"]) if video.get("height") else None,
+    )
