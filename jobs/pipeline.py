@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
-from quoteclip.errors import RenderFailed
+from quoteclip.errors import QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
 from renderer.ffmpeg import ffmpeg_binary
@@ -108,11 +108,14 @@ def produce_clip(
                     on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
                     audio_source=opened.audio,
                 )
-            except RenderFailed:
+            except QuoteclipError:
                 source_error = opened.error()
-                if source_error is not None:  # ffmpeg failed because the source did: say so
+                if source_error is not None:  # the render failed because the source did: say so
                     raise source_error from None
                 raise
+            source_error = opened.error()
+            if source_error is not None:  # ffmpeg may take a failed read for the end of the file
+                raise source_error
             fetched = opened.fetched_bytes if source.remote else None
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         filename = download_name(spec, key)

@@ -87,6 +87,7 @@ class Settings:
     cache_max_bytes: int = 2 * 1024**3
     max_fetch_bytes: int = 1024**3  # per job
     min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a fetch that lasts over 30 s
+    fetch_timeout: float = 20.0  # a source read that stalls this long fails
     max_source_seconds: float = 6 * 3600
     max_frame_pixels: int = 8192 * 8192
     max_streams: int = 8
@@ -120,6 +121,7 @@ class Settings:
             cache_max_bytes=int(_float(env, "QUOTECLIP_CACHE_MAX_MB", cls.cache_max_bytes / 1024**2, 1) * 1024**2),
             max_fetch_bytes=int(_float(env, "QUOTECLIP_MAX_FETCH_MB", cls.max_fetch_bytes / 1024**2, 1) * 1024**2),
             max_source_seconds=_float(env, "QUOTECLIP_MAX_SOURCE_SECONDS", cls.max_source_seconds, 1),
+            fetch_timeout=_float(env, "QUOTECLIP_FETCH_TIMEOUT", cls.fetch_timeout, 0.1),
             ffmpeg_binary=env.get("FFMPEG_BINARY") or None,
             max_clip_seconds=_float(env, "QUOTECLIP_MAX_CLIP_SECONDS", DEFAULT_MAX_SECONDS, minimum=0.1),
         )

@@ -17,6 +17,8 @@ AUDIO_BITRATE = "128k"
 AUDIO_RATE = 48000
 MAX_FPS = Fraction(60)
 DEFAULT_FPS = Fraction(30)
+HTTP_INITIAL_REQUEST = 64 * 1024
+HTTP_REQUEST = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,14 +90,17 @@ def build_command(
 
 
 def _input(source: str, spec: ClipSpec) -> ffmpeg.nodes.FilterableStream:
-    remote = source.startswith(("http://", "https://"))
-    return ffmpeg.input(
-        source,
-        ss=_seconds(spec.start),
-        t=_seconds(spec.duration),
-        protocol_whitelist=NETWORK_PROTOCOLS if remote else "file",
-        format_whitelist=FORMATS,
-    )
+    options: dict[str, object] = {"protocol_whitelist": "file"}
+    if source.startswith(("http://", "https://")):
+        # Bounded range requests on one kept-alive connection: ffmpeg asks for what it reads, not for the rest
+        # of the file (an open-ended request would have the source fetched ahead into socket buffers).
+        options = {
+            "protocol_whitelist": NETWORK_PROTOCOLS,
+            "multiple_requests": 1,
+            "initial_request_size": HTTP_INITIAL_REQUEST,
+            "request_size": HTTP_REQUEST,
+        }
+    return ffmpeg.input(source, ss=_seconds(spec.start), t=_seconds(spec.duration), format_whitelist=FORMATS, **options)
 
 
 def _fit(video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str) -> ffmpeg.nodes.FilterableStream:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from quoteclip.errors import BadInput, RenderFailed, SourceUnavailable
+from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.spec import ClipSpec, format_time
 from watermarks import watermark_image
 
@@ -101,6 +101,12 @@ def render_clip(
     run_ffmpeg(argv, timeout=timeout, on_progress=progress)
     if not output.is_file() or output.stat().st_size == 0:
         raise RenderFailed("ffmpeg finished but wrote no output", argv)
-    out = probe(str(output))
+    try:
+        out = probe(str(output))
+    except QuoteclipError as exc:
+        raise RenderFailed(f"ffmpeg wrote an unreadable clip ({exc})", argv) from None
+    tolerance = 0.1 + (1 / out.fps if out.fps else 0.05)
+    if abs(out.duration - duration) > tolerance:
+        raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv)
     log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
     return RenderResult(output, out.width, out.height, round(out.duration, 3), tuple(argv))

@@ -99,7 +99,13 @@ def open_source(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: s
         return
     hosts = allowed_hosts(settings)
     check_url(ref.input, hosts, settings.allow_addresses)  # refuse before any request is made
-    fetcher = Fetcher(hosts, settings.allow_addresses, settings.max_fetch_bytes, settings.min_fetch_rate)
+    fetcher = Fetcher(
+        hosts,
+        settings.allow_addresses,
+        settings.max_fetch_bytes,
+        settings.min_fetch_rate,
+        read_timeout=settings.fetch_timeout,
+    )
     cache = BlockCache(settings.cache_dir, settings.cache_max_bytes)
     title = None
     if is_direct_media(ref.input):

@@ -42,6 +42,7 @@ class Fetcher:
     allowed_networks: tuple[str, ...] = ()
     max_bytes: int = 1024**3
     min_rate: int = 32 * 1024
+    read_timeout: float = READ_TIMEOUT
     headers: dict[str, str] = field(default_factory=dict)
     fetched: int = 0
     requests: int = 0
@@ -55,7 +56,7 @@ class Fetcher:
     def _pool(self, target: CheckedURL) -> urllib3.HTTPConnectionPool:
         key = (target.scheme, target.address, target.port, target.host)
         if key not in self._pools:
-            timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT)
+            timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout)
             if target.scheme == "https":
                 self._pools[key] = urllib3.HTTPSConnectionPool(
                     target.address, target.port, timeout=timeout, maxsize=4,
@@ -140,7 +141,7 @@ class Fetcher:
                 self.fetched += len(chunk)
                 if self.fetched > self.max_bytes:
                     raise SourceUnavailable(
-                        f"source download exceeds the {self.max_bytes // 1024**2} MB limit for one clip: {target.host}"
+                        f"source download exceeds the {self.max_bytes / 1024**2:g} MB limit for one clip: {target.host}"
                     )
                 elapsed = time.monotonic() - began
                 if elapsed > RATE_GRACE and size / elapsed < self.min_rate:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,13 +101,16 @@ def settings(tmp_path: Path) -> Settings:
 class HttpSource:
     """A loopback HTTP server over a folder, with Range support; counts requests and bytes per path."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = root
+        self.redirects: dict[str, str] = {}  # path -> Location
+        self.statuses: dict[str, int] = {}  # path -> forced status
+        self.stalls: dict[str, float] = {}  # path -> seconds to stall after the first chunk
         self.requests: Counter[str] = Counter()
         self.bytes_sent: Counter[str] = Counter()
         self.ranges: list[tuple[str, int, int]] = []
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer((host, 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -139,6 +143,17 @@ class HttpSource:
                 name = self.path.lstrip("/").split("?")[0]
                 with source.lock:
                     source.requests[name] += 1
+                if name in source.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", source.redirects[name])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if name in source.statuses:
+                    self.send_response(source.statuses[name])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 file = source.root / name
                 if not name or "/" in name or not file.is_file():
                     self.send_response(404)
@@ -158,7 +173,7 @@ class HttpSource:
                 else:
                     self.send_response(200)
                 self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Type", "video/mp4")
+                self.send_header("Content-Type", "text/html" if name.endswith(".html") else "video/mp4")
                 self.send_header("Content-Length", str(end - start + 1))
                 self.end_headers()
                 if head:
@@ -175,6 +190,9 @@ class HttpSource:
                             self.wfile.write(chunk)
                             remaining -= len(chunk)
                             sent += len(chunk)
+                            if name in source.stalls:
+                                self.wfile.flush()
+                                time.sleep(source.stalls[name])
                     except (BrokenPipeError, ConnectionResetError):
                         pass
                     finally:
@@ -190,6 +208,17 @@ def http_source(tmp_path: Path) -> Iterator[HttpSource]:
     root = tmp_path / "www"
     root.mkdir()
     server = HttpSource(root)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Iterator[HttpSource]:
+    """A server on 127.0.0.2 (loopback, but not an allowed address) that must receive no request."""
+    root = tmp_path / "canary"
+    root.mkdir()
+    (root / "secret.mp4").write_bytes(b"canary")
+    server = HttpSource(root, host="127.0.0.2")
     yield server
     server.close()
 

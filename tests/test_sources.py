@@ -1,0 +1,243 @@
+"""Source fetching: only the bytes the quote needs, reused across clips, and nothing unsafe let through."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mediacheck import gray_frames, streams
+
+from jobs.pipeline import produce_clip
+from quoteclip.errors import BadInput, SourceTransient, SourceUnavailable
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from sources.cache import BlockCache
+from sources.http import Fetcher
+from sources.remote import RemoteFile
+from sources.safety import check_url
+from storage import LocalStorage
+
+
+@pytest.fixture(scope="session")
+def long_source(media, ffmpeg_bin, tmp_path_factory) -> Path:
+    """A 20-minute source (a 20 s clip looped with stream copy: quick to make), keyframes every 10 s."""
+    base = media(size="320x180", duration=20, gop=300)
+    out = tmp_path_factory.mktemp("long") / "episode.mp4"
+    subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", "59", "-i", str(base),
+         "-c", "copy", str(out)],
+        check=True,
+    )  # fmt: skip
+    return out
+
+
+def clip(settings: Settings, source: str, start: float, end: float, **extra: object):
+    spec = build_spec({"source": source, "start": start, "end": end, **extra})
+    return produce_clip(spec, settings, LocalStorage(settings.storage_dir), allow_local=False)
+
+
+def fetched_twice(ranges: list[tuple[str, int, int]]) -> int:
+    """Bytes the server sent more than once."""
+    spans = sorted((s, e) for _, s, e in ranges)
+    dup, reach = 0, 0
+    for s, e in spans:
+        if s < reach:
+            dup += min(e, reach) - s
+        reach = max(reach, e)
+    return dup
+
+
+def test_seven_seconds_of_twenty_minutes_fetches_under_5_percent(long_source, settings, http_source) -> None:
+    (http_source.root / "ep.mp4").symlink_to(long_source)
+    size = long_source.stat().st_size
+    result = clip(settings, http_source.url("ep.mp4"), 612.0, 619.0, caption="exact quote")
+    assert abs(result.duration - 7.0) <= 1 / 30 and (result.width, result.height) == (1280, 720)
+    sent = http_source.bytes_sent["ep.mp4"]
+    assert sent < 0.05 * size, f"fetched {sent} of {size} bytes"
+    assert result.source_bytes == sent
+
+
+def test_two_clips_from_one_source_fetch_the_overlap_once(long_source, settings, http_source) -> None:
+    (http_source.root / "ep.mp4").symlink_to(long_source)
+    clip(settings, http_source.url("ep.mp4"), 300.0, 307.0)
+    first = http_source.bytes_sent["ep.mp4"]
+    second = clip(settings, http_source.url("ep.mp4"), 304.0, 311.0)  # overlaps 4 s of the first
+    assert second.source_bytes is not None and second.source_bytes < first / 2
+    clip(settings, http_source.url("ep.mp4"), 301.0, 305.0)  # inside what is cached: nothing new
+    assert fetched_twice(http_source.ranges) == 0
+    assert http_source.bytes_sent["ep.mp4"] == first + second.source_bytes
+
+
+def test_cut_is_frame_exact_through_the_fetcher(media, settings, http_source) -> None:
+    src = media(size="320x180", fps=30, duration=12, gop=300)
+    (http_source.root / "s.mp4").symlink_to(src)
+    result = clip(settings, http_source.url("s.mp4"), 5.5, 8.0)
+    out = Path(str(result.path))
+    first = gray_frames(out, limit=1)[0][1]
+    errors = [float(np.abs(img - first).mean()) for _, img in gray_frames(src)]
+    assert int(np.argmin(errors)) == 165
+    assert streams(out)["frames"] == 75
+
+
+def test_two_workers_never_download_the_same_block_at_once(long_source, settings, http_source) -> None:
+    (http_source.root / "ep.mp4").symlink_to(long_source)
+    url = http_source.url("ep.mp4")
+    cache = BlockCache(settings.cache_dir, 1024**3)
+    barrier = threading.Barrier(4)
+    results: list[bytes] = []
+
+    def read() -> None:
+        remote = RemoteFile(url, Fetcher(("127.0.0.1",), ("127.0.0.1/32",)), cache)
+        barrier.wait()
+        results.append(remote.read(3_000_000, 2_000_000))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = long_source.read_bytes()[3_000_000:5_000_000]
+    assert results == [expected] * 4
+    assert fetched_twice(http_source.ranges) == 0
+
+
+def test_cache_evicts_least_recently_used_blocks(tmp_path) -> None:
+    cache = BlockCache(tmp_path, max_bytes=4 * 1024, block_size=1024)
+    for i in range(4):
+        cache.put("s1", i, bytes([i]) * 1024)
+    cache.get("s1", 0)  # recently used
+    import os
+    import time
+
+    old = time.time() - 100
+    for i in (1, 2, 3):
+        os.utime(cache.folder("s1") / f"{i:08d}.blk", (old + i, old + i))
+    cache.put("s1", 4, b"\x04" * 1024)
+    cache.evict()
+    kept = sorted(p.name for p in cache.folder("s1").glob("*.blk"))
+    assert "00000000.blk" in kept and "00000004.blk" in kept and "00000001.blk" not in kept
+    assert sum(p.stat().st_size for p in cache.folder("s1").glob("*.blk")) <= 4 * 1024
+
+
+# ---- safety ---------------------------------------------------------------------------------------------------
+
+
+def test_host_allowlist(settings, http_source) -> None:
+    with pytest.raises(SourceUnavailable, match=r"source host not allowed: localhost \(see QUOTECLIP_SOURCE_HOSTS\)"):
+        clip(settings, http_source.url("x.mp4").replace("127.0.0.1", "localhost"), 1, 2)
+    assert http_source.requests == {}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/x.mp4",
+        "http://10.1.2.3/x.mp4",
+        "http://[::1]/x.mp4",
+        "http://0.0.0.0/x.mp4",
+        "http://127.0.0.2/x.mp4",
+    ],
+)
+def test_private_and_metadata_addresses_refused(url) -> None:
+    with pytest.raises(SourceUnavailable, match="source address not allowed"):
+        check_url(url, None, ("127.0.0.1/32",))
+    with pytest.raises(SourceUnavailable, match="source address not allowed"):
+        check_url("http://169.254.169.254/x.mp4", None, ("169.254.0.0/16",))  # metadata: never
+
+
+def test_redirect_to_private_address_is_refused(settings, http_source, canary) -> None:
+    http_source.redirects["ep.mp4"] = canary.url("secret.mp4")
+    with pytest.raises(SourceUnavailable, match=r"source address not allowed: 127.0.0.2"):
+        clip(settings, http_source.url("ep.mp4"), 1, 2)
+    assert canary.requests == {}
+
+
+def test_playlist_disguised_as_mp4_cannot_reach_files_or_canary(settings, http_source, canary) -> None:
+    for name, target in (("a.mp4", "file:///etc/passwd"), ("b.mp4", canary.url("secret.mp4"))):
+        (http_source.root / name).write_text(
+            f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{target}\n#EXT-X-ENDLIST\n"
+        )
+        with pytest.raises(BadInput, match="not a readable video file"):
+            clip(settings, http_source.url(name), 1, 2)
+    assert canary.requests == {}
+    assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
+
+
+def test_hls_playlist_url_is_refused_without_touching_the_canary(settings, http_source, canary) -> None:
+    (http_source.root / "live.m3u8").write_text(
+        f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{canary.url('secret.mp4')}\n#EXTINF:10,\nfile:///etc/passwd\n"
+        "#EXT-X-ENDLIST\n"
+    )
+    with pytest.raises(SourceUnavailable):
+        clip(settings, http_source.url("live.m3u8"), 1, 2)
+    assert canary.requests == {}
+
+
+def test_page_with_hostile_title_goes_through_yt_dlp_safely(media, settings, http_source, tmp_path) -> None:
+    src = media(size="320x180", duration=6, gop=60)
+    (http_source.root / "ep.mp4").symlink_to(src)
+    title = "../../../tmp/pwned; $(touch /tmp/quoteclip-pwned) `id` %(id)s"
+    (http_source.root / "page.html").write_text(
+        f"<html><head><title>{title}</title></head><body><video src='/ep.mp4'></video></body></html>"
+    )
+    result = clip(settings, http_source.url("page.html"), 1, 3)
+    assert result.duration == 2.0
+    assert not Path("/tmp/quoteclip-pwned").exists() and not Path("/tmp/pwned").exists()
+    assert http_source.requests["page.html"] >= 1 and http_source.requests["ep.mp4"] >= 1
+
+
+def test_source_errors_read_well(settings, http_source) -> None:
+    http_source.statuses["down.mp4"] = 503
+    with pytest.raises(SourceTransient, match=r"source server error \(HTTP 503\)"):
+        clip(settings, http_source.url("down.mp4"), 1, 2)
+    with pytest.raises(SourceUnavailable, match=r"source not found \(HTTP 404\)"):
+        clip(settings, http_source.url("missing.mp4"), 1, 2)
+    http_source.statuses["private.mp4"] = 403
+    with pytest.raises(SourceUnavailable, match=r"source refused \(HTTP 403\)"):
+        clip(settings, http_source.url("private.mp4"), 1, 2)
+
+
+def test_stalled_source_fails_within_its_timeout(media, settings, http_source) -> None:
+    (http_source.root / "slow.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    http_source.stalls["slow.mp4"] = 3.0
+    with pytest.raises(SourceTransient, match="timed out"):
+        clip(replace(settings, fetch_timeout=0.5), http_source.url("slow.mp4"), 1, 2)
+
+
+def test_limits_refuse_before_rendering(media, settings, http_source, ffmpeg_bin, tmp_path) -> None:
+    src = media(size="320x180", duration=6, gop=60)
+    (http_source.root / "ep.mp4").symlink_to(src)
+    url = http_source.url("ep.mp4")
+    with pytest.raises(SourceUnavailable, match=r"source is 0:06.000 long, over the 0:05.000 limit"):
+        clip(replace(settings, max_source_seconds=5), url, 1, 2)
+    with pytest.raises(SourceUnavailable, match=r"source frame size 320x180 is over the limit"):
+        clip(replace(settings, max_frame_pixels=320 * 179), url, 1, 2)
+    with pytest.raises(SourceUnavailable, match=r"source download exceeds the 0.0625 MB limit"):
+        clip(replace(settings, max_fetch_bytes=64 * 1024), url, 1, 2)
+    many = tmp_path / "many.mp4"
+    argv = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-i", str(src)]
+    argv += ["-map", "0:v"] + ["-map", "0:a"] * 9 + ["-c", "copy", str(many)]
+    subprocess.run(argv, check=True)
+    (http_source.root / "many.mp4").symlink_to(many)
+    with pytest.raises(SourceUnavailable, match=r"source has 10 streams, over the limit of 8"):
+        clip(settings, http_source.url("many.mp4"), 1, 2)
+    assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
+
+
+def test_yt_dlp_finds_deno_and_ejs(tmp_path) -> None:
+    """YouTube readiness after pip install alone: yt-dlp's verbose header lists the JS runtime and yt_dlp_ejs."""
+    code = (
+        "import yt_dlp, sys\n"
+        "from sources.ytdlp import ydl_options\n"
+        f"opts = ydl_options(__import__('pathlib').Path({str(tmp_path)!r}), 'ffmpeg', verbose=True)\n"
+        "with yt_dlp.YoutubeDL(opts) as ydl: ydl.print_debug_header()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert "JS runtimes: deno-" in out, out
+    assert "yt_dlp_ejs-" in out, out
