@@ -55,9 +55,9 @@ class ClipResult:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "path"}
 
 
-def lookup(spec: ClipSpec, settings: Settings, storage: Storage, allow_local: bool) -> tuple[str, ClipResult | None]:
+def lookup(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[str, ClipResult | None]:
     """The clip's key, and its result when it is already stored (no probe, no ffmpeg)."""
-    source = resolve_source(spec.source, allow_local=allow_local)
+    source = resolve_source(spec.source, allow_local=settings.allow_local_sources is True)
     key = clip_key(spec, source.identity)
     meta = storage.stat(key)
     if meta is None:
@@ -69,16 +69,18 @@ def produce_clip(
     spec: ClipSpec,
     settings: Settings,
     storage: Storage,
-    allow_local: bool,
     report: Reporter | None = None,
 ) -> ClipResult:
-    """Return the stored clip for ``spec``, rendering and storing it first when it is not stored yet."""
+    """Return the stored clip for ``spec``, rendering and storing it first when it is not stored yet.
+
+    ``settings`` must be resolved for the caller (``Settings.for_cli()`` or ``for_queue()``).
+    """
 
     def say(stage: Stage, percent: int) -> None:
         if report is not None:
             report(stage, percent)
 
-    source = resolve_source(spec.source, allow_local=allow_local)
+    source = resolve_source(spec.source, allow_local=settings.allow_local_sources is True)
     key = clip_key(spec, source.identity)
     meta = storage.stat(key)
     if meta is not None:

@@ -15,6 +15,8 @@ from rq.job import Job, JobStatus
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
+from sources import allowed_hosts
+from sources.safety import check_url
 from storage import Storage, open_storage
 
 from .pipeline import Stage, lookup
@@ -62,9 +64,12 @@ def enqueue_clip(
 ) -> Enqueued:
     """Return at once: the stored clip's link, the id of an identical job already queued or running
     (joined, never a second render), or the id of a newly enqueued job."""
+    settings = settings.for_queue()
     connection = connection or connect(settings)
     storage = storage or open_storage(settings)
-    key, cached = lookup(spec, settings, storage, allow_local=settings.allow_local_sources is True)
+    key, cached = lookup(spec, settings, storage)
+    if spec.source.startswith(("http://", "https://")):
+        check_url(spec.source, allowed_hosts(settings), settings.allow_addresses)  # refuse now, not in a worker
     job_id = job_id_for(key)
     if cached is not None:
         return Enqueued(job_id, Stage.FINISHED.value, link=cached.link)

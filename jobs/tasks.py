@@ -22,7 +22,7 @@ META_INTERVAL = 0.5  # seconds between progress writes to Redis
 
 def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
     """Render (or find) the clip for ``spec_data``; returns the ClipResult as JSON."""
-    settings = Settings.from_env()
+    settings = Settings.from_env().for_queue()
     job = get_current_job()
     last = 0.0
 
@@ -37,9 +37,7 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
 
     try:
         spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
-        result = produce_clip(
-            spec, settings, open_storage(settings), allow_local=settings.allow_local_sources is True, report=report
-        )
+        result = produce_clip(spec, settings, open_storage(settings), report=report)
     except QuoteclipError as exc:
         retrying = bool(job is not None and not exc.permanent and job.retries_left)
         if job is not None:

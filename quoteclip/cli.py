@@ -43,7 +43,7 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except BadInput as exc:
-        _fail(2, f"bad input: {exc}")
+        _fail(2, f"{exc.kind}: {exc}")
     except QuoteclipError as exc:
         _fail(1, f"{exc.kind}: {exc}")
     except KeyboardInterrupt:
@@ -198,10 +198,9 @@ def _render_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None
     from storage import open_storage
 
     storage = open_storage(settings)
-    allow_local = settings.allow_local_sources is not False
     progress: AbstractContextManager[Any] = _Progress() if not as_json or sys.stderr.isatty() else nullcontext()
     with progress as bar:
-        result = produce_clip(spec, settings, storage, allow_local=allow_local, report=bar)
+        result = produce_clip(spec, settings.for_cli(), storage, report=bar)
     payload = result.to_json()
     _emit(payload, as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
 

@@ -19,6 +19,12 @@ class BadInput(QuoteclipError):
     kind = "bad input"
 
 
+class SourceRefused(BadInput):
+    """The source is not allowed: a host off the allowlist, a private address, a scheme other than http(s)."""
+
+    kind = "source refused"
+
+
 class SourceUnavailable(QuoteclipError):
     """The source cannot be read (missing file, HTTP 404, refused host)."""
 

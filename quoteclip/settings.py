@@ -78,7 +78,8 @@ class Settings:
     aws_secret_access_key: str | None = field(default=None, repr=False)
     link_ttl: int = 3600
     public_base_url: str | None = None
-    source_hosts: tuple[str, ...] = DEFAULT_SOURCE_HOSTS
+    # Hosts remote sources may come from ("*": any public host). None: any for the CLI, the defaults for the queue.
+    source_hosts: tuple[str, ...] | None = None
     # None: allowed for the CLI, refused for queued jobs (a website must not make a worker read its disk).
     allow_local_sources: bool | None = None
     # Networks a source may resolve to although private or loopback (tests: 127.0.0.1/32). Never metadata.
@@ -112,9 +113,7 @@ class Settings:
             aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
             link_ttl=int(_float(env, "QUOTECLIP_LINK_TTL", cls.link_ttl, minimum=1)),
             public_base_url=(env.get("QUOTECLIP_PUBLIC_BASE_URL") or "").rstrip("/") or None,
-            source_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip())
-            if hosts is not None
-            else DEFAULT_SOURCE_HOSTS,
+            source_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip()) if hosts else None,
             allow_local_sources=_optional_bool(env, "QUOTECLIP_ALLOW_LOCAL_SOURCES"),
             allow_addresses=parse_networks(env.get("QUOTECLIP_ALLOW_ADDRESSES", "")),
             cache_dir=Path(env.get("QUOTECLIP_CACHE_DIR") or default_cache_dir(env) / "sources"),
@@ -130,8 +129,21 @@ class Settings:
     def uses_s3(self) -> bool:
         return self.s3_bucket is not None
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def for_cli(self) -> Settings:
+        """The operator's own command line: local paths and any public host, unless the environment says otherwise."""
+        return replace(
+            self,
+            allow_local_sources=self.allow_local_sources is not False,
+            source_hosts=self.source_hosts if self.source_hosts is not None else ("*",),
+        )
+
+    def for_queue(self) -> Settings:
+        """Queued jobs come from websites: no local paths and only the default hosts, unless configured."""
+        return replace(
+            self,
+            allow_local_sources=self.allow_local_sources is True,
+            source_hosts=self.source_hosts if self.source_hosts is not None else DEFAULT_SOURCE_HOSTS,
+        )
 
     def render_timeout(self, clip_seconds: float) -> float:
         return self.render_timeout_base + self.render_timeout_factor * clip_seconds

@@ -59,7 +59,8 @@ class OpenedSource:
 
 
 def allowed_hosts(settings: Settings) -> tuple[str, ...] | None:
-    return None if "*" in settings.source_hosts else settings.source_hosts
+    hosts = settings.source_hosts if settings.source_hosts is not None else ("*",)
+    return None if "*" in hosts else hosts
 
 
 def resolve_source(source: str, allow_local: bool) -> SourceRef:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from quoteclip.errors import BadInput, SourceTransient, SourceUnavailable
+from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -53,21 +53,21 @@ def check_url(
     """Refuse what is not http(s), not on the allowlist (when one is given) or resolves to a refused address."""
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"}:
-        raise SourceUnavailable(f"source scheme {parts.scheme!r} is not allowed (http and https only): {url}")
+        raise SourceRefused(f"source scheme {parts.scheme!r} is not allowed (http and https only): {url}")
     host = (parts.hostname or "").lower()
     if not host:
         raise BadInput(f"source URL has no host: {url!r}")
     if parts.username or parts.password:
-        raise SourceUnavailable(f"source URLs with credentials are not allowed: {host}")
+        raise SourceRefused(f"source URLs with credentials are not allowed: {host}")
     if allowed_hosts is not None and not host_allowed(host, allowed_hosts):
-        raise SourceUnavailable(f"source host not allowed: {host} (see QUOTECLIP_SOURCE_HOSTS)")
+        raise SourceRefused(f"source host not allowed: {host} (see QUOTECLIP_SOURCE_HOSTS)")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise BadInput(f"source URL has a bad port: {url!r}") from None
     address = resolve(host, port)
     if not address_allowed(address, allowed_networks):
-        raise SourceUnavailable(f"source address not allowed: {host} resolves to {address} (private or reserved)")
+        raise SourceRefused(f"source address not allowed: {host} resolves to {address} (private or reserved)")
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query

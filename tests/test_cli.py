@@ -109,3 +109,23 @@ def test_demo_renders_offline(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     assert (body["width"], body["height"], body["duration"]) == (1280, 720, 7.0)
+
+
+def test_cli_takes_any_public_host_but_queue_only_allowed_ones(media, tmp_path, http_source, redis_url) -> None:
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=60))
+    env = {
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+        "QUOTECLIP_CACHE_DIR": str(tmp_path / "cache"),
+        "QUOTECLIP_REDIS_URL": redis_url,
+    }
+    url = http_source.url("ep.mp4")
+    refused = run_cli("render", url, "--start", "1", "--end", "2", env=env)
+    assert refused.returncode == 2
+    assert "source refused: source address not allowed: 127.0.0.1 resolves to 127.0.0.1" in refused.stderr
+    env["QUOTECLIP_ALLOW_ADDRESSES"] = "127.0.0.1"
+    done = run_cli("render", url, "--start", "1", "--end", "2", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    queued = run_cli("enqueue", url, "--start", "1", "--end", "3", env=env)
+    assert queued.returncode == 2
+    assert "source host not allowed: 127.0.0.1 (see QUOTECLIP_SOURCE_HOSTS)" in queued.stderr
+    assert http_source.requests["ep.mp4"] >= 1

@@ -24,7 +24,11 @@ from storage import LocalStorage
 
 def render(settings: Settings, **fields: object) -> Path:
     spec = build_spec(fields)
-    result = produce_clip(spec, settings, LocalStorage(settings.storage_dir), allow_local=True)
+    result = produce_clip(
+        spec,
+        settings,
+        LocalStorage(settings.storage_dir),
+    )
     assert result.path is not None
     return Path(result.path)
 

@@ -13,7 +13,7 @@ import pytest
 from mediacheck import gray_frames, streams
 
 from jobs.pipeline import produce_clip
-from quoteclip.errors import BadInput, SourceTransient, SourceUnavailable
+from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from sources.cache import BlockCache
@@ -38,7 +38,11 @@ def long_source(media, ffmpeg_bin, tmp_path_factory) -> Path:
 
 def clip(settings: Settings, source: str, start: float, end: float, **extra: object):
     spec = build_spec({"source": source, "start": start, "end": end, **extra})
-    return produce_clip(spec, settings, LocalStorage(settings.storage_dir), allow_local=False)
+    return produce_clip(
+        spec,
+        settings,
+        LocalStorage(settings.storage_dir),
+    )
 
 
 def fetched_twice(ranges: list[tuple[str, int, int]]) -> int:
@@ -128,7 +132,7 @@ def test_cache_evicts_least_recently_used_blocks(tmp_path) -> None:
 
 
 def test_host_allowlist(settings, http_source) -> None:
-    with pytest.raises(SourceUnavailable, match=r"source host not allowed: localhost \(see QUOTECLIP_SOURCE_HOSTS\)"):
+    with pytest.raises(SourceRefused, match=r"source host not allowed: localhost \(see QUOTECLIP_SOURCE_HOSTS\)"):
         clip(settings, http_source.url("x.mp4").replace("127.0.0.1", "localhost"), 1, 2)
     assert http_source.requests == {}
 
@@ -144,15 +148,15 @@ def test_host_allowlist(settings, http_source) -> None:
     ],
 )
 def test_private_and_metadata_addresses_refused(url) -> None:
-    with pytest.raises(SourceUnavailable, match="source address not allowed"):
+    with pytest.raises(SourceRefused, match="source address not allowed"):
         check_url(url, None, ("127.0.0.1/32",))
-    with pytest.raises(SourceUnavailable, match="source address not allowed"):
+    with pytest.raises(SourceRefused, match="source address not allowed"):
         check_url("http://169.254.169.254/x.mp4", None, ("169.254.0.0/16",))  # metadata: never
 
 
 def test_redirect_to_private_address_is_refused(settings, http_source, canary) -> None:
     http_source.redirects["ep.mp4"] = canary.url("secret.mp4")
-    with pytest.raises(SourceUnavailable, match=r"source address not allowed: 127.0.0.2"):
+    with pytest.raises(SourceRefused, match=r"source address not allowed: 127.0.0.2"):
         clip(settings, http_source.url("ep.mp4"), 1, 2)
     assert canary.requests == {}
 

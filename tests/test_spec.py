@@ -124,3 +124,15 @@ def test_settings_from_env() -> None:
         Settings.from_env({"QUOTECLIP_LINK_TTL": "soon"})
     with pytest.raises(BadInput, match="QUOTECLIP_ALLOW_LOCAL_SOURCES must be true or false"):
         Settings.from_env({"QUOTECLIP_ALLOW_LOCAL_SOURCES": "maybe"})
+
+
+def test_cli_and_queue_defaults_differ() -> None:
+    base = Settings.from_env({})
+    assert base.for_cli().allow_local_sources is True and base.for_cli().source_hosts == ("*",)
+    queue = base.for_queue()
+    assert queue.allow_local_sources is False and "youtube.com" in (queue.source_hosts or ())
+    set_ = Settings.from_env({"QUOTECLIP_SOURCE_HOSTS": "cdn.example", "QUOTECLIP_ALLOW_LOCAL_SOURCES": "yes"})
+    assert set_.for_queue().source_hosts == ("cdn.example",) and set_.for_queue().allow_local_sources is True
+    assert set_.for_cli().source_hosts == ("cdn.example",)
+    with pytest.raises(BadInput, match="QUOTECLIP_ALLOW_ADDRESSES has 'lan', which is not an IP address"):
+        Settings.from_env({"QUOTECLIP_ALLOW_ADDRESSES": "lan"})
