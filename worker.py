@@ -31,6 +31,8 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
     """Run an rq worker on the clip queue until stopped (or, with ``burst``, until the queue is empty)."""
+    import jobs.tasks  # noqa: F401  (imported once here, so each forked work-horse starts with it loaded)
+
     connection = connect(settings)
     queue = Queue(settings.queue_name, connection=connection)
     worker = Worker([queue], connection=connection, name=name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -90,6 +91,7 @@ def produce_clip(
     binary = ffmpeg_binary(settings.ffmpeg_binary)
     with tempfile.TemporaryDirectory(prefix="quoteclip-") as tmp:
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
+        t0 = time.perf_counter()
         with open_source(source, settings, Path(tmp), binary) as opened:
             info = probe(opened.probe_video, name=spec.source)
             if opened.probe_audio is not None:
@@ -98,6 +100,7 @@ def produce_clip(
                 info, settings.max_source_seconds, settings.max_frame_pixels, settings.max_streams, spec.source
             )
             say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
+            t1 = time.perf_counter()
             span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
             try:
                 result = render_clip(
@@ -119,6 +122,7 @@ def produce_clip(
             if source_error is not None:  # ffmpeg may take a failed read for the end of the file
                 raise source_error
             fetched = opened.fetched_bytes if source.remote else None
+        t2 = time.perf_counter()
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         filename = download_name(spec, key)
         meta = {
@@ -129,7 +133,10 @@ def produce_clip(
         }
         storage.put(result.path, key, filename, meta)
     say(Stage.FINISHED, 100)
-    log.info("stored clip %s (%.3f s)", key, result.duration)
+    log.info(
+        "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s, store %.2f s, %s source bytes",
+        key, result.duration, t1 - t0, t2 - t1, time.perf_counter() - t2, fetched if fetched is not None else "local",
+    )  # fmt: skip
     return replace(_result(storage, key, meta, cached=False), source_bytes=fetched)
 
 

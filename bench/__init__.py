@@ -1,0 +1,1 @@
+"""The quoteclip benchmark: ``python -m bench [--quick]``. See BENCHMARKS.md."""

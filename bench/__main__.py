@@ -1,0 +1,372 @@
+"""Run the benchmark: ``python -m bench [--quick] [--json FILE]``. Prints a markdown table on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from jobs.pipeline import produce_clip
+from jobs.queue import connect, enqueue_clip, job_status
+from quoteclip.devservices import HttpSource, start_private_redis, start_seaweedfs
+from quoteclip.fonts import default_font_path
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
+from storage import LocalStorage
+
+from . import baselines
+from .media import source_1080p
+
+CAPTION = (
+    "This weird scheduling, which I'm quite sure people are going to start replicating it, is to reduce the bubble."
+)
+Row = dict[str, Any]
+
+
+def timed(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cores": str(os.cpu_count()),
+        "cpu": model,
+        "memory_gib": f"{psutil.virtual_memory().total / 1024**3:.0f}",
+        "python": platform.python_version(),
+        "ffmpeg": ffmpeg_version(ffmpeg_binary(None)),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def render_inline(source: Path, start: float, length: float, work: Path) -> None:
+    """What ``quoteclip render`` does (without process start-up): probe, overlays, one ffmpeg pass, store."""
+    store = work / f"store-{time.monotonic_ns()}"
+    settings = Settings(storage_dir=store, allow_local_sources=True).for_cli()
+    spec = build_spec({"source": str(source), "start": start, "end": start + length, "caption": CAPTION,
+                       "watermark": {"text": "StarZero"}})  # fmt: skip
+    produce_clip(spec, settings, LocalStorage(store))
+    shutil.rmtree(store)
+
+
+def render_vs_limit(ffmpeg: str, source: Path, lengths: list[float], reps: int, work: Path) -> list[Row]:
+    rows = []
+    start = 61.0
+    for length in lengths:
+        ours = timed(lambda n=length: render_inline(source, start, n, work), reps)
+        bare = timed(lambda n=length: baselines.bare_ffmpeg(ffmpeg, str(source), start, n, work / "b.mp4"), reps)
+        ratio = statistics.median(ours) / statistics.median(bare)
+        rows.append({"figure": f"1. render {length:g} s quote vs bare ffmpeg", "ours": stats(ours),
+                     "other": stats(bare), "ratio": ratio, "target": "≤ 1.15×", "met": ratio <= 1.15})  # fmt: skip
+    return rows
+
+
+def moviepy_vs_ours(source: Path, length: float, reps: int, work: Path) -> Row:
+    font = str(default_font_path())
+    start = 61.0
+    ours = timed(lambda: render_inline(source, start, length, work), reps)
+    mp = timed(lambda: baselines.moviepy_clip(str(source), start, start + length, CAPTION, "StarZero", font,
+                                              work / "moviepy.mp4"), max(1, reps // 2), warmup=0)  # fmt: skip
+    speedup = statistics.median(mp) / statistics.median(ours)
+    return {"figure": f"2. moviepy 2 composite of the {length:g} s clip vs ours", "ours": stats(ours),
+            "other": stats(mp), "ratio": speedup, "target": "ours ≥ 10× faster", "met": speedup >= 10}  # fmt: skip
+
+
+class Stack:
+    """Redis, SeaweedFS, the loopback source server and worker processes for the queue figures."""
+
+    def __init__(self, work: Path, source: Path, ffmpeg: str) -> None:
+        self.work = work
+        self.procs: list[subprocess.Popen[str]] = []
+        url = os.environ.get("QUOTECLIP_REDIS_URL") or os.environ.get("REDIS_URL")
+        self.redis = None
+        if not url:
+            started = start_private_redis(work)
+            if started is None:
+                raise SystemExit("bench: no Redis (set QUOTECLIP_REDIS_URL or put redis-server on PATH)")
+            self.redis, url = started
+        self.s3 = start_seaweedfs(Path(tempfile.mkdtemp(dir=work, prefix="s3-")))
+        www = work / "www"
+        www.mkdir(exist_ok=True)
+        (www / "episode.mp4").unlink(missing_ok=True)
+        (www / "episode.mp4").symlink_to(source.resolve())
+        self.http = HttpSource(www)
+        self.counter = work / "ffmpeg-runs.log"
+        wrapper = work / "ffmpeg-counting"
+        wrapper.write_text(f'#!/bin/sh\necho run >> "{self.counter}"\nexec "{ffmpeg}" "$@"\n')
+        wrapper.chmod(0o755)
+        self.cache = work / "source-cache"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("QUOTECLIP_", "AWS_"))},
+            **self.s3.env(),
+            "QUOTECLIP_REDIS_URL": url,
+            "QUOTECLIP_SOURCE_HOSTS": "127.0.0.1",
+            "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1",
+            "QUOTECLIP_CACHE_DIR": str(self.cache),
+            "FFMPEG_BINARY": str(wrapper),
+        }
+        connect(self.settings()).flushdb()
+
+    def settings(self) -> Settings:
+        return Settings.from_env(self.env)
+
+    def start_worker(self) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "quoteclip", "worker"], env=self.env, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.procs.append(proc)
+        time.sleep(1.5)  # registered and idle
+        return proc
+
+    def renders(self) -> int:
+        return len(self.counter.read_text().splitlines()) if self.counter.exists() else 0
+
+    def clear_source_cache(self) -> None:
+        shutil.rmtree(self.cache, ignore_errors=True)
+        self.http.bytes_sent.clear()
+        self.http.ranges.clear()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.http.close()
+        self.s3.stop()
+        if self.redis is not None:
+            self.redis.terminate()
+
+
+def click_to_file(stack: Stack, start: float, length: float, work: Path) -> float:
+    """enqueue → poll status → download the link to a file; seconds."""
+    settings = stack.settings()
+    spec = build_spec({"source": stack.http.url("episode.mp4"), "start": start, "end": start + length,
+                       "caption": CAPTION, "watermark": {"text": "StarZero"}})  # fmt: skip
+    t = time.perf_counter()
+    queued = enqueue_clip(spec, settings)
+    while True:
+        body = job_status(queued.job_id, settings)
+        if body["status"] in ("finished", "failed"):
+            break
+        time.sleep(0.02)
+    if body["status"] != "finished":
+        raise SystemExit(f"bench: job failed: {body['error']}")
+    import urllib.request
+
+    with urllib.request.urlopen(str(body["link"])) as resp, open(work / "downloaded.mp4", "wb") as f:
+        shutil.copyfileobj(resp, f)
+    return time.perf_counter() - t
+
+
+class PeakRss:
+    """Peak memory of a process and its children (the work-horse and ffmpeg), sampled every 20 ms: the sum of
+    their PSS (shared pages counted once: the work-horse is a fork of the worker) and the largest single RSS."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak_tree = 0
+        self.peak_rss_sum = 0
+        self.peak_single = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                procs = [self.proc, *self.proc.children(recursive=True)]
+                pss, rss = [], []
+                for p in procs:
+                    try:
+                        full = p.memory_full_info()
+                        pss.append(full.pss)
+                        rss.append(full.rss)
+                    except psutil.Error:
+                        pass
+                self.peak_tree = max(self.peak_tree, sum(pss))
+                self.peak_rss_sum = max(self.peak_rss_sum, sum(rss))
+                self.peak_single = max(self.peak_single, max(rss, default=0))
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, work: Path) -> list[Row]:
+    rows: list[Row] = []
+    stack = Stack(work, source, ffmpeg)
+    try:
+        worker = stack.start_worker()
+        size = source.stat().st_size
+        length = 7.0
+        click_to_file(stack, 30.0, length, work)  # warm-up
+        times, fetched = [], []
+        for i in range(reps):
+            stack.clear_source_cache()
+            times.append(click_to_file(stack, 100.0 + 7 * i, length, work))
+            fetched.append(stack.http.bytes_sent["episode.mp4"])
+        with PeakRss(worker.pid) as rss:  # a separate run: sampling memory costs CPU the timed runs should not pay
+            click_to_file(stack, 90.0, length, work)
+        limit = timed(lambda: baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, length, work / "bare.mp4"), reps)
+        ratio = statistics.median(times) / statistics.median(limit)
+        rows.append({"figure": "3a. enqueue → link → file, 7 s quote over HTTP, vs bare local transcode",
+                     "ours": stats(times), "other": stats(limit), "ratio": ratio, "target": "≤ 1.3×",
+                     "met": ratio <= 1.3})  # fmt: skip
+        naive_times = []
+        naive_bytes = 0
+        for _ in range(max(1, reps // 2)):
+            folder = Path(tempfile.mkdtemp(dir=work, prefix="naive-"))
+            t = time.perf_counter()
+            naive_bytes = baselines.download_then_cut(ffmpeg, stack.http.url("episode.mp4"), 100.0, length, folder)
+            naive_times.append(time.perf_counter() - t)
+            shutil.rmtree(folder)
+        rows.append({"figure": "3b. ours vs naive yt-dlp download of the whole file + ffmpeg cut",
+                     "ours": stats(times), "other": stats(naive_times),
+                     "ratio": statistics.median(naive_times) / statistics.median(times), "target": "report (×faster)",
+                     "met": None})  # fmt: skip
+        got = statistics.median(fetched)
+        rows.append({"figure": "3c. source bytes fetched per 7 s clip (cold cache) vs file size",
+                     "value": f"{got / 1024**2:.2f} MB of {size / 1024**2:.0f} MB ({100 * got / size:.2f}%; "
+                              f"naive: {naive_bytes / 1024**2:.0f} MB)",
+                     "target": "< 5%", "met": got < 0.05 * size})  # fmt: skip
+
+        # 4. cache hit
+        renders = stack.renders()
+        settings = stack.settings()
+        spec = build_spec({"source": stack.http.url("episode.mp4"), "start": 100.0, "end": 100.0 + length,
+                           "caption": CAPTION, "watermark": {"text": "StarZero"}})  # fmt: skip
+        hits = []
+        for _ in range(50 if reps > 1 else 10):
+            t = time.perf_counter()
+            queued = enqueue_clip(spec, settings)
+            hits.append(time.perf_counter() - t)
+            assert queued.link is not None, "expected a cache hit"
+        hits.sort()
+        p50, p95 = statistics.median(hits), hits[int(0.95 * (len(hits) - 1))]
+        rows.append({"figure": "4. cache hit: identical request → link (S3 HEAD + presign)",
+                     "value": f"p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, ffmpeg runs: "
+                              f"{stack.renders() - renders}",
+                     "target": "p50 < 50 ms, no ffmpeg", "met": p50 < 0.05 and stack.renders() == renders})  # fmt: skip
+
+        # 5. batch with 2 workers
+        stack.start_worker()
+        stack.clear_source_cache()
+        first = 200.0 if source.stat().st_size > 200 * 1024**2 else 20.0
+        starts = [first + 9.0 * i for i in range(batch)]  # 7 s quotes, 2 s apart: neighbours share blocks
+        t = time.perf_counter()
+        ids = [enqueue_clip(build_spec({"source": stack.http.url("episode.mp4"), "start": s, "end": s + length,
+                                        "caption": CAPTION, "watermark": {"text": "StarZero"}}), settings).job_id
+               for s in starts]  # fmt: skip
+        while not all(job_status(i, settings)["status"] in ("finished", "failed") for i in ids):
+            time.sleep(0.05)
+        wall = time.perf_counter() - t
+        failed = [job_status(i, settings) for i in ids]
+        failed = [f"{b['job_id']}: {b['error']}" for b in failed if b["status"] != "finished"]
+        for line in failed:
+            print(f"bench: batch job failed: {line}", file=sys.stderr)
+        twice = fetched_twice(stack.http.ranges)
+        cores = os.cpu_count() or 1
+        rows.append({"figure": f"5. batch: {batch} quotes from one source, 2 workers",
+                     "value": f"{wall:.1f} s wall, {batch / (wall / 60) / cores:.1f} clips/min/core, "
+                              f"{stack.http.bytes_sent['episode.mp4'] / 1024**2:.1f} MB fetched, "
+                              f"{twice} bytes fetched twice, {len(failed)} failed",
+                     "target": "no byte range fetched twice", "met": twice == 0 and not failed})  # fmt: skip
+        rows.append({"figure": "6. peak memory while rendering 720p (worker + work-horse + ffmpeg)",
+                     "value": f"{rss.peak_tree / 1024**2:.0f} MB PSS (RSS summed: {rss.peak_rss_sum / 1024**2:.0f} MB; "
+                              f"largest process: ffmpeg or the horse, {rss.peak_single / 1024**2:.0f} MB)",
+                     "target": "< 400 MB", "met": rss.peak_tree < 400 * 1024**2})  # fmt: skip
+    finally:
+        stack.close()
+    return rows
+
+
+def fetched_twice(ranges: list[tuple[str, int, int]]) -> int:
+    spans = sorted((s, e) for _, s, e in ranges)
+    dup, reach = 0, 0
+    for s, e in spans:
+        if s < reach:
+            dup += min(e, reach) - s
+        reach = max(reach, e)
+    return dup
+
+
+def table(rows: list[Row]) -> str:
+    out = ["| figure | ours (min / median / max s) | alternative (min / median / max s) | result | target | met |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        met = {True: "yes", False: "**no**", None: "–"}[r["met"]]
+        if "value" in r:
+            out.append(f"| {r['figure']} | | | {r['value']} | {r['target']} | {met} |")
+            continue
+        ours = "{min:.2f} / {median:.2f} / {max:.2f}".format(**r["ours"])
+        other = "{min:.2f} / {median:.2f} / {max:.2f}".format(**r["other"])
+        out.append(f"| {r['figure']} | {ours} | {other} | {r['ratio']:.2f}× | {r['target']} | {met} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a reduced run (CI): short source, 1 repetition")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args()
+    ffmpeg = ffmpeg_binary(os.environ.get("FFMPEG_BINARY"))
+    minutes, reps, lengths, batch = (2, 1, [7.0], 4) if args.quick else (20, 5, [7.0, 30.0], 10)
+    work = Path(tempfile.mkdtemp(prefix="quoteclip-bench-"))
+    try:
+        source = source_1080p(ffmpeg, minutes)
+        rows = render_vs_limit(ffmpeg, source, lengths, reps, work)
+        rows.append(moviepy_vs_ours(source, 7.0 if not args.quick else 2.0, reps, work))
+        rows += queue_figures(ffmpeg, source, reps, batch, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    info = machine()
+    print(f"machine: {info['cores']} cores, {info['cpu']}, {info['memory_gib']} GiB, Python {info['python']}, "
+          f"ffmpeg {info['ffmpeg']}, {info['date']}; source {minutes} min 1080p30 4 Mb/s; "
+          f"{reps} repetitions after a warm-up\n")  # fmt: skip
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

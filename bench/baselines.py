@@ -1,0 +1,67 @@
+"""What a user would otherwise do: a bare ffmpeg transcode (the limit), moviepy, download-then-cut."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from renderer.plan import CRF, PRESET
+
+
+def bare_ffmpeg(ffmpeg: str, source: str, start: float, duration: float, out: Path) -> None:
+    """``ffmpeg -ss S -i SRC -t D -vf scale=-2:720 -c:v libx264 -preset P -crf C -c:a aac``."""
+    subprocess.run(
+        [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-ss", f"{start:.3f}", "-i", source,
+         "-t", f"{duration:.3f}", "-vf", "scale=-2:720", "-c:v", "libx264", "-preset", PRESET, "-crf", str(CRF),
+         "-c:a", "aac", str(out)],
+        check=True,
+    )  # fmt: skip
+
+
+def moviepy_clip(source: str, start: float, end: float, caption: str, brand: str, font: str, out: Path) -> None:
+    """The same clip the way a Python user would make it with moviepy 2."""
+    from moviepy import CompositeVideoClip, TextClip, VideoFileClip
+
+    with VideoFileClip(source) as video:
+        part = video.subclipped(start, end).resized(height=720)
+        text = (
+            TextClip(
+                font=font,
+                text=caption,
+                font_size=40,
+                color="white",
+                stroke_color="black",
+                stroke_width=2,
+                method="caption",
+                size=(1100, None),
+                bg_color=(0, 0, 0),
+            )  # fmt: skip
+            .with_opacity(0.85)
+            .with_position(("center", 520))
+            .with_duration(part.duration)
+        )
+        mark = (
+            TextClip(font=font, text=brand, font_size=40, color="white")
+            .with_opacity(0.8)
+            .with_position((1050, 20))
+            .with_duration(part.duration)
+        )
+        CompositeVideoClip([part, text, mark]).write_videofile(
+            str(out), codec="libx264", preset=PRESET, ffmpeg_params=["-crf", str(CRF), "-pix_fmt", "yuv420p"],
+            audio_codec="aac", logger=None,
+        )  # fmt: skip
+
+
+def download_then_cut(ffmpeg: str, url: str, start: float, duration: float, folder: Path) -> int:
+    """The naive pipeline: yt-dlp downloads the whole file, then ffmpeg cuts it. Returns the bytes downloaded."""
+    import yt_dlp
+
+    opts = {"quiet": True, "no_warnings": True, "noprogress": True, "outtmpl": str(folder / "full.%(ext)s"),
+            "ffmpeg_location": ffmpeg, "cachedir": False}  # fmt: skip
+    with yt_dlp.YoutubeDL(opts) as ydl:
+        ydl.download([url])
+    full = next(folder.glob("full.*"))
+    bare_ffmpeg(ffmpeg, str(full), start, duration, folder / "cut.mp4")
+    size = full.stat().st_size
+    full.unlink()
+    return size
