@@ -8,18 +8,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis, WatchError
-from rq import Queue, Retry
+from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 
-from quoteclip.errors import BadInput
+from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
 from sources import allowed_hosts
 from sources.safety import check_url
 from storage import Storage, open_storage
 
+from .metrics import record_cache_hit
 from .pipeline import Stage, lookup
+from .webhooks import add_callback
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +63,13 @@ def enqueue_clip(
     settings: Settings,
     connection: Redis | None = None,
     storage: Storage | None = None,
+    callback_url: str | None = None,
 ) -> Enqueued:
     """Return at once: the stored clip's link, the id of an identical job already queued or running
-    (joined, never a second render), or the id of a newly enqueued job."""
+    (joined, never a second render), or the id of a newly enqueued job.
+
+    ``callback_url`` gets a signed POST when the job finishes or fails (not when the clip is already stored:
+    the answer then carries the link)."""
     settings = settings.for_queue()
     connection = connection or connect(settings)
     storage = storage or open_storage(settings)
@@ -72,7 +78,14 @@ def enqueue_clip(
         check_url(spec.source, allowed_hosts(settings), settings.allow_addresses)  # refuse now, not in a worker
     job_id = job_id_for(key)
     if cached is not None:
+        record_cache_hit(connection)
         return Enqueued(job_id, Stage.FINISHED.value, link=cached.link)
+    if callback_url is not None:
+        try:
+            check_url(callback_url, None, settings.allow_addresses)  # refuse a private receiver now
+        except QuoteclipError as exc:
+            raise BadInput(f"callback_url: {exc}") from None
+        add_callback(connection, job_id, callback_url)  # before enqueueing: a fast job still finds it
     queue = Queue(settings.queue_name, connection=connection)
     for _ in range(3):
         try:
@@ -87,6 +100,8 @@ def enqueue_clip(
                 failure_ttl=FAILURE_TTL,
                 description=f"clip {key} {spec.start:.3f}-{spec.end:.3f}",
                 meta={"stage": Stage.QUEUED.value, "progress": 0},
+                on_success=Callback("jobs.webhooks.on_success"),
+                on_failure=Callback("jobs.webhooks.on_failure"),
             )
             log.info("enqueued %s", job_id)
             return Enqueued(job_id, Stage.QUEUED.value)

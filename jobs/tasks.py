@@ -13,6 +13,7 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import open_storage
 
+from .metrics import record_cache_hit, record_failure, record_render
 from .pipeline import Stage, produce_clip
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
         job.meta.update(stage=stage.value, progress=percent)
         job.save_meta()
 
+    began = time.perf_counter()
     try:
         spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
         result = produce_clip(spec, settings, open_storage(settings), report=report)
@@ -51,5 +53,12 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
             )
             job.save_meta()
         log.warning("%s%s", f"{exc.kind}: {exc}".splitlines()[0], " (will retry)" if retrying else "")
+        if job is not None and not retrying:
+            record_failure(job.connection, exc.kind)
         raise
+    if job is not None:
+        if result.cached:
+            record_cache_hit(job.connection)
+        else:
+            record_render(job.connection, time.perf_counter() - began, result.source_bytes)
     return result.to_json()

@@ -259,6 +259,25 @@ def worker(
 
 
 @app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+) -> None:
+    """Run the HTTP API and the demo page (an ASGI app on uvicorn)."""
+
+    def go() -> None:
+        import uvicorn
+
+        from api import create_app
+        from worker import setup_logging
+
+        setup_logging()
+        uvicorn.run(create_app(Settings.from_env()), host=host, port=port, log_config=None)
+
+    run_guarded(go)
+
+
+@app.command()
 def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Render a demo clip offline: generates a 1080p sample source, then a 7 s captioned, branded quote."""
     _setup_logging(verbose)

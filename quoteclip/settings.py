@@ -46,6 +46,10 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise BadInput(f"{name} must be true or false, got {raw!r}")
 
 
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in env.get(name, "").split(",") if item.strip())
+
+
 def parse_networks(text: str) -> tuple[str, ...]:
     nets = []
     for item in (t.strip() for t in text.split(",")):
@@ -98,6 +102,10 @@ class Settings:
     render_timeout_factor: float = 20.0
     render_timeout_base: float = 60.0
     queue_name: str = "quoteclip"
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    rate_limit_per_minute: int = 120  # per API key (or per client address without keys)
+    cors_origins: tuple[str, ...] = ()
+    webhook_secret: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -123,6 +131,10 @@ class Settings:
             fetch_timeout=_float(env, "QUOTECLIP_FETCH_TIMEOUT", cls.fetch_timeout, 0.1),
             ffmpeg_binary=env.get("FFMPEG_BINARY") or None,
             max_clip_seconds=_float(env, "QUOTECLIP_MAX_CLIP_SECONDS", DEFAULT_MAX_SECONDS, minimum=0.1),
+            api_keys=_list(env, "QUOTECLIP_API_KEYS"),
+            rate_limit_per_minute=int(_float(env, "QUOTECLIP_RATE_LIMIT", cls.rate_limit_per_minute, 1)),
+            cors_origins=_list(env, "QUOTECLIP_CORS_ORIGINS"),
+            webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
         )
 
     @property

@@ -158,7 +158,7 @@ class ClipSpec(BaseModel):
         limit = float((info.context or {}).get("max_seconds", DEFAULT_MAX_SECONDS))
         if self.end - self.start > limit:
             raise ValueError(
-                f"clip is {self.end - self.start:.3f} s long, over the {limit:g} s limit "
+                f"end makes the clip {self.end - self.start:.3f} s long, over the {limit:g} s limit "
                 f"(start={self.start} end={self.end})"
             )
         return self
@@ -184,8 +184,11 @@ def describe_validation_error(exc: ValidationError) -> str:
     """One line naming the field and the value, e.g. ``end: end must be after start, got …``."""
     lines = []
     for err in exc.errors(include_url=False):
-        field = ".".join(str(p) for p in err["loc"]) or "spec"
         msg = str(err["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(p) for p in err["loc"])
+        if not field:  # a check across fields: it names its field itself ("end must be after start, …")
+            lines.append(msg)
+            continue
         value = err.get("input")
         shown = repr(value) if not isinstance(value, dict) else "{…}"
         if len(shown) > 80:

@@ -100,6 +100,20 @@ class Fetcher:
                 resp.release_conn()
         raise SourceUnavailable(f"source redirected more than {MAX_REDIRECTS} times: {url}")
 
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+        """POST ``body`` to ``url`` (the address rules apply; redirects are not followed); the HTTP status."""
+        target = check_url(url, None, self.allowed_networks)
+        host_header = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
+        self.requests += 1
+        try:
+            resp = self._pool(target).urlopen(
+                "POST", target.path, body=body, redirect=False, retries=False,
+                headers={**headers, "Host": host_header, "User-Agent": USER_AGENT, "Content-Length": str(len(body))},
+            )  # fmt: skip
+        except urllib3.exceptions.HTTPError as exc:
+            raise SourceTransient(f"could not reach {target.host} ({_reason(exc)})") from None
+        return int(resp.status)
+
     def _read(self, resp: Any, start: int, end: int | None, target: CheckedURL) -> RangeResponse:
         status = resp.status
         if status in (404, 410):

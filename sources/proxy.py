@@ -19,11 +19,17 @@ log = logging.getLogger(__name__)
 CHUNK = 512 * 1024
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        log.debug("proxy connection from %s ended", client_address, exc_info=True)  # ffmpeg hung up: normal
+
+
 class SourceProxy:
     def __init__(self) -> None:
         self.files: dict[str, RemoteFile] = {}
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, name="source-proxy", daemon=True)
         self.thread.start()
 

@@ -15,6 +15,7 @@ from .http import Fetcher
 log = logging.getLogger(__name__)
 
 MAX_RUN = 8  # blocks fetched in one request at most
+READ_AHEAD = 4  # blocks fetched past the end of a read (ffmpeg reads on sequentially): fewer round trips
 
 
 class RemoteFile:
@@ -61,7 +62,7 @@ class RemoteFile:
         while index <= last:
             data = self.cache.get(self.sid, index)
             if data is None:
-                fetched = self._fetch_run(index, last)
+                fetched = self._fetch_run(index, last + READ_AHEAD)
                 data = fetched.get(index, b"")
             parts.append(data)
             if len(data) < bs:  # end of file

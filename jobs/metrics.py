@@ -1,0 +1,79 @@
+"""Metrics kept in Redis, so workers on any machine add to them and the API exports them in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from redis import Redis
+from rq import Queue
+from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+
+RENDER_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+PREFIX = "quoteclip:metrics"
+
+
+def record_render(connection: Redis, seconds: float, source_bytes: int | None) -> None:
+    pipe = connection.pipeline(transaction=False)
+    key = f"{PREFIX}:render_seconds"
+    for bound in RENDER_BUCKETS:
+        if seconds <= bound:
+            pipe.hincrby(key, f"le:{bound}", 1)
+    pipe.hincrbyfloat(key, "sum", seconds)
+    pipe.hincrby(key, "count", 1)
+    if source_bytes:
+        pipe.incrby(f"{PREFIX}:fetch_bytes", source_bytes)
+    pipe.execute()
+
+
+def record_cache_hit(connection: Redis) -> None:
+    connection.incr(f"{PREFIX}:cache_hits")
+
+
+def record_failure(connection: Redis, kind: str) -> None:
+    connection.hincrby(f"{PREFIX}:failures", kind, 1)
+
+
+class QueueCollector(Collector):
+    """Jobs by status, queue depth, render seconds, cache hits, fetched bytes and failures by reason."""
+
+    def __init__(self, connection: Redis, queue_name: str) -> None:
+        self.connection = connection
+        self.queue_name = queue_name
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
+        conn = self.connection
+        queue = Queue(self.queue_name, connection=conn)
+        jobs = GaugeMetricFamily("quoteclip_jobs", "Jobs by status", labels=["status"])
+        jobs.add_metric(["queued"], queue.count)
+        for status, registry in (
+            ("started", StartedJobRegistry),
+            ("finished", FinishedJobRegistry),
+            ("failed", FailedJobRegistry),
+            ("scheduled", ScheduledJobRegistry),
+        ):
+            jobs.add_metric([status], registry(queue=queue).count)
+        yield jobs
+        yield GaugeMetricFamily("quoteclip_queue_depth", "Clips waiting for a worker", value=queue.count)
+        raw = {_text(k): _text(v) for k, v in conn.hgetall(f"{PREFIX}:render_seconds").items()}
+        buckets = [(str(b), float(raw.get(f"le:{b}", 0))) for b in RENDER_BUCKETS]
+        buckets.append(("+Inf", float(raw.get("count", 0))))
+        yield HistogramMetricFamily(
+            "quoteclip_render_seconds", "Fetch + render + store time of a clip", buckets=buckets,
+            sum_value=float(raw.get("sum", 0)),
+        )  # fmt: skip
+        hits = CounterMetricFamily("quoteclip_cache_hits", "Requests answered from storage without a render")
+        hits.add_metric([], float(conn.get(f"{PREFIX}:cache_hits") or 0))
+        yield hits
+        fetched = CounterMetricFamily("quoteclip_fetch_bytes", "Bytes fetched from remote sources")
+        fetched.add_metric([], float(conn.get(f"{PREFIX}:fetch_bytes") or 0))
+        yield fetched
+        failures = CounterMetricFamily("quoteclip_failures", "Failed clips by reason", labels=["reason"])
+        for kind, count in conn.hgetall(f"{PREFIX}:failures").items():
+            failures.add_metric([_text(kind)], float(count))
+        yield failures
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,235 @@
+"""The HTTP API against real Redis, real rq workers, real storage, and a loopback webhook receiver."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from api import create_app
+from jobs.webhooks import SIGNATURE_HEADER, verify
+from quoteclip.settings import Settings
+
+SECRET = "test-webhook-secret"
+
+
+@pytest.fixture
+def api_env(queue_env: dict[str, str]) -> dict[str, str]:
+    queue_env["QUOTECLIP_WEBHOOK_SECRET"] = SECRET
+    return queue_env
+
+
+@pytest.fixture
+def client(api_env: dict[str, str]) -> TestClient:
+    return TestClient(create_app(Settings.from_env(api_env)), follow_redirects=False)
+
+
+@pytest.fixture
+def source_url(media, http_source) -> str:
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    return http_source.url("ep.mp4")
+
+
+def test_clip_lifecycle_and_download_redirects(client, workers, source_url, api_env) -> None:
+    body = {"source": source_url, "start": 1, "end": 3, "caption": "hi", "watermark": {"text": "StarZero"}}
+    first = client.post("/clips", json=body)
+    assert first.status_code == 202, first.text
+    job = first.json()
+    assert job["status"] == "queued" and job["status_url"] == f"/clips/{job['id']}"
+    again = client.post("/clips", json=body)
+    assert again.status_code == 202 and again.json()["id"] == job["id"]  # joined, not a second job
+
+    waiting = client.get(job["download_url"])
+    assert waiting.status_code == 202 and waiting.headers["Retry-After"] == "2"
+    assert client.get(job["status_url"]).json()["stage"] == "queued"
+
+    workers.burst(1)
+    status = client.get(job["status_url"]).json()
+    assert status["status"] == "finished" and status["progress"] == 100
+    redirect = client.get(job["download_url"])
+    assert redirect.status_code == 302 and redirect.headers["location"] == f"/clips/{job['id']}/file"
+    mp4 = client.get(redirect.headers["location"])
+    assert mp4.status_code == 200 and mp4.headers["content-type"] == "video/mp4" and mp4.content[4:8] == b"ftyp"
+
+    stored = client.post("/clips", json=body)
+    assert stored.status_code == 200 and stored.json()["cached"] is True and stored.json()["link"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"start": 1, "end": 3}, "source"),
+        ({"source": "x.mp4", "start": 5, "end": 3}, "end must be after start"),
+        ({"source": "x.mp4", "start": "abc", "end": 3}, "start"),
+        ({"source": "x.mp4", "start": 1, "end": 3, "profile": "tiktok"}, "profile"),
+        ({"source": "x.mp4", "start": 1, "end": 3, "bogus": 1}, "bogus"),
+        ({"source": "http://127.0.0.1/x.mp4", "start": 1, "end": 300}, "over the 180 s limit"),
+        ({"source": "/etc/passwd", "start": 1, "end": 3}, "local paths are not allowed"),
+        ({"source": "https://evil.example/x.mp4", "start": 1, "end": 3}, "source host not allowed"),
+    ],
+)
+def test_bad_clip_requests_are_422_naming_the_field(client, body, field, api_env) -> None:
+    api_env["QUOTECLIP_ALLOW_LOCAL_SOURCES"] = ""
+    app = TestClient(create_app(Settings.from_env(api_env)))
+    response = app.post("/clips", json=body)
+    assert response.status_code == 422, response.text
+    assert field in response.json()["detail"]
+
+
+def test_unknown_and_malformed_ids(client) -> None:
+    assert client.get("/clips/clip-" + "0" * 32).status_code == 404
+    assert client.get("/clips/../../etc/passwd").status_code == 404
+    assert client.get("/clips/nope/download").status_code == 404
+
+
+def test_failed_clip_download_is_410(client, workers, http_source) -> None:
+    job = client.post("/clips", json={"source": http_source.url("gone.mp4"), "start": 1, "end": 2}).json()
+    workers.burst(1)
+    gone = client.get(job["download_url"])
+    assert gone.status_code == 410 and "HTTP 404" in gone.json()["detail"]
+
+
+def test_batch_gives_one_id_per_clip(client, workers, source_url) -> None:
+    body = {
+        "source": source_url,
+        "watermark": {"text": "Brand"},
+        "quotes": [{"start": 0, "end": 2, "caption": "one"}, {"start": 2, "end": 4, "caption": "two"},
+                   {"start": 0, "end": 2, "caption": "one"}],
+    }  # fmt: skip
+    response = client.post("/batches", json=body)
+    assert response.status_code == 200, response.text
+    ids = [c["id"] for c in response.json()["clips"]]
+    assert len(ids) == 3 and ids[0] == ids[2] and ids[0] != ids[1]
+    workers.burst(1)
+    assert all(client.get(f"/clips/{i}").json()["status"] == "finished" for i in ids)
+    bad = client.post("/batches", json={**body, "quotes": [{"start": 3, "end": 1}]})
+    assert bad.status_code == 422
+    assert bad.json()["detail"] == "bad input: quotes[0].end must be after start, got start=3.0 end=1.0"
+    assert client.post("/batches", json={**body, "quotes": []}).status_code == 422
+
+
+def test_body_size_limit(client) -> None:
+    huge = {"source": "x.mp4", "start": 1, "end": 2, "caption": "x" * 300_000}
+    assert client.post("/clips", json=huge).status_code == 413
+
+
+def test_api_keys_and_rate_limit(api_env, source_url) -> None:
+    api_env.update({"QUOTECLIP_API_KEYS": "k-one,k-two", "QUOTECLIP_RATE_LIMIT": "3"})
+    app = TestClient(create_app(Settings.from_env(api_env)))
+    body = {"source": source_url, "start": 1, "end": 2}
+    assert app.post("/clips", json=body).status_code == 401
+    assert app.post("/clips", json=body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    codes = [app.post("/clips", json=body, headers={"X-API-Key": "k-two"}).status_code for _ in range(4)]
+    assert codes == [202, 202, 202, 429]
+    assert app.post("/clips", json=body, headers={"Authorization": "Bearer k-one"}).status_code == 202
+
+
+def test_cors_for_the_sites_origin(api_env) -> None:
+    api_env["QUOTECLIP_CORS_ORIGINS"] = "https://quotes.example"
+    app = TestClient(create_app(Settings.from_env(api_env)))
+    pre = app.options("/clips", headers={"Origin": "https://quotes.example", "Access-Control-Request-Method": "POST"})
+    assert pre.headers["access-control-allow-origin"] == "https://quotes.example"
+    other = app.options("/clips", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_openapi_schema(client) -> None:
+    schema = client.get("/openapi.json").json()
+    assert {"/clips", "/batches", "/clips/{clip_id}", "/clips/{clip_id}/download", "/healthz"} <= set(schema["paths"])
+    fields = schema["components"]["schemas"]["ClipRequest"]["properties"]
+    assert {"source", "start", "end", "caption", "watermark", "profile", "callback_url"} <= set(fields)
+
+
+def test_health_and_metrics(client, workers, source_url) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "redis": "ok", "storage": "ok"}
+    client.post("/clips", json={"source": source_url, "start": 1, "end": 2})
+    workers.burst(1)
+    client.post("/clips", json={"source": source_url, "start": 1, "end": 2})  # a cache hit
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    jobs = {s.labels["status"]: s.value for s in families["quoteclip_jobs"].samples}
+    assert jobs["finished"] == 1 and jobs["queued"] == 0
+    renders = [s for s in families["quoteclip_render_seconds"].samples if s.name.endswith("_count")]
+    assert renders[0].value == 1
+    assert families["quoteclip_cache_hits"].samples[0].value == 1
+
+
+def test_unhealthy_when_redis_is_down(api_env) -> None:
+    api_env["QUOTECLIP_REDIS_URL"] = "redis://127.0.0.1:1/0"
+    down = TestClient(create_app(Settings.from_env(api_env))).get("/healthz")
+    assert down.status_code == 503 and down.json()["redis"].startswith("unreachable")
+
+
+class Receiver:
+    """A loopback webhook receiver that records bodies and checks signatures."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, object], bool]] = []
+        self.fail_first = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if receiver.fail_first:
+                    receiver.fail_first -= 1
+                    self.send_response(500)
+                else:
+                    ok = verify(body, self.headers.get(SIGNATURE_HEADER, ""), SECRET)
+                    receiver.calls.append((json.loads(body), ok))
+                    self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+@pytest.fixture
+def hook() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+
+
+def test_webhooks_signed_on_finish_and_failure(client, workers, source_url, http_source, hook) -> None:
+    ok = client.post("/clips", json={"source": source_url, "start": 1, "end": 2, "callback_url": hook.url}).json()
+    bad = client.post("/clips", json={"source": http_source.url("gone.mp4"), "start": 1, "end": 2,
+                                       "callback_url": hook.url}).json()  # fmt: skip
+    workers.burst(1)
+    calls = {c["id"]: (c, signed) for c, signed in hook.calls}
+    assert calls[ok["id"]][1] and calls[ok["id"]][0]["status"] == "finished" and calls[ok["id"]][0]["link"]
+    assert calls[bad["id"]][1] and calls[bad["id"]][0]["status"] == "failed"
+    assert "HTTP 404" in str(calls[bad["id"]][0]["error"])
+    assert not verify(b"{}", "t=1,v1=00", SECRET)
+
+
+def test_webhook_to_private_address_is_refused(client, source_url) -> None:
+    response = client.post(
+        "/clips", json={"source": source_url, "start": 1, "end": 2, "callback_url": "http://169.254.169.254/x"}
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("bad input: callback_url: source address not allowed")
+
+
+def test_demo_page_served(client) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "Download clip" in page.text and "fetch(" in page.text
+
+
+def test_serve_command_help() -> None:
+    from conftest import run_cli
+
+    done = run_cli("serve", "--help")
+    assert done.returncode == 0 and "--port" in done.stdout
+    assert Path(__file__).parent.parent.joinpath("api", "page.html").is_file()
