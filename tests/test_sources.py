@@ -222,7 +222,7 @@ def test_limits_refuse_before_rendering(media, settings, http_source, ffmpeg_bin
     with pytest.raises(SourceUnavailable, match=r"source frame size 320x180 is over the limit"):
         clip(replace(settings, max_frame_pixels=320 * 179), url, 1, 2)
     with pytest.raises(SourceUnavailable, match=r"source download exceeds the 0.0625 MB limit"):
-        clip(replace(settings, max_fetch_bytes=64 * 1024), url, 1, 2)
+        clip(replace(settings, max_fetch_bytes=64 * 1024, cache_dir=tmp_path / "cold-cache"), url, 1, 2)
     many = tmp_path / "many.mp4"
     argv = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-i", str(src)]
     argv += ["-map", "0:v"] + ["-map", "0:a"] * 9 + ["-c", "copy", str(many)]
