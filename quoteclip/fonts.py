@@ -1,31 +1,75 @@
-"""Fonts that arrive with ``pip install`` (fontpkg wheels) or from a user's TTF/OTF path."""
+"""Fonts that arrive with ``pip install`` (font wheels) or from a user's TTF/OTF path, with fallback by script.
+
+A caption is drawn in runs: each character in the first font of the chain that has a glyph for it, so Latin,
+CJK, Hebrew, Arabic and emoji mix in one line. A right-to-left line is shaped and ordered as a whole (raqm),
+so it takes the first font that covers all of it. A character no font has is refused before rendering.
+"""
 
 from __future__ import annotations
 
+import unicodedata
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from PIL import ImageFont
+from PIL import ImageDraw, ImageFont
 
 from .errors import BadInput
 
+FontRef = tuple[str, int]  # path, face index (for .ttc collections)
+
+
+def _files(package: str, pattern: str) -> list[Path]:
+    try:
+        module = __import__(package)
+    except ImportError:
+        return []
+    root = Path(module.__file__ or "").parent
+    return sorted(p for p in root.rglob(pattern) if "Italic" not in p.name)
+
 
 def default_font_path() -> Path:
-    import fontpkg_noto_sans
+    found = _files("fontpkg_noto_sans", "NotoSans*.ttf")
+    if not found:
+        raise BadInput("the default caption font is missing; reinstall fontpkg-noto-sans")
+    return found[0]
 
-    root = Path(fontpkg_noto_sans.ROOT) / "files"
-    upright = sorted(p for p in root.glob("*.ttf") if "Italic" not in p.name)
-    if not upright:
-        raise BadInput(f"the default caption font is missing from {root}; reinstall fontpkg-noto-sans")
-    return upright[0]
+
+@lru_cache(maxsize=1)
+def fallback_chain() -> tuple[FontRef, ...]:
+    """Noto Sans, then fonts for Arabic (with Latin), Hebrew (with Latin), other scripts, symbols, emoji, CJK."""
+    refs: list[FontRef] = [(str(default_font_path()), 0)]
+    refs += [(str(p), 0) for p in _files("fontpkg_ibm_plex_sans_arabic", "*-Bold.ttf")]
+    refs += [(str(p), 0) for p in _files("fontpkg_heebo", "*.ttf")]
+    extra = _files("manimgx_fonts", "NotoSans*.ttf")
+    refs += [(str(p), 0) for p in extra if not p.name.startswith(("NotoSans[", "NotoSansSymbols"))]
+    refs += [(str(p), 0) for p in extra if p.name.startswith("NotoSansSymbols")]
+    refs += [(str(p), 0) for p in _files("manimgx_fonts", "NotoEmoji*.ttf")]
+    refs += [(str(p), 0) for p in _files("manimgx_fonts_cjk", "*.ttc")]
+    return tuple(refs)
 
 
 @lru_cache(maxsize=64)
-def load_font(path: str | None, size: int, weight: int = 700) -> ImageFont.FreeTypeFont:
-    """A font at ``size`` px; variable fonts are set to ``weight`` on their ``wght`` axis."""
+def coverage(ref: FontRef) -> frozenset[int]:
+    from fontTools.ttLib import TTFont
+
+    try:
+        with TTFont(ref[0], fontNumber=ref[1], lazy=True) as font:
+            return frozenset(font.getBestCmap() or {})
+    except Exception as exc:
+        raise BadInput(f"font could not be read: {ref[0]!r} ({exc})") from None
+
+
+def _ignorable(ch: str) -> bool:
+    return unicodedata.category(ch) in ("Mn", "Me", "Cf", "Zs") or ch in "\u200d\ufe0f\ufe0e"
+
+
+@lru_cache(maxsize=128)
+def load_font(path: str | None, size: int, weight: int = 700, index: int = 0) -> ImageFont.FreeTypeFont:
+    """A font at ``size`` px; variable fonts are set to ``weight`` on their weight axis."""
     file = Path(path) if path else default_font_path()
     try:
-        font = ImageFont.truetype(str(file), size=max(1, size))
+        font = ImageFont.truetype(str(file), size=max(1, size), index=index)
     except OSError as exc:
         raise BadInput(f"font could not be loaded: {str(file)!r} ({exc})") from None
     try:
@@ -43,3 +87,79 @@ def load_font(path: str | None, size: int, weight: int = 700) -> ImageFont.FreeT
             values.append(float(axis.get("default") or low))
     font.set_variation_by_axes(values)
     return font
+
+
+def is_rtl(text: str) -> bool:
+    return any(unicodedata.bidirectional(ch) in ("R", "AL") for ch in text)
+
+
+@dataclass(frozen=True)
+class FontSet:
+    """The fonts of a chain at one size: measure and draw text in per-character fallback runs."""
+
+    chain: tuple[FontRef, ...]
+    size: int
+    weight: int
+
+    def font(self, ref: FontRef) -> ImageFont.FreeTypeFont:
+        return load_font(ref[0], self.size, self.weight, ref[1])
+
+    @property
+    def primary(self) -> ImageFont.FreeTypeFont:
+        return self.font(self.chain[0])
+
+    def missing(self, text: str) -> list[str]:
+        return sorted({ch for ch in text if not _ignorable(ch) and not any(ord(ch) in coverage(r) for r in self.chain)})
+
+    def runs(self, text: str) -> list[tuple[str, FontRef]]:
+        out: list[tuple[str, FontRef]] = []
+        for ch in text:
+            if out and _ignorable(ch):
+                out[-1] = (out[-1][0] + ch, out[-1][1])
+                continue
+            ref = next((r for r in self.chain if ord(ch) in coverage(r)), self.chain[0])
+            if out and out[-1][1] == ref:
+                out[-1] = (out[-1][0] + ch, ref)
+            else:
+                out.append((ch, ref))
+        return out
+
+    def whole(self, text: str) -> FontRef | None:
+        """The first font that covers all of ``text`` (for right-to-left lines, shaped as a whole)."""
+        need = {ord(ch) for ch in text if not _ignorable(ch)}
+        return next((r for r in self.chain if need <= coverage(r)), None)
+
+    def length(self, text: str) -> float:
+        if is_rtl(text):
+            ref = self.whole(text)
+            if ref is not None:
+                return float(self.font(ref).getlength(text))
+        return float(sum(self.font(ref).getlength(run) for run, ref in self.runs(text)))
+
+    def draw(
+        self, draw: ImageDraw.ImageDraw, x: float, baseline: float, text: str, fill: tuple[int, ...], stroke: int
+    ) -> None:
+        """Draw ``text`` with its left end at ``x`` on ``baseline``."""
+        if is_rtl(text):
+            ref = self.whole(text)
+            if ref is None:
+                raise BadInput(f"caption line mixes right-to-left text with characters one font cannot draw: {text!r}")
+            draw.text((x, baseline), text, font=self.font(ref), fill=fill, anchor="ls", stroke_width=stroke,
+                      stroke_fill=(0, 0, 0, 255))  # fmt: skip
+            return
+        for run, ref in self.runs(text):
+            draw.text((x, baseline), run, font=self.font(ref), fill=fill, anchor="ls", stroke_width=stroke,
+                      stroke_fill=(0, 0, 0, 255))  # fmt: skip
+            x += self.font(ref).getlength(run)
+
+
+def font_set(text: str, user_font: str | None, size: int, weight: int = 700) -> FontSet:
+    """The fonts for ``text``: the user's font first (if any), then the fallback chain. Refuses text with a
+    character no font can draw, naming it (never tofu boxes)."""
+    chain = ((user_font, 0),) if user_font else ()
+    fonts = FontSet((*chain, *fallback_chain()), size, weight)
+    missing = fonts.missing(text)
+    if missing:
+        shown = ", ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in missing[:5])
+        raise BadInput(f"caption has characters no installed font can draw: {shown}")
+    return fonts

@@ -20,10 +20,14 @@ PROFILES: dict[str, tuple[int, int]] = {
     "landscape": (1280, 720),
     "vertical": (720, 1280),
     "square": (720, 720),
+    "portrait": (720, 900),
 }
-ProfileName = Literal["landscape", "vertical", "square"]
+ProfileName = Literal["landscape", "vertical", "square", "portrait"]
 Corner = Literal["top-left", "top-right", "bottom-left", "bottom-right"]
-Fit = Literal["pad", "blur"]
+Fit = Literal["pad", "blur", "center"]
+Quality = Literal["final", "preview"]
+MAX_WORDS = 2000
+_HEX = r"^#[0-9A-Fa-f]{6}$"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -102,6 +106,48 @@ class WatermarkSpec(BaseModel):
         return cls(text=brand, **options)
 
 
+class Word(BaseModel):
+    """One spoken word with its times in the source (seconds or timecodes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(min_length=1, max_length=64)
+    start: float
+    end: float
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _time(cls, v: object, info: ValidationInfo) -> float:
+        return parse_time(v, info.field_name or "time")
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        if _CONTROL.search(v) or not v.strip():
+            raise ValueError(f"word text must be printable, got {v!r}")
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _order(self) -> Word:
+        if self.end < self.start:
+            raise ValueError(f"word end must not be before its start, got start={self.start} end={self.end}")
+        return self
+
+
+class CaptionStyle(BaseModel):
+    """How captions look: a preset plus brand colours and placement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    preset: Literal["clean", "bold-outline", "boxed", "karaoke"] = "boxed"
+    color: str = Field(default="#FFFFFF", pattern=_HEX)
+    highlight: str = Field(default="#FFD400", pattern=_HEX)
+    box: str = Field(default="#000000", pattern=_HEX)
+    position: Literal["bottom", "middle", "top"] = "bottom"
+    max_lines: int = Field(default=2, ge=1, le=3)
+    uppercase: bool = False
+
+
 class ClipSpec(BaseModel):
     """Everything that decides a clip. Built once, validated when built, never mutated.
 
@@ -116,9 +162,20 @@ class ClipSpec(BaseModel):
     caption: str = Field(default="", max_length=MAX_CAPTION_CHARS)
     font: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
     caption_size: float = Field(default=0.055, ge=0.02, le=0.15, description="font size / output height")
+    words: tuple[Word, ...] | None = Field(default=None, max_length=MAX_WORDS)
+    style: CaptionStyle = CaptionStyle()
     watermark: WatermarkSpec | None = None
     profile: ProfileName = "landscape"
     fit: Fit = "pad"
+    quality: Quality = "final"
+    pad_before: float = Field(default=0.0, ge=0.0, le=10.0)
+    pad_after: float = Field(default=0.0, ge=0.0, le=10.0)
+    fades: bool = True
+
+    @field_validator("fit", mode="before")
+    @classmethod
+    def _fit_alias(cls, v: object) -> object:
+        return "blur" if v == "blur-fill" else v
 
     @field_validator("source")
     @classmethod
@@ -164,12 +221,26 @@ class ClipSpec(BaseModel):
         return self
 
     @property
+    def cut_start(self) -> float:
+        """Where the clip starts in the source: the quote's start less the padding (never before 0)."""
+        return round(max(0.0, self.start - self.pad_before), 3)
+
+    @property
+    def cut_end(self) -> float:
+        return round(self.end + self.pad_after, 3)
+
+    @property
     def duration(self) -> float:
-        return round(self.end - self.start, 3)
+        """The clip's length, padding included."""
+        return round(self.cut_end - self.cut_start, 3)
 
     @property
     def size(self) -> tuple[int, int]:
-        return PROFILES[self.profile]
+        """Output size: the profile's, halved for previews."""
+        width, height = PROFILES[self.profile]
+        if self.quality == "preview":
+            return width // 2 // 2 * 2, height // 2 // 2 * 2
+        return width, height
 
 
 def build_spec(data: dict[str, Any], max_seconds: float = DEFAULT_MAX_SECONDS) -> ClipSpec:

@@ -1,90 +1,178 @@
-"""Caption layout with Pillow: wrap to the frame width, shrink to fit, draw on a box in the lower safe area.
+"""Caption drawing with Pillow: pages of words, the spoken word highlighted, in the profile's safe area.
 
-User text never enters an ffmpeg filter string: it becomes pixels here and reaches ffmpeg as a PNG.
+User text never enters an ffmpeg filter string: it becomes pixels here and reaches ffmpeg as PNG files (one
+still, or a timed sequence read through a concat list that names only files written here).
 """
 
 from __future__ import annotations
 
-from PIL import Image, ImageDraw, ImageFont
+from dataclasses import dataclass
+from pathlib import Path
 
-from quoteclip.fonts import load_font
+from PIL import Image, ImageDraw
+
+from quoteclip.fonts import FontSet, font_set, is_rtl
+from quoteclip.spec import CaptionStyle
+
+from .timing import Page, TimedWord, paginate
 
 MAX_WIDTH = 0.88  # of the frame width
-MAX_BLOCK_HEIGHT = 0.38  # of the frame height
-BOTTOM_MARGIN = 0.07  # of the frame height (lower safe area)
-MIN_SIZE = 0.025  # smallest font size, of the frame height
-LINE_SPACING = 1.18
-BOX_RGBA = (0, 0, 0, 150)
-TEXT_RGBA = (255, 255, 255, 255)
+LINE_SPACING = 1.22
+# Bottom margin (lower safe area) by profile: phone apps cover the bottom of vertical video with their UI.
+BOTTOM_SAFE = {"landscape": 0.07, "vertical": 0.2, "square": 0.1, "portrait": 0.14}
+TOP_SAFE = {"landscape": 0.07, "vertical": 0.12, "square": 0.08, "portrait": 0.1}
+MAX_CHARS = {"landscape": 32, "vertical": 22, "square": 24, "portrait": 24}
+TRANSPARENT = (0, 0, 0, 0)
 
 
-def wrap(text: str, font: ImageFont.FreeTypeFont, max_width: float) -> list[str]:
-    """Greedy word wrap by measured width; a word wider than a line (CJK runs, URLs) breaks by character."""
-    lines: list[str] = []
-    for paragraph in text.splitlines() or [""]:
-        line = ""
-        for word in paragraph.split():
-            pieces = [word] if font.getlength(word) <= max_width else _split_long(word, font, max_width)
-            for piece in pieces:
-                candidate = f"{line} {piece}" if line else piece
-                if font.getlength(candidate) <= max_width or not line:
-                    line = candidate
-                else:
-                    lines.append(line)
-                    line = piece
-        if line:
-            lines.append(line)
-    return lines
+@dataclass(frozen=True)
+class State:
+    """One caption image and when it shows (clip seconds)."""
+
+    image: Image.Image
+    start: float
+    end: float
 
 
-def _split_long(word: str, font: ImageFont.FreeTypeFont, max_width: float) -> list[str]:
-    pieces, current = [], ""
-    for ch in word:
-        if current and font.getlength(current + ch) > max_width:
-            pieces.append(current)
-            current = ch
-        else:
-            current += ch
-    if current:
-        pieces.append(current)
-    return pieces
+@dataclass(frozen=True)
+class CaptionTrack:
+    states: list[State]
+    x: int
+    y: int
+    pages: list[Page]
+    words: list[TimedWord]
 
 
-def caption_image(
-    text: str, frame: tuple[int, int], size: float, font_path: str | None = None
-) -> tuple[Image.Image, tuple[int, int]] | None:
-    """The caption as an RGBA image and its top-left position in a frame of ``frame`` (w, h) pixels."""
-    if not text.strip():
+def _rgba(hex_color: str, alpha: int = 255) -> tuple[int, int, int, int]:
+    h = hex_color.lstrip("#")
+    return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16), alpha
+
+
+def caption_track(
+    words: list[TimedWord],
+    frame: tuple[int, int],
+    profile: str,
+    size: float,
+    style: CaptionStyle,
+    font_path: str | None,
+    highlight: bool,
+    duration: float,
+) -> CaptionTrack | None:
+    """Lay the words out in pages and draw every state (page × highlighted word) on one fixed-size canvas."""
+    if not words:
         return None
     width, height = frame
-    px = max(8, round(size * height))
-    min_px = max(8, round(MIN_SIZE * height))
-    while True:
-        font = load_font(font_path, px)
-        lines = wrap(text, font, MAX_WIDTH * width)
-        line_h = round(px * LINE_SPACING)
-        if line_h * len(lines) <= MAX_BLOCK_HEIGHT * height or px <= min_px:
-            break
-        px = max(min_px, round(px * 0.9))
-    pad_x, pad_y = round(px * 0.5), round(px * 0.3)
-    stroke = max(1, round(px * 0.06))
-    text_w = max(round(font.getlength(line)) for line in lines)
-    box_w = min(width, text_w + 2 * pad_x)
-    box_h = min(round(MAX_BLOCK_HEIGHT * height * 1.3), line_h * len(lines) + 2 * pad_y)
-    img = Image.new("RGBA", (box_w, box_h), (0, 0, 0, 0))
+    px = max(10, round(size * min(width, height)))
+    text = " ".join(w.text for w in words)
+    font = font_set(text, font_path, px, weight=800 if style.preset == "bold-outline" else 700)
+    max_w = MAX_WIDTH * width
+    pages = paginate(words, font.length, max_w, MAX_CHARS.get(profile, 32), style.max_lines, duration)
+    line_h = round(px * LINE_SPACING)
+    pad_x, pad_y = round(px * 0.45), round(px * 0.25)
+    canvas_h = style.max_lines * line_h + 2 * pad_y
+    if style.position == "bottom":
+        y = height - round(BOTTOM_SAFE.get(profile, 0.07) * height) - canvas_h
+    elif style.position == "top":
+        y = round(TOP_SAFE.get(profile, 0.07) * height)
+    else:
+        y = (height - canvas_h) // 2
+    states: list[State] = []
+    for page in pages:
+        spans = _word_spans(page, words) if highlight and style.preset != "clean" else [(None, page.start, page.end)]
+        for current, start, end in spans:
+            img = _draw(page, words, current, font, style, (width, canvas_h), line_h, pad_x, pad_y, px)
+            states.append(State(img, start, end))
+    return CaptionTrack(states, 0, max(0, y), pages, words)
+
+
+def _word_spans(page: Page, words: list[TimedWord]) -> list[tuple[int | None, float, float]]:
+    indices = page.words
+    out: list[tuple[int | None, float, float]] = []
+    for n, i in enumerate(indices):
+        start = page.start if n == 0 else words[i].start
+        end = words[indices[n + 1]].start if n + 1 < len(indices) else page.end
+        if end > start:
+            out.append((i, start, end))
+    return out
+
+
+def _draw(
+    page: Page,
+    words: list[TimedWord],
+    current: int | None,
+    font: FontSet,
+    style: CaptionStyle,
+    canvas: tuple[int, int],
+    line_h: int,
+    pad_x: int,
+    pad_y: int,
+    px: int,
+) -> Image.Image:
+    img = Image.new("RGBA", canvas, TRANSPARENT)
     draw = ImageDraw.Draw(img)
-    draw.rounded_rectangle((0, 0, box_w - 1, box_h - 1), radius=round(px * 0.35), fill=BOX_RGBA)
-    for i, line in enumerate(lines):
-        y = pad_y + i * line_h + line_h // 2
-        draw.text(
-            (box_w // 2, y),
-            line,
-            font=font,
-            fill=TEXT_RGBA,
-            anchor="mm",
-            stroke_width=stroke,
-            stroke_fill=(0, 0, 0, 255),
-        )
-    x = (width - box_w) // 2
-    y = height - round(BOTTOM_MARGIN * height) - box_h
-    return img, (x, max(0, y))
+    color, accent = _rgba(style.color), _rgba(style.highlight)
+    stroke = {"clean": 0.05, "bold-outline": 0.11, "boxed": 0.04, "karaoke": 0.08}[style.preset]
+    stroke_px = max(1, round(px * stroke))
+    texts = [" ".join(_shown(words[i].text, style) for i in line) for line in page.lines]
+    widths = [font.length(t) for t in texts]
+    ascent, descent = font.primary.getmetrics()
+    top = pad_y + (len(page.lines) < style.max_lines) * (style.max_lines - len(page.lines)) * line_h
+    if style.preset == "boxed":
+        box_w = max(widths) + 2 * pad_x
+        x0 = (canvas[0] - box_w) / 2
+        draw.rounded_rectangle(
+            (x0, top - pad_y, x0 + box_w, top + len(page.lines) * line_h + pad_y),
+            radius=round(px * 0.3), fill=_rgba(style.box, 160),
+        )  # fmt: skip
+    for n, (line, text, line_w) in enumerate(zip(page.lines, texts, widths, strict=True)):
+        cy = top + n * line_h + line_h // 2
+        baseline = cy + (ascent - descent) / 2
+        left = (canvas[0] - line_w) / 2
+        if is_rtl(text) or current is None:
+            # Right-to-left lines are shaped and ordered as a whole (raqm); they are not split into words.
+            fill = accent if current is not None and style.preset == "karaoke" and current >= line[-1] else color
+            font.draw(draw, left, baseline, text, fill, stroke_px)
+            continue
+        for k, i in enumerate(line):
+            word = _shown(words[i].text, style)
+            prefix = " ".join(_shown(words[j].text, style) for j in line[:k])
+            x = left + (font.length(prefix + " ") if prefix else 0)
+            lit = i == current or (style.preset == "karaoke" and current is not None and i < current)
+            fill = accent if lit else color
+            if lit and style.preset == "boxed":
+                w = font.length(word)
+                draw.rounded_rectangle(
+                    (x - px * 0.12, cy - line_h * 0.45, x + w + px * 0.12, cy + line_h * 0.45),
+                    radius=round(px * 0.2), fill=accent,
+                )  # fmt: skip
+                fill = (0, 0, 0, 255)
+            font.draw(draw, x, baseline, word, fill, stroke_px)
+    return img
+
+
+def _shown(text: str, style: CaptionStyle) -> str:
+    return text.upper() if style.uppercase else text
+
+
+def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool]:
+    """Files for ffmpeg: one PNG when the caption never changes, else PNG states and a concat list
+    (relative names only, so the list can name nothing outside ``workdir``). Returns (path, is_sequence)."""
+    if len(track.states) == 1 and track.states[0].start <= 0.0 and track.states[0].end >= duration - 0.001:
+        path = workdir / "caption.png"
+        track.states[0].image.save(path, compress_level=1)
+        return str(path), False
+    blank = Image.new("RGBA", track.states[0].image.size, TRANSPARENT)
+    blank.save(workdir / "c-blank.png", compress_level=1)
+    lines = ["ffconcat version 1.0"]
+    t = 0.0
+    for n, state in enumerate(track.states):
+        if state.start > t + 0.0005:
+            lines += ["file 'c-blank.png'", f"duration {state.start - t:.3f}"]
+        name = f"c-{n:04d}.png"
+        state.image.save(workdir / name, compress_level=1)
+        lines += [f"file '{name}'", f"duration {state.end - state.start:.3f}"]
+        t = state.end
+    lines += ["file 'c-blank.png'", f"duration {max(0.04, duration - t + 1):.3f}"]
+    path = workdir / "captions.ffconcat"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path), True

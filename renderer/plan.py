@@ -14,6 +14,12 @@ from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 PRESET = "veryfast"
 CRF = 23
 AUDIO_BITRATE = "128k"
+# Previews (editors deciding on a cut): half the size, the fastest x264 preset.
+PREVIEW_PRESET = "ultrafast"
+PREVIEW_CRF = 28
+PREVIEW_AUDIO_BITRATE = "96k"
+FADE = 0.15  # seconds of fade in and out, so a clip does not start or end on a click
+SEQUENCE_FORMATS = "concat,png_pipe,image2"
 AUDIO_RATE = 48000
 MAX_FPS = Fraction(60)
 DEFAULT_FPS = Fraction(30)
@@ -28,6 +34,7 @@ class Overlay:
     path: str
     x: int
     y: int
+    sequence: bool = False  # a concat list of timed PNG states (captions that change), not a still
 
 
 def output_rate(info: MediaInfo) -> Fraction:
@@ -49,6 +56,7 @@ def build_command(
     output: str,
     ffmpeg_bin: str = "ffmpeg",
     audio_source: str | None = None,
+    cut: tuple[float, float] | None = None,
 ) -> list[str]:
     """One ffmpeg pass: exact cut (input seek + decode), fit to the profile, overlays, H.264/AAC mp4.
 
@@ -57,29 +65,42 @@ def build_command(
     ``audio_source``, when given, is a separate audio stream of the same source (as YouTube serves them).
     """
     width, height = spec.size
-    src = _input(source, spec)
+    start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
+    src = _input(source, start, duration)
     video = _fit(src.video, width, height, spec.fit)
     for overlay in overlays:
-        still = ffmpeg.input(overlay.path, protocol_whitelist="file")
-        video = ffmpeg.overlay(video, still, x=overlay.x, y=overlay.y, eof_action="repeat")
-    video = video.filter("format", "yuv420p")
+        if overlay.sequence:
+            layer = ffmpeg.input(
+                overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
+            )
+        else:
+            layer = ffmpeg.input(overlay.path, protocol_whitelist="file")
+        video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
     if audio_source is not None:
-        audio = _input(audio_source, spec).audio
+        audio = _input(audio_source, start, duration).audio
     elif info.has_audio:
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player
-        audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(spec.duration)).audio
+        audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
+    if spec.fades:
+        fade = round(min(FADE, duration / 4), 3)
+        tail = round(max(0.0, duration - fade), 3)
+        video = video.filter("fade", t="in", st=0, d=fade).filter("fade", t="out", st=tail, d=fade)
+        audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
+    video = video.filter("format", "yuv420p")
+    preview = spec.quality == "preview"
     out = ffmpeg.output(
         video,
         audio,
         output,
         vcodec="libx264",
-        preset=PRESET,
-        crf=CRF,
+        preset=PREVIEW_PRESET if preview else PRESET,
+        crf=PREVIEW_CRF if preview else CRF,
         r=str(output_rate(info)),
         fps_mode="cfr",
         acodec="aac",
-        audio_bitrate=AUDIO_BITRATE,
+        audio_bitrate=PREVIEW_AUDIO_BITRATE if preview else AUDIO_BITRATE,
+        t=_seconds(duration),
         ar=AUDIO_RATE,
         movflags="+faststart",
         map_metadata=-1,
@@ -89,7 +110,7 @@ def build_command(
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
 
 
-def _input(source: str, spec: ClipSpec) -> ffmpeg.nodes.FilterableStream:
+def _input(source: str, start: float, duration: float) -> ffmpeg.nodes.FilterableStream:
     options: dict[str, object] = {"protocol_whitelist": "file"}
     if source.startswith(("http://", "https://")):
         # Bounded range requests on one kept-alive connection: ffmpeg asks for what it reads, not for the rest
@@ -100,11 +121,18 @@ def _input(source: str, spec: ClipSpec) -> ffmpeg.nodes.FilterableStream:
             "initial_request_size": HTTP_INITIAL_REQUEST,
             "request_size": HTTP_REQUEST,
         }
-    return ffmpeg.input(source, ss=_seconds(spec.start), t=_seconds(spec.duration), format_whitelist=FORMATS, **options)
+    return ffmpeg.input(source, ss=_seconds(start), t=_seconds(duration), format_whitelist=FORMATS, **options)
 
 
 def _fit(video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str) -> ffmpeg.nodes.FilterableStream:
-    """Scale into width×height without distortion: black bars (pad) or a blurred fill of the frame (blur)."""
+    """Scale into width×height without distortion: black bars (pad), a blurred fill of the frame (blur), or
+    filling the frame and cropping the middle (center)."""
+    if fit == "center":
+        return (
+            video.filter("scale", width, height, force_original_aspect_ratio="increase", flags="bicubic")
+            .filter("crop", width, height)
+            .filter("setsar", 1)
+        )
     if fit == "pad":
         return _contain(video, width, height).filter("pad", width, height, "(ow-iw)/2", "(oh-ih)/2").filter("setsar", 1)
     split = video.filter_multi_output("split")

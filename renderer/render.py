@@ -11,10 +11,11 @@ from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnava
 from quoteclip.spec import ClipSpec, format_time
 from watermarks import watermark_image
 
-from .captions import caption_image
+from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import Overlay, build_command
 from .probe import MediaInfo, probe
+from .timing import TimedWord, clip_words, spread
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ class RenderResult:
     height: int
     duration: float
     argv: tuple[str, ...]
+    source_start: float = 0.0  # where the clip starts in the source
+    captions: CaptionTrack | None = None
 
 
 def check_span(spec: ClipSpec, info: MediaInfo) -> None:
@@ -57,21 +60,39 @@ def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_strea
         raise SourceUnavailable(f"source has {info.streams} streams, over the limit of {max_streams}: {label}")
 
 
-def make_overlays(spec: ClipSpec, workdir: Path) -> list[Overlay]:
-    """Caption and watermark as PNG files in ``workdir``, placed for the spec's output size."""
+def cut_for(spec: ClipSpec, info: MediaInfo) -> tuple[float, float]:
+    """(start, duration) of the cut in the source: the quote plus padding, the padding cut short at the end
+    of the video."""
+    end = spec.cut_end if not info.duration else min(spec.cut_end, max(spec.end, info.duration))
+    return spec.cut_start, round(end - spec.cut_start, 3)
+
+
+def timed_words(spec: ClipSpec, cut: tuple[float, float]) -> tuple[list[TimedWord], bool]:
+    """Clip-time words and whether they carry real timing (else the caption is spread over the quote)."""
+    start, duration = cut
+    if spec.words:
+        return clip_words([(w.text, w.start, w.end) for w in spec.words], start, start + duration), True
+    offset = spec.start - start
+    spread_words = spread(spec.caption, spec.end - spec.start)
+    return [TimedWord(w.text, round(w.start + offset, 3), round(w.end + offset, 3)) for w in spread_words], False
+
+
+def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tuple[list[Overlay], CaptionTrack | None]:
+    """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output."""
     overlays = []
-    caption = caption_image(spec.caption, spec.size, spec.caption_size, spec.font)
-    if caption is not None:
-        img, (x, y) = caption
-        path = workdir / "caption.png"
-        img.save(path, compress_level=1)
-        overlays.append(Overlay(str(path), x, y))
+    words, timed = timed_words(spec, cut)
+    track = caption_track(
+        words, spec.size, spec.profile, spec.caption_size, spec.style, spec.font, highlight=timed, duration=cut[1]
+    )
+    if track is not None:
+        path, sequence = write_track(track, workdir, cut[1])
+        overlays.append(Overlay(path, track.x, track.y, sequence=sequence))
     if spec.watermark is not None:
         img, (x, y) = watermark_image(spec.watermark, spec.size, spec.font)
-        path = workdir / "watermark.png"
-        img.save(path, compress_level=1)
-        overlays.append(Overlay(str(path), x, y))
-    return overlays
+        mark = workdir / "watermark.png"
+        img.save(mark, compress_level=1)
+        overlays.append(Overlay(str(mark), x, y))
+    return overlays, track
 
 
 def render_clip(
@@ -89,10 +110,11 @@ def render_clip(
     ``on_progress`` receives the fraction done, 0.0–1.0.
     """
     check_span(spec, info)
-    overlays = make_overlays(spec, workdir)
+    cut = cut_for(spec, info)
+    overlays, track = make_overlays(spec, workdir, cut)
     output = workdir / "clip.mp4"
-    argv = build_command(spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source)
-    duration = spec.duration
+    argv = build_command(spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut)
+    duration = cut[1]
 
     def progress(seconds: float) -> None:
         if on_progress is not None:
@@ -109,4 +131,4 @@ def render_clip(
     if abs(out.duration - duration) > tolerance:
         raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv)
     log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
-    return RenderResult(output, out.width, out.height, round(out.duration, 3), tuple(argv))
+    return RenderResult(output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track)

@@ -24,10 +24,13 @@ def test_landscape_with_overlays_exact_argv() -> None:
         "-filter_complex",
         "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
         "[s0]pad=1280:720:(ow-iw)/2:(oh-ih)/2[s1];[s1]setsar=1[s2];"
-        "[s2][1]overlay=eof_action=repeat:x=66:y=504[s3];[s3]format=yuv420p[s4]",
-        "-map", "[s4]", "-map", "0:a",
+        "[s2][1]overlay=eof_action=repeat:x=66:y=504[s3];"
+        "[s3]fade=d=0.15:st=0:t=in[s4];[s4]fade=d=0.15:st=6.85:t=out[s5];[s5]format=yuv420p[s6];"
+        "[0:a]afade=d=0.15:st=0:t=in[s7];[s7]afade=d=0.15:st=6.85:t=out[s8]",
+        "-map", "[s6]", "-map", "[s8]",
         "-f", "mp4", "-b:a", "128k", "-acodec", "aac", "-ar", "48000", "-crf", "23", "-fps_mode", "cfr",
-        "-map_metadata", "-1", "-movflags", "+faststart", "-preset", "veryfast", "-r", "30", "-vcodec", "libx264",
+        "-map_metadata", "-1", "-movflags", "+faststart", "-preset", "veryfast", "-r", "30", "-t", "7.000",
+        "-vcodec", "libx264",
         "/t/clip.mp4",
         "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1", "-y",
     ]  # fmt: skip
@@ -46,7 +49,7 @@ def test_remote_source_allows_network_protocols_only() -> None:
 
 
 def test_separate_audio_stream_is_cut_the_same_way() -> None:
-    spec = ClipSpec(source="https://www.youtube.com/watch?v=x", start=10, end=12)
+    spec = ClipSpec(source="https://www.youtube.com/watch?v=x", start=10, end=12, fades=False)
     argv = build_command(spec, INFO, "http://127.0.0.1:9/v", [], "/t/o.mp4", audio_source="http://127.0.0.1:9/a")
     a = argv.index("http://127.0.0.1:9/a")
     assert argv[a - 5 : a] == ["-ss", "10.000", "-t", "2.000", "-i"]
@@ -54,7 +57,7 @@ def test_separate_audio_stream_is_cut_the_same_way() -> None:
 
 
 def test_silent_track_when_source_has_no_audio() -> None:
-    spec = ClipSpec(source="in.mp4", start=1, end=3.5)
+    spec = ClipSpec(source="in.mp4", start=1, end=3.5, fades=False)
     info = MediaInfo(**{**INFO.__dict__, "has_audio": False})
     argv = build_command(spec, info, "in.mp4", [], "/t/o.mp4")
     i = argv.index("anullsrc=r=48000:cl=stereo")
@@ -86,3 +89,26 @@ def test_output_rate() -> None:
     assert output_rate(MediaInfo(**{**INFO.__dict__, "frame_rate": "30000/1001"})) == Fraction(30000, 1001)
     assert output_rate(MediaInfo(**{**INFO.__dict__, "frame_rate": "120"})) == 60
     assert output_rate(MediaInfo(**{**INFO.__dict__, "frame_rate": "", "fps": 0.0})) == 30
+
+
+def test_preview_padding_and_caption_sequence() -> None:
+    spec = ClipSpec(source="in.mp4", start=10, end=12, quality="preview", pad_before=1, pad_after=0.5)
+    argv = build_command(spec, INFO, "in.mp4", [Overlay("/t/captions.ffconcat", 0, 500, sequence=True)], "/t/o.mp4")
+    i = argv.index("in.mp4")
+    assert argv[i - 5 : i] == ["-ss", "9.000", "-t", "3.500", "-i"]  # the pads widen the cut
+    j = argv.index("/t/captions.ffconcat")
+    assert argv[j - 9 : j] == [
+        "-f", "concat", "-format_whitelist", "concat,png_pipe,image2", "-protocol_whitelist", "file",
+        "-safe", "1", "-i",
+    ]  # fmt: skip
+    graph = argv[argv.index("-filter_complex") + 1]
+    assert "scale=640:360" in graph
+    assert argv[argv.index("-preset") + 1] == "ultrafast" and argv[argv.index("-crf") + 1] == "28"
+
+
+def test_center_crop_fit() -> None:
+    spec = ClipSpec(source="in.mp4", start=1, end=3, profile="vertical", fit="center")
+    graph = build_command(spec, INFO, "in.mp4", [], "/t/o.mp4")
+    joined = graph[graph.index("-filter_complex") + 1]
+    assert "scale=720:1280:flags=bicubic:force_original_aspect_ratio=increase" in joined
+    assert "crop=720:1280" in joined

@@ -49,7 +49,7 @@ def test_cut_is_frame_exact_with_sparse_keyframes(media, settings) -> None:
     """First output frame is the source frame at start; frame count is duration × fps (keyframes 10 s apart)."""
     src = media(size="320x180", fps=30, duration=12, gop=300)
     start, end = 5.5, 8.0  # source frames 165 .. 239
-    out = render(settings, source=str(src), start=start, end=end)
+    out = render(settings, source=str(src), start=start, end=end, fades=False)
     source_frames = gray_frames(src)
     first = gray_frames(out, limit=3)[0][1]
     errors = [float(np.abs(img - first).mean()) for _, img in source_frames]
