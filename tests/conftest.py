@@ -50,7 +50,10 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
         path = folder / f"src-{hashlib.sha1(params.encode()).hexdigest()[:12]}.mp4"
         if path.exists():
             return path
-        if pattern == "flash":
+        if pattern == "black":
+            video = f"color=c=black:s={size}:r={fps}:d={duration}"
+            sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
+        elif pattern == "flash":
             video = f"color=c=black:s={size}:r={fps}:d={duration},drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)'"
             sound = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={duration}"
         else:

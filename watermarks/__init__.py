@@ -20,13 +20,14 @@ def watermark_image(
 ) -> tuple[Image.Image, tuple[int, int]]:
     """The mark as an RGBA image (opacity applied) and its top-left position in the frame."""
     width, height = frame
-    target_h = max(8, round(mark.size * height))
+    short = min(width, height)  # sizes follow the short side, so a vertical frame gets the same mark
+    target_h = max(8, round(mark.size * short))
     img = _logo(mark.logo, target_h) if mark.logo else _text(mark.text or "", target_h, font_path)
     if img.width > width // 2:  # never cover more than half the frame width
         img = img.resize((width // 2, max(1, round(img.height * (width // 2) / img.width))), Image.Resampling.LANCZOS)
     alpha = img.getchannel("A").point(lambda a: round(a * mark.opacity))
     img.putalpha(alpha)
-    margin = round(mark.margin * height)
+    margin = round(mark.margin * short)
     x = margin if mark.position.endswith("left") else width - margin - img.width
     y = margin if mark.position.startswith("top") else height - margin - img.height
     return img, (max(0, x), max(0, y))

@@ -1,0 +1,159 @@
+"""Captions, formats and previews, checked on rendered pixels and files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mediacheck import rgb_frame, streams
+from PIL import Image, ImageDraw, ImageFont
+
+from jobs.pipeline import produce_clip
+from quoteclip.errors import BadInput
+from quoteclip.fonts import font_set
+from quoteclip.settings import Settings
+from quoteclip.spec import CaptionStyle, build_spec
+from renderer.captions import caption_track
+from renderer.timing import TimedWord, paginate, spread
+from storage import LocalStorage
+
+WORDS = [
+    {"text": "one", "start": 1.0, "end": 1.5},
+    {"text": "two", "start": 1.5, "end": 2.0},
+    {"text": "three", "start": 2.0, "end": 2.6},
+]
+
+
+def render(settings: Settings, **fields: object) -> Path:
+    result = produce_clip(build_spec(fields), settings, LocalStorage(settings.storage_dir))
+    assert result.path is not None
+    return Path(result.path)
+
+
+def yellow_x(frame: np.ndarray, rows: slice) -> float | None:
+    region = frame[rows]
+    mask = (region[..., 0] > 200) & (region[..., 1] > 170) & (region[..., 2] < 90)
+    xs = np.nonzero(mask)[1]
+    return float(xs.mean()) if xs.size > 50 else None
+
+
+def test_highlighted_word_moves_at_the_word_times(media, settings) -> None:
+    src = media(size="320x180", duration=4, gop=60, pattern="black")
+    out = render(settings, source=str(src), start=1.0, end=2.6, words=WORDS, fades=False,
+                 style={"preset": "bold-outline"})  # fmt: skip
+    rows = slice(400, 720)
+    xs = [yellow_x(rgb_frame(out, t), rows) for t in (0.2, 0.7, 1.3)]
+    assert all(x is not None for x in xs), xs
+    assert xs[0] < xs[1] < xs[2]  # one → two → three, left to right
+
+
+def test_karaoke_keeps_spoken_words_lit(media, settings) -> None:
+    src = media(size="320x180", duration=4, gop=60, pattern="black")
+    out = render(settings, source=str(src), start=1.0, end=2.6, words=WORDS, fades=False,
+                 style={"preset": "karaoke", "highlight": "#FFD400"})  # fmt: skip
+
+    def lit(t: float) -> int:
+        region = rgb_frame(out, t)[400:720]
+        return int(((region[..., 0] > 200) & (region[..., 1] > 170) & (region[..., 2] < 90)).sum())
+
+    assert lit(0.2) < lit(0.7) < lit(1.3)
+
+
+def test_long_caption_without_times_is_paged(media, settings) -> None:
+    src = media(size="320x180", duration=10, gop=60, pattern="black")
+    text = "This weird scheduling, which I'm quite sure people are going to start replicating it, " * 2
+    out = render(settings, source=str(src), start=0, end=8, caption=text, profile="vertical", fades=False)
+    first, last = rgb_frame(out, 0.5), rgb_frame(out, 7.5)
+    assert np.abs(first - last)[700:1100].mean() > 2  # a different page is showing
+    words = spread(text, 8.0)
+    pages = paginate(words, lambda s: len(s) * 20.0, 634, max_chars=22)
+    assert all(len(p.lines) <= 2 for p in pages) and len(pages) >= 4
+
+
+def test_vertical_captions_stay_in_the_safe_zone(media, settings) -> None:
+    src = media(size="640x360", duration=4, gop=60, pattern="black")
+    out = render(settings, source=str(src), start=0.5, end=3, caption="Safe zone check for a phone screen",
+                 profile="vertical", fit="center", fades=False)  # fmt: skip
+    info = streams(out)
+    assert (info["width"], info["height"]) == (720, 1280)
+    frame = rgb_frame(out, 1.0)
+    bright = np.nonzero(frame.max(axis=2) > 200)[0]
+    assert bright.size > 100
+    assert bright.max() < 1280 * (1 - 0.2) and bright.min() > 1280 * 0.5
+
+
+def test_center_crop_fills_the_vertical_frame(media, settings) -> None:
+    src = media(size="640x360", duration=3, gop=60)
+    frame = rgb_frame(render(settings, source=str(src), start=0.5, end=2, profile="vertical", fit="center"), 1.0)
+    assert frame[:, :60].mean() > 30 and frame[:, -60:].mean() > 30  # no bars: the middle is cropped
+
+
+def test_portrait_and_square_profiles(media, settings) -> None:
+    src = media(size="320x180", duration=3, gop=60)
+    for profile, size in (("portrait", (720, 900)), ("square", (720, 720))):
+        info = streams(render(settings, source=str(src), start=0.5, end=2, profile=profile, caption="hi"))
+        assert (info["width"], info["height"]) == size
+
+
+def test_preview_is_smaller_faster_and_keyed_apart(media, settings) -> None:
+    src = media(size="640x360", duration=4, gop=60)
+    base = {"source": str(src), "start": 0.5, "end": 3.0, "caption": "cut check", "watermark": {"text": "Brand"}}
+    store = LocalStorage(settings.storage_dir)
+    final = produce_clip(build_spec(base), settings, store)
+    preview = produce_clip(build_spec({**base, "quality": "preview"}), settings, store)
+    assert preview.key != final.key and not preview.cached
+    assert (preview.width, preview.height) == (640, 360) and (final.width, final.height) == (1280, 720)
+    assert abs(preview.duration - final.duration) < 0.05
+
+
+def test_padding_and_fades(media, settings) -> None:
+    src = media(size="320x180", duration=6, gop=60)
+    out = render(settings, source=str(src), start=2, end=3, pad_before=0.5, pad_after=0.5)
+    info = streams(out)
+    assert abs(info["duration"] - 2.0) < 0.05 and info["frames"] == 60
+    assert rgb_frame(out, 0.0).mean() < 0.5 * rgb_frame(out, 0.5).mean()  # fading in from black
+    padded_past_end = render(settings, source=str(src), start=5, end=5.8, pad_after=3)
+    assert abs(streams(padded_past_end)["duration"] - 1.0) < 0.05  # the pad stops at the end of the video
+
+
+def test_rtl_lines_match_pillow_shaping() -> None:
+    text = "مرحبا بالعالم"
+    fonts = font_set(text, None, 48)
+    ref = fonts.whole(text)
+    assert ref is not None
+    ours = Image.new("RGBA", (600, 100))
+    fonts.draw(ImageDraw.Draw(ours), 10, 70, text, (255, 255, 255, 255), 0)
+    shaped = Image.new("RGBA", (600, 100))
+    ImageDraw.Draw(shaped).text((10, 70), text, font=fonts.font(ref), fill=(255, 255, 255, 255), anchor="ls")
+    assert np.array_equal(np.asarray(ours), np.asarray(shaped))
+    unshaped = Image.new("RGBA", (600, 100))
+    basic = ImageFont.truetype(ref[0], 48, layout_engine=ImageFont.Layout.BASIC)
+    ImageDraw.Draw(unshaped).text((10, 70), text, font=basic, fill=(255, 255, 255, 255), anchor="ls")
+    assert not np.array_equal(np.asarray(ours), np.asarray(unshaped))  # joined, right-to-left forms
+
+
+SCRIPTS = ["שלום עולם", "مرحبا بالعالم", "日本語のキャプション", "한국어 자막", "中文字幕 🔥 great ★"]
+
+
+@pytest.mark.parametrize("text", SCRIPTS)
+def test_scripts_and_emoji_render(media, settings, text) -> None:
+    src = media(size="320x180", duration=3, gop=60, pattern="black")
+    frame = rgb_frame(render(settings, source=str(src), start=0.5, end=2, caption=text, fades=False), 0.5)
+    assert (frame[500:700].max(axis=2) > 200).sum() > 200  # glyphs drawn
+
+
+def test_missing_glyph_is_refused_before_rendering(media, settings) -> None:
+    src = media(size="320x180", duration=3, gop=60)
+    with pytest.raises(BadInput, match=r"caption has characters no installed font can draw: '\\ue000' \(U\+E000\)"):
+        render(settings, source=str(src), start=0.5, end=2, caption="private \ue000 use")
+    assert not (settings.storage_dir.exists() and list(settings.storage_dir.glob("*.mp4")))
+
+
+def test_caption_track_states_follow_the_words() -> None:
+    words = [TimedWord("alpha", 0.0, 0.4), TimedWord("beta", 0.4, 0.9), TimedWord("gamma.", 0.9, 1.5)]
+    track = caption_track(words, (1280, 720), "landscape", 0.055, CaptionStyle(), None, True, 2.0)
+    assert track is not None
+    assert [(s.start, s.end) for s in track.states] == [(0.0, 0.4), (0.4, 0.9), (0.9, 2.0)]
+    clean = caption_track(words, (1280, 720), "landscape", 0.055, CaptionStyle(preset="clean"), None, True, 2.0)
+    assert clean is not None and len(clean.states) == 1
