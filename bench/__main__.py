@@ -134,7 +134,10 @@ class Stack:
         self.http = HttpSource(www)
         self.counter = work / "ffmpeg-runs.log"
         wrapper = work / "ffmpeg-counting"
-        wrapper.write_text(f'#!/bin/sh\necho run >> "{self.counter}"\nexec "{ffmpeg}" "$@"\n')
+        wrapper.write_text(  # counts renders, not version queries
+            f'#!/bin/sh\ncase " $* " in *" -version "*) ;; *) echo run >> "{self.counter}" ;; esac\n'
+            f'exec "{ffmpeg}" "$@"\n'
+        )
         wrapper.chmod(0o755)
         self.cache = work / "source-cache"
         self.env = {

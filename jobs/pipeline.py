@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import time
@@ -10,12 +11,14 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
+from quoteclip import RENDERER_VERSION, __version__
 from quoteclip.errors import QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
-from renderer.ffmpeg import ffmpeg_binary
+from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
 from renderer.probe import has_audio, probe
-from renderer.render import check_limits, render_clip
+from renderer.render import RenderResult, check_limits, render_clip
+from renderer.sidecars import manifest, poster, sha256_file, to_srt, to_vtt
 from sources import open_source, resolve_source
 from storage import Storage
 
@@ -51,6 +54,7 @@ class ClipResult:
     path: str | None = None
     filename: str | None = None
     source_bytes: int | None = None  # bytes fetched from a remote source for this render
+    sidecars: dict[str, str] | None = None  # srt, vtt, poster, manifest → links
 
     def to_json(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "path"}
@@ -122,15 +126,20 @@ def produce_clip(
             if source_error is not None:  # ffmpeg may take a failed read for the end of the file
                 raise source_error
             fetched = opened.fetched_bytes if source.remote else None
+            title = opened.title
         t2 = time.perf_counter()
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         filename = download_name(spec, key)
+        sidecars = _sidecars(spec, key, source.identity, title, result, binary)
         meta = {
             "width": str(result.width),
             "height": str(result.height),
             "duration": f"{result.duration:.3f}",
             "filename": filename,
+            "sidecars": ",".join(sidecars),
         }
+        for suffix, (data, content_type) in sidecars.items():  # sidecars first, the mp4 last
+            storage.put_sidecar(key, suffix, data, content_type)
         storage.put(result.path, key, filename, meta)
     say(Stage.FINISHED, 100)
     log.info(
@@ -140,8 +149,44 @@ def produce_clip(
     return replace(_result(storage, key, meta, cached=False), source_bytes=fetched)
 
 
+def _sidecars(
+    spec: ClipSpec, key: str, identity: str, title: str | None, result: RenderResult, ffmpeg_bin: str
+) -> dict[str, tuple[bytes, str]]:
+    """SRT and WebVTT of the captions (clip time), a poster JPEG and a JSON manifest, by file suffix."""
+    files: dict[str, tuple[bytes, str]] = {}
+    if result.captions is not None:
+        files[".srt"] = (to_srt(result.captions).encode(), "application/x-subrip")
+        files[".vtt"] = (to_vtt(result.captions).encode(), "text/vtt")
+    files[".jpg"] = (poster(result.path, min(result.duration * 0.4, 1.0)), "image/jpeg")
+    files[".manifest.json"] = (
+        manifest(
+            key=key,
+            source={"url": spec.source, "id": identity, "title": title},
+            quote={"start": spec.start, "end": spec.end},
+            source_times={"start": result.source_start, "end": round(result.source_start + result.duration, 3)},
+            spec=spec.model_dump(mode="json"),
+            versions={"quoteclip": __version__, "renderer": RENDERER_VERSION, "ffmpeg": ffmpeg_version(ffmpeg_bin)},
+            output={
+                "width": result.width,
+                "height": result.height,
+                "duration": result.duration,
+                "bytes": result.path.stat().st_size,
+                "sha256": sha256_file(result.path),
+            },
+            sidecars={
+                suffix: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                for suffix, (data, _) in files.items()
+            },
+        ),  # fmt: skip
+        "application/json",
+    )
+    return files
+
+
 def _result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> ClipResult:
     path = storage.local_path(key)
+    names = {".srt": "srt", ".vtt": "vtt", ".jpg": "poster", ".manifest.json": "manifest"}
+    suffixes = [x for x in meta.get("sidecars", "").split(",") if x in names]
     return ClipResult(
         status=Stage.FINISHED.value,
         link=storage.link(key),
@@ -152,4 +197,5 @@ def _result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> C
         cached=cached,
         path=str(path) if path is not None else None,
         filename=meta.get("filename"),
+        sidecars={names[x]: storage.link(key, x) for x in suffixes} or None,
     )

@@ -11,13 +11,14 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
 from .errors import BadInput, QuoteclipError
 from .settings import Settings
-from .spec import ClipSpec, WatermarkSpec, build_spec
+from .spec import ClipSpec, build_spec
 
 app = typer.Typer(
     add_completion=False,
@@ -71,39 +72,61 @@ def _emit(payload: dict[str, Any], as_json: bool, human: str) -> None:
         typer.echo(human)
 
 
-def _spec_from_options(
-    source: str,
-    start: str,
-    end: str,
-    caption: str,
-    watermark: str | None,
-    watermark_position: str,
-    watermark_opacity: float,
-    watermark_size: float,
-    font: str | None,
-    caption_size: float,
-    profile: str,
-    fit: str,
-    settings: Settings,
-) -> ClipSpec:
-    data: dict[str, Any] = {
-        "source": source,
-        "start": start,
-        "end": end,
-        "caption": caption,
-        "font": font,
-        "caption_size": caption_size,
-        "profile": profile,
-        "fit": fit,
-    }
-    if watermark:
-        key = "logo" if watermark.lower().endswith(".png") else "text"
-        data["watermark"] = {
-            key: watermark,
-            "position": watermark_position,
-            "opacity": watermark_opacity,
-            "size": watermark_size,
-        }
+BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "pad_before",
+                "pad_after"}  # fmt: skip
+
+
+def load_brand_style(path: str) -> dict[str, Any]:
+    """A brand style file: JSON with any of BRAND_FIELDS, reused across a batch of clips."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"style file not found: {path!r}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"style file cannot be read: {path!r} ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"style file is not valid JSON: {path!r} ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"style file must hold a JSON object, got {type(data).__name__}: {path!r}")
+    unknown = sorted(set(data) - BRAND_FIELDS)
+    if unknown:
+        raise BadInput(f"style file has unknown fields {unknown} (allowed: {sorted(BRAND_FIELDS)}): {path!r}")
+    return data
+
+
+def _spec_from_options(opts: dict[str, Any], settings: Settings) -> ClipSpec:
+    """Options → spec data: the brand style file first, explicit options over it, a transcript for the times."""
+    data: dict[str, Any] = load_brand_style(opts["style_file"]) if opts.get("style_file") else {}
+    data["source"] = opts["source"]
+    for name in ("caption", "font", "caption_size", "profile", "fit", "quality", "pad_before", "pad_after"):
+        if opts.get(name) is not None:
+            data[name] = opts[name]
+    if opts.get("no_fades"):
+        data["fades"] = False
+    if opts.get("style") is not None:
+        data["style"] = {**data.get("style", {}), "preset": opts["style"]}
+    if opts.get("watermark"):
+        kind = "logo" if opts["watermark"].lower().endswith(".png") else "text"
+        data["watermark"] = {kind: opts["watermark"]}
+    if data.get("watermark"):
+        for name in ("position", "opacity", "size"):
+            if opts.get(f"watermark_{name}") is not None:
+                data["watermark"] = {**data["watermark"], name: opts[f"watermark_{name}"]}
+    if opts.get("transcript"):
+        from .transcript import align, load_transcript, retime
+
+        if not opts.get("caption"):
+            raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
+        found = align(opts["caption"], load_transcript(opts["transcript"]))
+        data["start"] = opts.get("start") if opts.get("start") is not None else found.start
+        data["end"] = opts.get("end") if opts.get("end") is not None else found.end
+        data["words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(opts["caption"], found.words)]
+        logging.getLogger("quoteclip").info("quote found in the transcript, score %.2f", found.score)
+    else:
+        for name in ("start", "end"):
+            if opts.get(name) is None:
+                raise BadInput(f"{name}: required (or give --transcript and --caption to find the quote)")
+            data[name] = opts[name]
     return build_spec(data, max_seconds=settings.max_clip_seconds)
 
 
@@ -143,50 +166,66 @@ class _Progress:
             self._bar.__exit__(None, None, None)
 
 
-# Options shared by the commands that take a clip spec.
-StartOpt = Annotated[str, typer.Option("--start", help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
-EndOpt = Annotated[str, typer.Option("--end", help="Quote end, same forms as --start.")]
-CaptionOpt = Annotated[str, typer.Option("--caption", help="The quote's text, burned in as a caption.")]
+# Options shared by the commands that take a clip spec (None: the spec's default, or the style file's).
+StartOpt = Annotated[str | None, typer.Option("--start", help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
+EndOpt = Annotated[str | None, typer.Option("--end", help="Quote end, same forms as --start.")]
+CaptionOpt = Annotated[str | None, typer.Option("--caption", help="The quote's text, burned in as captions.")]
 WatermarkOpt = Annotated[str | None, typer.Option("--watermark", help="Brand text (e.g. StarZero) or a PNG logo path.")]
-WmPosOpt = Annotated[str, typer.Option("--watermark-position", help="top-left|top-right|bottom-left|bottom-right")]
-WmOpacityOpt = Annotated[float, typer.Option("--watermark-opacity", help="0.05–1.0")]
-WmSizeOpt = Annotated[float, typer.Option("--watermark-size", help="Mark height as a fraction of the frame.")]
-FontOpt = Annotated[str | None, typer.Option("--font", help="A TTF/OTF file for caption and text mark.")]
-CaptionSizeOpt = Annotated[float, typer.Option("--caption-size", help="Caption font size / frame height.")]
-ProfileOpt = Annotated[str, typer.Option("--profile", help="landscape (1280x720) | vertical | square")]
-FitOpt = Annotated[str, typer.Option("--fit", help="pad (black bars) | blur (blurred fill)")]
-
-_DEFAULT_WM = WatermarkSpec(text="x")
+WmPosOpt = Annotated[
+    str | None, typer.Option("--watermark-position", help="top-left|top-right|bottom-left|bottom-right")
+]
+WmOpacityOpt = Annotated[float | None, typer.Option("--watermark-opacity", help="0.05–1.0 (default 0.8)")]
+WmSizeOpt = Annotated[float | None, typer.Option("--watermark-size", help="Mark height / the frame's short side.")]
+FontOpt = Annotated[str | None, typer.Option("--font", help="A TTF/OTF file for captions and the text mark.")]
+CaptionSizeOpt = Annotated[float | None, typer.Option("--caption-size", help="Font size / the frame's short side.")]
+StyleOpt = Annotated[str | None, typer.Option("--style", help="clean | bold-outline | boxed | karaoke")]
+StyleFileOpt = Annotated[str | None, typer.Option("--style-file", help="A brand style JSON file (see README).")]
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", help="landscape (1280x720) | vertical | square | portrait")
+]
+FitOpt = Annotated[str | None, typer.Option("--fit", help="pad (bars) | blur (blurred fill) | center (crop)")]
+QualityOpt = Annotated[str | None, typer.Option("--quality", help="final | preview (half size, fastest encode)")]
+PadBeforeOpt = Annotated[float | None, typer.Option("--pad-before", help="Seconds of source before the quote.")]
+PadAfterOpt = Annotated[float | None, typer.Option("--pad-after", help="Seconds of source after the quote.")]
+NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade in and out.")]
+TranscriptOpt = Annotated[
+    str | None,
+    typer.Option("--transcript", help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
+]
 
 
 def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callable[..., None]:
     """A command taking a clip spec from options; ``action`` does the rest (render inline, or enqueue)."""
 
     def command(
-        source: Annotated[str, typer.Argument(help="A local path or an http(s) media URL.")],
-        start: StartOpt,
-        end: EndOpt,
-        caption: CaptionOpt = "",
+        source: Annotated[str, typer.Argument(help="A local path, an http(s) media URL or a video page URL.")],
+        start: StartOpt = None,
+        end: EndOpt = None,
+        caption: CaptionOpt = None,
         watermark: WatermarkOpt = None,
-        watermark_position: WmPosOpt = _DEFAULT_WM.position,
-        watermark_opacity: WmOpacityOpt = _DEFAULT_WM.opacity,
-        watermark_size: WmSizeOpt = _DEFAULT_WM.size,
+        watermark_position: WmPosOpt = None,
+        watermark_opacity: WmOpacityOpt = None,
+        watermark_size: WmSizeOpt = None,
         font: FontOpt = None,
-        caption_size: CaptionSizeOpt = ClipSpec.model_fields["caption_size"].default,
-        profile: ProfileOpt = "landscape",
-        fit: FitOpt = "pad",
+        caption_size: CaptionSizeOpt = None,
+        style: StyleOpt = None,
+        style_file: StyleFileOpt = None,
+        profile: ProfileOpt = None,
+        fit: FitOpt = None,
+        quality: QualityOpt = None,
+        pad_before: PadBeforeOpt = None,
+        pad_after: PadAfterOpt = None,
+        no_fades: NoFadesOpt = False,
+        transcript: TranscriptOpt = None,
         as_json: JsonOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
         _setup_logging(verbose)
+        opts = dict(locals())
 
         def go() -> None:
             settings = Settings.from_env()
-            spec = _spec_from_options(
-                source, start, end, caption, watermark, watermark_position, watermark_opacity,
-                watermark_size, font, caption_size, profile, fit, settings,
-            )  # fmt: skip
-            action(spec, settings, as_json)
+            action(_spec_from_options(opts, settings), settings, as_json)
 
         run_guarded(go)
 
@@ -254,6 +293,26 @@ def worker(
 
         setup_logging()
         run_worker(Settings.from_env(), burst=burst, name=name)
+
+    run_guarded(go)
+
+
+@app.command("align")
+def align_command(
+    transcript: Annotated[str, typer.Argument(help="A WebVTT, SRT or JSON word-list transcript.")],
+    quote: Annotated[str, typer.Option("--quote", help="The quote's words.")],
+    threshold: Annotated[float, typer.Option("--threshold", help="Lowest alignment score accepted.")] = 0.8,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find a quote in a transcript by its words: start, end, score and the words with their times."""
+
+    def go() -> None:
+        from .transcript import align, load_transcript
+
+        found = align(quote, load_transcript(transcript), threshold)
+        body = {"start": found.start, "end": found.end, "score": found.score,
+                "words": [{"text": w.text, "start": w.start, "end": w.end} for w in found.words]}  # fmt: skip
+        _emit(body, as_json, f"{found.start:.3f} {found.end:.3f} score {found.score:.2f}")
 
     run_guarded(go)
 

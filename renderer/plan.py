@@ -66,7 +66,8 @@ def build_command(
     """
     width, height = spec.size
     start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
-    src = _input(source, start, duration)
+    preview = spec.quality == "preview"
+    src = _input(source, start, duration, preview)
     video = _fit(src.video, width, height, spec.fit)
     for overlay in overlays:
         if overlay.sequence:
@@ -88,7 +89,6 @@ def build_command(
         video = video.filter("fade", t="in", st=0, d=fade).filter("fade", t="out", st=tail, d=fade)
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
     video = video.filter("format", "yuv420p")
-    preview = spec.quality == "preview"
     out = ffmpeg.output(
         video,
         audio,
@@ -110,8 +110,10 @@ def build_command(
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
 
 
-def _input(source: str, start: float, duration: float) -> ffmpeg.nodes.FilterableStream:
+def _input(source: str, start: float, duration: float, preview: bool = False) -> ffmpeg.nodes.FilterableStream:
     options: dict[str, object] = {"protocol_whitelist": "file"}
+    if preview:  # decode faster (no deblocking): a preview's picture may be a little rougher, its cut is the same
+        options["skip_loop_filter"] = "all"
     if source.startswith(("http://", "https://")):
         # Bounded range requests on one kept-alive connection: ffmpeg asks for what it reads, not for the rest
         # of the file (an open-ended request would have the source fetched ahead into socket buffers).
@@ -120,6 +122,7 @@ def _input(source: str, start: float, duration: float) -> ffmpeg.nodes.Filterabl
             "multiple_requests": 1,
             "initial_request_size": HTTP_INITIAL_REQUEST,
             "request_size": HTTP_REQUEST,
+            **({"skip_loop_filter": "all"} if preview else {}),
         }
     return ffmpeg.input(source, ss=_seconds(start), t=_seconds(duration), format_whitelist=FORMATS, **options)
 

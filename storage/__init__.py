@@ -21,8 +21,11 @@ class Storage(Protocol):
     def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> None:
         """Store ``path`` under ``key``. The clip becomes visible only once complete."""
 
-    def link(self, key: str) -> str:
-        """A link to download the clip (file://, presigned or public https)."""
+    def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
+        """Store a file that goes with the clip (``.srt``, ``.vtt``, ``.jpg``, ``.manifest.json``)."""
+
+    def link(self, key: str, suffix: str = ".mp4") -> str:
+        """A link to download the clip or one of its sidecars (file://, presigned or public https)."""
 
     def local_path(self, key: str) -> Path | None:
         """The clip's path on this machine, where the store is a local folder."""

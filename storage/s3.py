@@ -52,8 +52,8 @@ class S3Storage:
         )
         return cls(client, settings.s3_bucket, settings.link_ttl, settings.public_base_url)
 
-    def object_key(self, key: str) -> str:
-        return f"{PREFIX}{key}.mp4"
+    def object_key(self, key: str, suffix: str = ".mp4") -> str:
+        return f"{PREFIX}{key}{suffix}"
 
     def stat(self, key: str) -> dict[str, str] | None:
         try:
@@ -95,8 +95,19 @@ class S3Storage:
             raise StorageFailed(f"upload of {name} came back with {head.get('ContentLength')} bytes, expected {size}")
         log.info("uploaded %s (%d bytes)", name, size)
 
-    def link(self, key: str) -> str:
-        name = self.object_key(key)
+    def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
+        name = self.object_key(key, suffix)
+        md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=name, Body=data, ContentMD5=md5, ContentType=content_type,
+                CacheControl=CACHE_CONTROL,
+            )  # fmt: skip
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageFailed(f"upload of {name} to bucket {self.bucket} failed: {exc}") from exc
+
+    def link(self, key: str, suffix: str = ".mp4") -> str:
+        name = self.object_key(key, suffix)
         if self.public_base_url:
             return f"{self.public_base_url}/{quote(name)}"
         try:

@@ -137,7 +137,10 @@ def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
     """An FFMPEG_BINARY wrapper that records each run, to assert when ffmpeg did (not) run."""
     log = tmp_path / "ffmpeg-runs.log"
     wrapper = tmp_path / "ffmpeg-counting"
-    wrapper.write_text(f'#!/bin/sh\necho run >> "{log}"\nexec "{ffmpeg_bin}" "$@"\n')
+    # Counts renders, not version queries (the manifest records ffmpeg's version).
+    wrapper.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -version "*) ;; *) echo run >> "{log}" ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+    )
     wrapper.chmod(0o755)
     return str(wrapper), log
 

@@ -157,3 +157,29 @@ def test_caption_track_states_follow_the_words() -> None:
     assert [(s.start, s.end) for s in track.states] == [(0.0, 0.4), (0.4, 0.9), (0.9, 2.0)]
     clean = caption_track(words, (1280, 720), "landscape", 0.055, CaptionStyle(preset="clean"), None, True, 2.0)
     assert clean is not None and len(clean.states) == 1
+
+
+def test_sidecars_next_to_the_clip(media, settings) -> None:
+    import hashlib
+    import json
+
+    src = media(size="320x180", duration=4, gop=60, pattern="black")
+    spec = build_spec({"source": str(src), "start": 1.0, "end": 2.6, "words": WORDS, "pad_before": 0.5})
+    result = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
+    assert result.sidecars is not None and set(result.sidecars) == {"srt", "vtt", "poster", "manifest"}
+    folder = settings.storage_dir
+    srt = (folder / f"{result.key}.srt").read_text()
+    assert srt.startswith("1\n00:00:00,500 --> ") and "one two three" in srt  # clip time: the pad shifts it
+    vtt = (folder / f"{result.key}.vtt").read_text()
+    assert vtt.startswith("WEBVTT\n\n00:00:00.500 --> ")
+    with Image.open(folder / f"{result.key}.jpg") as poster:
+        assert (poster.format, poster.size) == ("JPEG", (1280, 720))
+    manifest = json.loads((folder / f"{result.key}.manifest.json").read_text())
+    mp4 = (folder / f"{result.key}.mp4").read_bytes()
+    assert manifest["output"]["sha256"] == hashlib.sha256(mp4).hexdigest()
+    assert manifest["source_times"] == {"start": 0.5, "end": 2.6}
+    assert manifest["quote"] == {"start": 1.0, "end": 2.6} and manifest["key"] == result.key
+    assert manifest["versions"]["ffmpeg"] and manifest["source"]["url"] == str(src)
+    assert manifest["sidecars"][".srt"]["sha256"] == hashlib.sha256(srt.encode()).hexdigest()
+    again = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
+    assert again.cached and again.sidecars == result.sidecars

@@ -80,7 +80,9 @@ def test_bad_sources(tmp_path) -> None:
 
 def test_missing_required_option_is_usage_error() -> None:
     done = run_cli("render", "a.mp4", "--start", "1")
-    assert done.returncode == 2 and "--end" in done.stderr
+    assert done.returncode == 2 and "end: required (or give --transcript and --caption" in done.stderr
+    unknown = run_cli("render", "a.mp4", "--start", "1", "--end", "2", "--bogus")
+    assert unknown.returncode == 2 and "--bogus" in unknown.stderr
 
 
 def test_render_failure_exits_1_with_ffmpeg_tail(media, tmp_path) -> None:

@@ -57,6 +57,8 @@ def test_enqueue_worker_s3_link_downloads_identical_bytes(media, s3, s3_env, wor
     assert body == stored_bytes and len(body) > 10_000
     assert disposition.startswith('attachment; filename="unicode-it-s-100-fine-1s-') and disposition.endswith('.mp4"')
     assert "immutable" in cache
+    names = {o["Key"] for o in s3.client().list_objects_v2(Bucket=s3.bucket)["Contents"]}
+    assert names == {f"clips/{key}{x}" for x in (".mp4", ".srt", ".vtt", ".jpg", ".manifest.json")}
     clip = Path(s3_env["TMPDIR"]) / "check.mp4"
     clip.write_bytes(body)
     assert (streams(clip)["width"], streams(clip)["height"]) == (1280, 720)

@@ -1,0 +1,247 @@
+"""Transcripts (WebVTT, SRT, JSON word lists) and finding a quote in one by its words.
+
+YouTube's automatic captions (what yt-dlp fetches as VTT) carry a time for every word
+(``word<00:00:01.520><c> next</c>``) and repeat each line in the next cue; both are understood. Cues without
+word times have their span shared among their words by length.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from pathlib import Path
+
+from .errors import BadInput
+
+_CUE_TIME = re.compile(r"^\s*((?:\d+:)?\d{1,2}:\d{2}[.,]\d{1,3})\s*-->\s*((?:\d+:)?\d{1,2}:\d{2}[.,]\d{1,3})")
+_INLINE = re.compile(r"<((?:\d+:)?\d{1,2}:\d{2}\.\d{3})>")
+_TAG = re.compile(r"<[^>]*>")
+MAX_TRANSCRIPT_BYTES = 20 * 1024 * 1024
+DEFAULT_THRESHOLD = 0.8
+
+
+@dataclass(frozen=True)
+class TWord:
+    text: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Alignment:
+    start: float
+    end: float
+    score: float
+    words: list[TWord]
+
+
+def _seconds(stamp: str) -> float:
+    parts = stamp.replace(",", ".").split(":")
+    total = 0.0
+    for part in parts:
+        total = total * 60 + float(part)
+    return round(total, 3)
+
+
+def _share(text: str, start: float, end: float) -> list[TWord]:
+    tokens = text.split()
+    weights = [len(t) + 1 for t in tokens]
+    total = sum(weights) or 1
+    out, t = [], start
+    for token, w in zip(tokens, weights, strict=True):
+        span = (end - start) * w / total
+        out.append(TWord(token, round(t, 3), round(t + span, 3)))
+        t += span
+    return out
+
+
+def parse_cues(text: str) -> list[TWord]:
+    """Words with times from WebVTT or SRT text."""
+    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
+    cues: list[tuple[float, float, list[str]]] = []
+    for block in blocks:
+        lines = block.strip("\n").split("\n")
+        for n, line in enumerate(lines):
+            match = _CUE_TIME.match(line)
+            if match:
+                cues.append((_seconds(match.group(1)), _seconds(match.group(2)), lines[n + 1 :]))
+                break
+    word_timed = any(_INLINE.search(line) for _, _, lines in cues for line in lines)
+    words: list[TWord] = []
+    for start, end, lines in cues:
+        for line in lines:
+            if word_timed and not _INLINE.search(line):
+                continue  # a rolling repeat of the previous cue's line
+            if word_timed:
+                words += _inline_words(line, start, end)
+            else:
+                clean = html.unescape(_TAG.sub("", line)).strip()
+                if clean:
+                    words += _share(clean, start, end)
+    if not words:
+        raise BadInput("transcript: no timed text found (expected WebVTT, SRT or a JSON word list)")
+    return words
+
+
+def _inline_words(line: str, start: float, end: float) -> list[TWord]:
+    pieces = _INLINE.split(line)  # text, time, text, time, text …
+    times = [start] + [_seconds(p) for p in pieces[1::2]]
+    texts = [html.unescape(_TAG.sub("", p)).strip() for p in pieces[0::2]]
+    out = []
+    for n, text in enumerate(texts):
+        if not text:
+            continue
+        t0 = times[n]
+        t1 = times[n + 1] if n + 1 < len(times) else end
+        out += _share(text, t0, max(t0, t1))
+    return out
+
+
+def parse_json(data: object) -> list[TWord]:
+    items = data.get("words") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise BadInput('transcript: a JSON transcript is a list of {text, start, end} (or {"words": [...]})')
+    words = []
+    for n, item in enumerate(items):
+        try:
+            text = str(item.get("text", item.get("word", ""))).strip()
+            words.append(TWord(text, float(item["start"]), float(item["end"])))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise BadInput(f"transcript: word {n} needs text, start and end, got {str(item)[:80]!r}") from None
+    return [w for w in words if w.text]
+
+
+def load_transcript(path: str | Path) -> list[TWord]:
+    file = Path(path)
+    try:
+        if file.stat().st_size > MAX_TRANSCRIPT_BYTES:
+            raise BadInput(f"transcript: {str(path)!r} is over {MAX_TRANSCRIPT_BYTES // 1024**2} MB")
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(f"transcript: file not found: {str(path)!r}") from None
+    except OSError as exc:
+        raise BadInput(f"transcript: cannot read {str(path)!r} ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise BadInput(f"transcript: {str(path)!r} is not UTF-8 text") from None
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            return parse_json(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"transcript: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_cues(text)
+
+
+FILLERS = {"um", "uh", "er", "erm", "ah", "hmm", "mm", "uhm"}
+_CONTRACTIONS = {"n't": "not", "'re": "are", "'ve": "have", "'ll": "will", "'d": "would", "'m": "am"}
+
+
+def _expand(word: str) -> list[str]:
+    """English contractions as the words they stand for ("I'm" → I am), so either form matches the other."""
+    low = word.casefold().replace("’", "'")
+    for tail, full in _CONTRACTIONS.items():
+        if low.endswith(tail) and len(low) > len(tail):
+            head = low[: -len(tail)]
+            return [("will" if head == "wo" else "can" if head == "ca" else head), full]
+    return [word]
+
+
+def normalize(token: str) -> str:
+    token = unicodedata.normalize("NFKC", token).casefold()
+    return "".join(ch for ch in token if unicodedata.category(ch)[0] in "LN")
+
+
+def _close(a: str, b: str) -> bool:
+    """Small transcription differences: "schedule"/"scheduling", "gonna"/"going" are not; "colour"/"color" are."""
+    if a == b:
+        return True
+    if min(len(a), len(b)) >= 4 and (a.startswith(b[:-1]) or b.startswith(a[:-1])) and abs(len(a) - len(b)) <= 3:
+        return True
+    return min(len(a), len(b)) >= 4 and SequenceMatcher(None, a, b).ratio() >= 0.8
+
+
+def _fuzzy(window: list[str], wanted: list[str]) -> list[str]:
+    """The window with each token replaced by a quote token it is close to, so near misses still match."""
+    vocabulary = set(wanted)
+    return [t if t in vocabulary else next((q for q in wanted if _close(t, q)), t) for t in window]
+
+
+def align(quote: str, words: list[TWord], threshold: float = DEFAULT_THRESHOLD) -> Alignment:
+    """Find ``quote`` in ``words``: tolerant of case, punctuation and small transcription differences."""
+    wanted = _parts(quote.split(), drop_fillers=False)[0]
+    if not wanted:
+        raise BadInput("quote: the quote's text has no words to look for")
+    tokens, owner = _parts([w.text for w in words], drop_fillers=True)  # each token points back at its word
+    n = len(wanted)
+    anchors = set(wanted[: min(3, n)]) | set(wanted[-min(3, n) :])
+    best = (0.0, 0, 0)
+    for i, token in enumerate(tokens):
+        if token not in anchors:
+            continue
+        for offset in range(min(3, n)):
+            lo = max(0, i - offset if token == wanted[offset] else i)
+            window = _fuzzy(tokens[lo : lo + n + max(2, n // 5)], wanted)
+            blocks = [b for b in SequenceMatcher(None, wanted, window, autojunk=False).get_matching_blocks() if b.size]
+            if not blocks:
+                continue
+            first, last = blocks[0], blocks[-1]
+            matched = sum(b.size for b in blocks)
+            span = last.b + last.size - first.b
+            score = matched / max(n, span)  # words found, less words in between that the quote lacks
+            if score > best[0]:
+                best = (score, lo + first.b, lo + last.b + last.size - 1)
+    score, a, b = best
+    score = min(1.0, round(score, 3))
+    if tokens:
+        a, b = owner[a], owner[b]
+    if score < threshold:
+        raise BadInput(
+            f"quote: not found in the transcript (best match scores {score:.2f}, below the {threshold:.2f} "
+            f"threshold): {quote[:80]!r}"
+        )
+    found = words[a : b + 1]
+    return Alignment(found[0].start, found[-1].end, score, found)
+
+
+def _parts(texts: list[str], drop_fillers: bool) -> tuple[list[str], list[int]]:
+    """Normalized tokens of ``texts`` (contractions expanded), each with the index of the text it came from."""
+    tokens, owner = [], []
+    for n, text in enumerate(texts):
+        for part in _expand(text):
+            token = normalize(part)
+            if token and not (drop_fillers and token in FILLERS):
+                tokens.append(token)
+                owner.append(n)
+    return tokens, owner
+
+
+def retime(text: str, spoken: list[TWord]) -> list[TWord]:
+    """The words of ``text`` (the quote as it should read) with times taken from the transcript words they
+    match; words the transcript lacks get times between their neighbours'."""
+    tokens = text.split()
+    if not tokens or not spoken:
+        return []
+    wanted, want_owner = _parts(tokens, drop_fillers=False)
+    heard, heard_owner = _parts([w.text for w in spoken], drop_fillers=True)
+    heard = _fuzzy(heard, wanted)
+    times: list[tuple[float, float] | None] = [None] * len(tokens)
+    for block in SequenceMatcher(None, wanted, heard, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            n, w = want_owner[block.a + k], spoken[heard_owner[block.b + k]]
+            old = times[n]
+            times[n] = (w.start, w.end) if old is None else (min(old[0], w.start), max(old[1], w.end))
+    start, end = spoken[0].start, spoken[-1].end
+    out: list[TWord] = []
+    for n, token in enumerate(tokens):
+        t = times[n]
+        if t is None:
+            prev_end = out[-1].end if out else start
+            nxt = next((x for x in times[n + 1 :] if x is not None), None)
+            t = (prev_end, nxt[0] if nxt is not None else end)
+        out.append(TWord(token, t[0], max(t[0], t[1])))
+    return out
