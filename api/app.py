@@ -19,7 +19,7 @@ from redis import Redis
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from jobs.metrics import QueueCollector
-from jobs.queue import JOB_ID, connect, enqueue_clip, job_status
+from jobs.queue import JOB_ID, connect, enqueue_clip, health, job_status
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec
@@ -146,8 +146,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         detail = f"{first['field']}: {first['message']}".removeprefix(": ")
         return JSONResponse({"detail": detail, "errors": jsonable(errors)}, status_code=422)
 
-    def accepted(spec: ClipSpec, callback_url: str | None) -> tuple[ClipAccepted, int]:
-        queued = enqueue_clip(spec, settings, connection, storage, callback_url=callback_url)
+    def accepted(spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
+        queued = enqueue_clip(spec, settings, connection, storage, callback_url=callback_url, bulk=bulk)
         body = ClipAccepted(
             id=queued.job_id, status=queued.status, status_url=f"/clips/{queued.job_id}",
             download_url=f"/clips/{queued.job_id}/download", link=link_for(queued.job_id, queued.link),
@@ -165,7 +165,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/batches", responses={422: {}, 429: {}})
     def create_batch(request: BatchRequest, _: str = Depends(rate_limited)) -> dict[str, Any]:
-        """One source, many quotes: one id per clip (identical quotes share one)."""
+        """One source, many quotes: one id per clip (identical quotes share one), queued behind on-demand clips."""
         common = {k: v for k, v in (request.model_extra or {}).items()}
         specs = []
         for i, quote in enumerate(request.quotes):
@@ -174,7 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 specs.append(build_spec(data, max_seconds=settings.max_clip_seconds))
             except BadInput as exc:
                 raise BadInput(f"quotes[{i}].{exc}") from None
-        clips = [accepted(spec, request.callback_url)[0].model_dump() for spec in specs]
+        clips = [accepted(spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]
         return {"clips": clips}
 
     @app.get("/clips/{clip_id}", response_model=ClipStatus, responses={404: {}})
@@ -219,19 +219,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
-        checks: dict[str, str] = {}
-        try:
-            connection.ping()
-            checks["redis"] = "ok"
-        except Exception as exc:
-            checks["redis"] = f"unreachable: {type(exc).__name__}"
-        try:
-            storage.stat("0" * 32)
-            checks["storage"] = "ok"
-        except Exception as exc:
-            checks["storage"] = f"unreachable: {exc}".splitlines()[0][:200]
-        ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"status": "ok" if ok else "degraded", **checks}, status_code=200 if ok else 503)
+        body = health(connection, storage)
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     registry = CollectorRegistry()
     registry.register(QueueCollector(connection, settings.queue_name))

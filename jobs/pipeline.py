@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,6 +42,30 @@ class Stage(StrEnum):
 STAGE_START = {Stage.FETCHING: 0, Stage.RENDERING: 5, Stage.UPLOADING: 95, Stage.FINISHED: 100}
 
 Reporter = Callable[[Stage, int], None]
+TEMP_PREFIX = "quoteclip-"  # + the pid of the process rendering: folders of dead processes are swept
+
+
+def sweep_temp(folder: str | None = None) -> int:
+    """Remove render folders left by processes that died mid-render (killed work-horses). Returns how many."""
+    root = Path(folder or tempfile.gettempdir())
+    removed = 0
+    for path in root.glob(f"{TEMP_PREFIX}*-*"):
+        pid = path.name.removeprefix(TEMP_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -93,7 +119,7 @@ def produce_clip(
         return _result(storage, key, meta, cached=True)
 
     binary = ffmpeg_binary(settings.ffmpeg_binary)
-    with tempfile.TemporaryDirectory(prefix="quoteclip-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         with open_source(source, settings, Path(tmp), binary) as opened:
@@ -142,9 +168,13 @@ def produce_clip(
             storage.put_sidecar(key, suffix, data, content_type)
         storage.put(result.path, key, filename, meta)
     say(Stage.FINISHED, 100)
+    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3),
+               "store_s": round(time.perf_counter() - t2, 3)}  # fmt: skip
     log.info(
         "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s, store %.2f s, %s source bytes",
-        key, result.duration, t1 - t0, t2 - t1, time.perf_counter() - t2, fetched if fetched is not None else "local",
+        key, result.duration, *timings.values(), fetched if fetched is not None else "local",
+        extra={"fields": {"stage": "stored", "key": key, "duration_s": result.duration, **timings,
+                          "source_bytes": fetched}},
     )  # fmt: skip
     return replace(_result(storage, key, meta, cached=False), source_bytes=fetched)
 

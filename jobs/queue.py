@@ -50,6 +50,11 @@ class Enqueued:
         return body
 
 
+def bulk_queue_name(settings: Settings) -> str:
+    """Bulk work (batches) waits behind on-demand clicks: workers listen to the main queue first."""
+    return f"{settings.queue_name}-bulk"
+
+
 def connect(settings: Settings) -> Redis:
     return Redis.from_url(settings.redis_url, socket_connect_timeout=5, health_check_interval=30)
 
@@ -64,6 +69,7 @@ def enqueue_clip(
     connection: Redis | None = None,
     storage: Storage | None = None,
     callback_url: str | None = None,
+    bulk: bool = False,
 ) -> Enqueued:
     """Return at once: the stored clip's link, the id of an identical job already queued or running
     (joined, never a second render), or the id of a newly enqueued job.
@@ -86,7 +92,7 @@ def enqueue_clip(
         except QuoteclipError as exc:
             raise BadInput(f"callback_url: {exc}") from None
         add_callback(connection, job_id, callback_url)  # before enqueueing: a fast job still finds it
-    queue = Queue(settings.queue_name, connection=connection)
+    queue = Queue(bulk_queue_name(settings) if bulk else settings.queue_name, connection=connection)
     for _ in range(3):
         try:
             queue.enqueue(
@@ -187,3 +193,19 @@ def _last_line(job: Job) -> str:
     text = (result.exc_string or "") if result is not None else ""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "failed"
+
+
+def health(connection: Redis, storage: Storage) -> dict[str, str]:
+    """Whether Redis and the store answer: {"status": "ok"|"degraded", "redis": …, "storage": …}."""
+    checks: dict[str, str] = {}
+    try:
+        connection.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:
+        checks["redis"] = f"unreachable: {type(exc).__name__}"
+    try:
+        storage.stat("0" * 32)
+        checks["storage"] = "ok"
+    except Exception as exc:
+        checks["storage"] = f"unreachable: {exc}".splitlines()[0][:200]
+    return {"status": "ok" if all(v == "ok" for v in checks.values()) else "degraded", **checks}

@@ -317,6 +317,23 @@ def align_command(
     run_guarded(go)
 
 
+@app.command("health")
+def health_command(as_json: JsonOpt = False) -> None:
+    """Check that Redis and the clip store answer (exit 0), or say which does not (exit 1)."""
+
+    def go() -> None:
+        from jobs.queue import connect, health
+        from storage import open_storage
+
+        settings = Settings.from_env()
+        body = health(connect(settings), open_storage(settings))
+        _emit(body, as_json, " ".join(f"{k}: {v}" for k, v in body.items()))
+        if body["status"] != "ok":
+            raise typer.Exit(1)
+
+    run_guarded(go)
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",

