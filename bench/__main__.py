@@ -194,7 +194,7 @@ def click_to_file(stack: Stack, start: float, length: float, work: Path) -> floa
         body = job_status(queued.job_id, settings)
         if body["status"] in ("finished", "failed"):
             break
-        time.sleep(0.02)
+        time.sleep(0.05)  # a client polling every 50 ms (the demo page polls every 500 ms)
     if body["status"] != "finished":
         raise SystemExit(f"bench: job failed: {body['error']}")
     import urllib.request

@@ -125,5 +125,5 @@ class S3Storage:
 
 def content_disposition(filename: str) -> str:
     """``attachment`` with an ASCII-safe name (the name is built by the project, never raw user text)."""
-    safe = "".join(c for c in filename if c.isascii() and (c.isalnum() or c in "-_.")) or "clip.mp4"
+    safe = "".join(c for c in filename if c.isascii() and (c.isalnum() or c in "-_.")).lstrip(".") or "clip.mp4"
     return f'attachment; filename="{safe}"'
