@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Worker, get_current_job
 
 from jobs.pipeline import sweep_temp
@@ -100,15 +102,32 @@ class ClipWorker(Worker):
 
 
 def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
-    """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty)."""
+    """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty).
+
+    When Redis goes away (a restart, a failover) the worker waits and reconnects, with backoff up to 30 s,
+    instead of exiting: queued jobs are picked up again once Redis is back (with persistence on, none is lost).
+    """
     import jobs.tasks  # noqa: F401  (imported once here, so each forked work-horse starts with it loaded)
 
-    connection = connect(settings)
-    queues = [Queue(q, connection=connection) for q in (settings.queue_name, bulk_queue_name(settings))]
-    worker = ClipWorker(queues, connection=connection, name=name)
-    worker.shutdown_grace = settings.shutdown_grace
-    sweep_temp()
-    return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))
+    delay = 1.0
+    while True:
+        try:
+            connection = connect(settings)
+            queues = [Queue(q, connection=connection) for q in (settings.queue_name, bulk_queue_name(settings))]
+            # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to requeue
+            # jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after a worker dies.
+            worker = ClipWorker(
+                queues, connection=connection, name=name, job_monitoring_interval=10,
+                maintenance_interval=settings.maintenance_interval, worker_ttl=settings.maintenance_interval + 15,
+            )  # fmt: skip
+            worker.shutdown_grace = settings.shutdown_grace
+            sweep_temp()
+            return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("lost Redis (%s); reconnecting in %.0f s", str(exc).splitlines()[0], delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            name = None  # the old registration may linger until it expires: come back under a new name
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from redis import Redis, WatchError
@@ -158,7 +159,7 @@ def job_status(
     except NoSuchJobError:
         job = None
     body: dict[str, Any] = {"job_id": job_id}
-    if job is None or job.get_status(refresh=False) == JobStatus.FINISHED:
+    if job is None or job.get_status(refresh=False) == JobStatus.FINISHED or _stale(job):
         meta = storage.stat(key)
         if meta is not None:  # finished, or stored by an earlier request (the job itself may have expired)
             body.update(status="finished", stage="finished", progress=100, link=storage.link(key), error=None)
@@ -186,6 +187,18 @@ def job_status(
     if status == JobStatus.FINISHED:  # finished but the object is missing from the store
         body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
     return body
+
+
+STALE_AFTER = 60  # seconds without a heartbeat from a started job's worker
+
+
+def _stale(job: Job) -> bool:
+    """A started job whose worker stopped beating (killed, or cut off from Redis): its clip may be stored
+    already (ask the store), and if not, rq's maintenance requeues it once its heartbeat expires."""
+    if job.get_status(refresh=False) != JobStatus.STARTED or job.last_heartbeat is None:
+        return False
+    beat = job.last_heartbeat if job.last_heartbeat.tzinfo else job.last_heartbeat.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - beat).total_seconds() > STALE_AFTER
 
 
 def _last_line(job: Job) -> str:

@@ -107,6 +107,7 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     webhook_secret: str | None = field(default=None, repr=False)
     shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
+    maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -137,6 +138,7 @@ class Settings:
             cors_origins=_list(env, "QUOTECLIP_CORS_ORIGINS"),
             webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
+            maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),
         )
 
     @property

@@ -251,12 +251,18 @@ def build_spec(data: dict[str, Any], max_seconds: float = DEFAULT_MAX_SECONDS) -
         raise BadInput(describe_validation_error(exc)) from None
 
 
+def _path_part(part: object) -> str:
+    """A field name as it is when it is a plain name or index; quoted (control characters escaped) otherwise."""
+    text = str(part)
+    return text if re.fullmatch(r"[\w-]{1,64}", text) else repr(text[:64])
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One line naming the field and the value, e.g. ``end: end must be after start, got …``."""
     lines = []
     for err in exc.errors(include_url=False):
         msg = str(err["msg"]).removeprefix("Value error, ")
-        field = ".".join(str(p) for p in err["loc"])
+        field = ".".join(_path_part(p) for p in err["loc"])
         if not field:  # a check across fields: it names its field itself ("end must be after start, …")
             lines.append(msg)
             continue

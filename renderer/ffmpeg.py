@@ -72,12 +72,19 @@ def run_ffmpeg(
                 ) from None
             reader.join(timeout=5)
             if code != 0:
-                raise RenderFailed(f"ffmpeg exited with code {code}", argv, _tail(err))
+                raise RenderFailed(f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, _tail(err))
         finally:
             if proc.poll() is None:
                 _kill_group(proc)
             if proc.stdout:
                 proc.stdout.close()
+
+
+def _errno_hint(code: int) -> str:
+    """ffmpeg exits with a negated errno (mod 256) for system errors: name it ("No space left on device")."""
+    errno_value = 256 - code if 128 < code < 256 else 0
+    name = os.strerror(errno_value) if errno_value else ""
+    return f" ({name})" if name and not name.startswith("Unknown error") else ""
 
 
 def _die_with_parent() -> None:

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from jobs.queue import enqueue_clip, job_status
-from quoteclip.devservices import free_port, start_private_redis
+from quoteclip.devservices import free_port
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 
@@ -179,6 +179,7 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
 
     wait_until(lambda: _ping(redis, url), 10, "redis")
     queue_env["QUOTECLIP_REDIS_URL"] = url
+    queue_env["QUOTECLIP_MAINTENANCE_INTERVAL"] = "5"
     workers.env = queue_env
     settings = Settings.from_env(queue_env)
     src = str(media(size="640x360", duration=12, gop=60))
@@ -192,10 +193,17 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
         time.sleep(1.0)
         redis_proc = start()
         wait_until(lambda: _ping(redis, url), 10, "redis again")
-        wait_until(lambda: all(job_status(i, settings)["status"] == "finished" for i in ids), 180, "every clip")
+        try:
+            wait_until(lambda: all(job_status(i, settings)["status"] == "finished" for i in ids), 300, "every clip")
+        except AssertionError:
+            statuses = [(i[-6:], job_status(i, settings)["status"], job_status(i, settings)["error"]) for i in ids]
+            proc.terminate()
+            out, _ = proc.communicate(timeout=30)
+            raise AssertionError(f"{statuses}\n{out[-3000:]}") from None
     finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=30)
         redis_proc.terminate()
         redis_proc.wait()
 
