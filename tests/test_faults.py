@@ -278,3 +278,26 @@ def test_burst_of_200_requests_20_renders(media, queue_env, workers, ffmpeg_coun
                   b"quoteclip:metrics", b"rq:workers", b"rq:worker"))]  # fmt: skip
     assert not [k for k in persistent if k.startswith((b"rq:job:", b"rq:results:", b"quoteclip:callbacks"))]
     assert all("Traceback" not in line for line in logs)
+
+
+def test_killed_worker_job_is_picked_up_by_another(media, queue_env, workers) -> None:
+    """The whole worker (and its work-horse) killed mid-job: another worker requeues and renders it once the
+    job's heartbeat expires (70 s) at its next maintenance pass; the client never sees "started" forever."""
+    queue_env["QUOTECLIP_MAINTENANCE_INTERVAL"] = "5"
+    workers.env = queue_env
+    settings = Settings.from_env(queue_env)
+    job_id = enqueue_clip(long_spec(media), settings).job_id  # type: ignore[arg-type]
+    first = workers.start(burst=False)
+    wait_until(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render")
+    for proc in psutil.Process(first.pid).children(recursive=True) + [psutil.Process(first.pid)]:
+        proc.kill()
+    first.communicate(timeout=30)
+    began = time.monotonic()
+    second = workers.start(burst=False)
+    try:
+        wait_until(lambda: job_status(job_id, settings)["status"] == "finished", 240, "another worker to finish it")
+    finally:
+        second.terminate()
+        second.communicate(timeout=60)
+    assert time.monotonic() - began < 240
+    assert not ffmpeg_running(queue_env["TMPDIR"])
