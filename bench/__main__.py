@@ -316,7 +316,7 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, work: Path) 
         failed = [f"{b['job_id']}: {b['error']}" for b in failed if b["status"] != "finished"]
         for line in failed:
             print(f"bench: batch job failed: {line}", file=sys.stderr)
-        twice = fetched_twice(stack.http.ranges)
+        twice = stack.http.bytes_sent_twice()
         cores = os.cpu_count() or 1
         rows.append({"figure": f"5. batch: {batch} quotes from one source, 2 workers",
                      "value": f"{wall:.1f} s wall, {batch / (wall / 60) / cores:.1f} clips/min/core, "
@@ -330,16 +330,6 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, work: Path) 
     finally:
         stack.close()
     return rows
-
-
-def fetched_twice(ranges: list[tuple[str, int, int]]) -> int:
-    spans = sorted((s, e) for _, s, e in ranges)
-    dup, reach = 0, 0
-    for s, e in spans:
-        if s < reach:
-            dup += min(e, reach) - s
-        reach = max(reach, e)
-    return dup
 
 
 def table(rows: list[Row]) -> str:

@@ -74,8 +74,8 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
     while time.monotonic() < deadline:
         if check():
             return
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not come up within {timeout} s")
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not happen within {timeout} s")
 
 
 @dataclass
@@ -199,6 +199,16 @@ class HttpSource:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def bytes_sent_twice(self) -> int:
+        """Bytes of any path that were sent more than once (overlapping ranges)."""
+        spans = sorted((s, e) for _, s, e in self.ranges)
+        dup, reach = 0, 0
+        for s, e in spans:
+            if s < reach:
+                dup += min(e, reach) - s
+            reach = max(reach, e)
+        return dup
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         source = self

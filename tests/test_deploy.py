@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from jobs.queue import enqueue_clip, job_status
+from quoteclip.devservices import wait_for
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 
@@ -87,17 +88,20 @@ def test_clicks_before_batches(media, queue_env, workers) -> None:
     assert ended[click] < min(ended[i] for i in bulk)  # enqueued last, rendered first
 
 
-@pytest.mark.slow
-def test_sigterm_lets_the_current_render_finish(media, queue_env, workers) -> None:
+def _rendering(media, queue_env, workers, end: float):  # type: ignore[no-untyped-def]
+    """A long render under way in a real worker: (settings, job id, worker process)."""
     settings = Settings.from_env(queue_env)
-    spec = build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 15,
+    spec = build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": end,
                        "fit": "blur"})  # fmt: skip
     job_id = enqueue_clip(spec, settings).job_id
     worker = workers.start(burst=False)
-    deadline = time.monotonic() + 60
-    while job_status(job_id, settings)["stage"] != "rendering" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert job_status(job_id, settings)["stage"] == "rendering"
+    wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
+    return settings, job_id, worker
+
+
+@pytest.mark.slow
+def test_sigterm_lets_the_current_render_finish(media, queue_env, workers) -> None:
+    settings, job_id, worker = _rendering(media, queue_env, workers, end=15)
     worker.send_signal(signal.SIGTERM)
     out, _ = worker.communicate(timeout=120)
     assert worker.returncode == 0, out
@@ -107,14 +111,7 @@ def test_sigterm_lets_the_current_render_finish(media, queue_env, workers) -> No
 @pytest.mark.slow
 def test_sigterm_grace_limit_stops_a_long_render(media, queue_env, workers) -> None:
     queue_env["QUOTECLIP_SHUTDOWN_GRACE"] = "1"
-    settings = Settings.from_env(queue_env)
-    spec = build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 18,
-                       "fit": "blur"})  # fmt: skip
-    job_id = enqueue_clip(spec, settings).job_id
-    worker = workers.start(burst=False)
-    deadline = time.monotonic() + 60
-    while job_status(job_id, settings)["stage"] != "rendering" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    settings, job_id, worker = _rendering(media, queue_env, workers, end=18)
     began = time.monotonic()
     worker.send_signal(signal.SIGTERM)
     worker.communicate(timeout=60)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from jobs.queue import enqueue_clip, job_status
-from quoteclip.devservices import free_port
+from quoteclip.devservices import free_port, wait_for
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 
@@ -81,15 +81,6 @@ class Switch:
         self.listener.close()
 
 
-def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def long_spec(media) -> object:  # type: ignore[no-untyped-def]
     return build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 14,
                        "fit": "blur"})  # fmt: skip
@@ -116,19 +107,19 @@ def test_killed_work_horse_is_retried_and_leaves_nothing(media, queue_env, worke
     settings = Settings.from_env(queue_env)
     spec = long_spec(media)
     job_id = enqueue_clip(spec, settings).job_id  # type: ignore[arg-type]
-    wait_until(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
+    wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
     horse = next(c for c in psutil.Process(worker_proc.pid).children() if "python" in c.name().lower())
     horse.send_signal(signal.SIGKILL)  # as the kernel's OOM killer would
-    wait_until(lambda: not ffmpeg_running(queue_env["TMPDIR"]) or job_status(job_id, settings)["stage"] == "rendering",
+    wait_for(lambda: not ffmpeg_running(queue_env["TMPDIR"]) or job_status(job_id, settings)["stage"] == "rendering",
                10, "ffmpeg to die with its work-horse")  # fmt: skip
-    wait_until(lambda: job_status(job_id, settings)["status"] == "finished", 120, "the retried job to finish")
+    wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 120, "the retried job to finish")
     clips = list(Path(queue_env["QUOTECLIP_STORAGE_DIR"]).glob("*.mp4"))
     assert len(clips) == 1 and not list(Path(queue_env["QUOTECLIP_STORAGE_DIR"]).glob(".incoming-*"))
     # The worker goes on taking jobs, and leaves no temp folders or ffmpeg behind.
     other = build_spec({"source": spec.source, "start": 2, "end": 3})  # type: ignore[attr-defined]
     second = enqueue_clip(other, settings).job_id
-    wait_until(lambda: job_status(second, settings)["status"] == "finished", 60, "the next job")
-    wait_until(lambda: not list(Path(queue_env["TMPDIR"]).glob("quoteclip-*")), 10, "temp folders to go")
+    wait_for(lambda: job_status(second, settings)["status"] == "finished", 60, "the next job")
+    wait_for(lambda: not list(Path(queue_env["TMPDIR"]).glob("quoteclip-*")), 10, "temp folders to go")
     assert not ffmpeg_running(queue_env["TMPDIR"])
 
 
@@ -144,13 +135,13 @@ def test_storage_down_during_upload_then_back(media, queue_env, s3, workers) -> 
         job_id = enqueue_clip(spec, settings).job_id  # type: ignore[arg-type]
         proc = workers.start(burst=False)
         try:
-            wait_until(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render")
+            wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render")
             switch.down()  # the store goes away while the clip renders: the upload fails
-            wait_until(lambda: job_status(job_id, settings)["status"] in ("scheduled", "queued", "failed"), 120,
+            wait_for(lambda: job_status(job_id, settings)["status"] in ("scheduled", "queued", "failed"), 120,
                        "the upload to fail")  # fmt: skip
             assert job_status(job_id, settings)["status"] != "failed"  # transient: retried, not failed
             switch.up = True
-            wait_until(lambda: job_status(job_id, settings)["status"] == "finished", 120, "the retry to finish")
+            wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 120, "the retry to finish")
         finally:
             proc.terminate()
             proc.communicate(timeout=30)
@@ -177,7 +168,7 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
     url = f"redis://127.0.0.1:{port}/0"
     import redis
 
-    wait_until(lambda: _ping(redis, url), 10, "redis")
+    wait_for(lambda: _ping(redis, url), 10, "redis")
     queue_env["QUOTECLIP_REDIS_URL"] = url
     queue_env["QUOTECLIP_MAINTENANCE_INTERVAL"] = "5"
     workers.env = queue_env
@@ -187,15 +178,15 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
            for s in range(8)]  # fmt: skip
     proc = workers.start(burst=False)
     try:
-        wait_until(lambda: sum(job_status(i, settings)["status"] == "finished" for i in ids) >= 1, 60, "a clip")
+        wait_for(lambda: sum(job_status(i, settings)["status"] == "finished" for i in ids) >= 1, 60, "a clip")
         redis_proc.send_signal(signal.SIGKILL)
         redis_proc.wait()
         time.sleep(1.0)
         redis_proc = start()
-        wait_until(lambda: _ping(redis, url), 10, "redis again")
+        wait_for(lambda: _ping(redis, url), 10, "redis again")
         try:
-            wait_until(lambda: all(job_status(i, settings)["status"] == "finished" for i in ids), 300, "every clip")
-        except AssertionError:
+            wait_for(lambda: all(job_status(i, settings)["status"] == "finished" for i in ids), 300, "every clip")
+        except RuntimeError:
             statuses = [(i[-6:], job_status(i, settings)["status"], job_status(i, settings)["error"]) for i in ids]
             proc.terminate()
             out, _ = proc.communicate(timeout=30)
@@ -288,14 +279,14 @@ def test_killed_worker_job_is_picked_up_by_another(media, queue_env, workers) ->
     settings = Settings.from_env(queue_env)
     job_id = enqueue_clip(long_spec(media), settings).job_id  # type: ignore[arg-type]
     first = workers.start(burst=False)
-    wait_until(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render")
+    wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render")
     for proc in psutil.Process(first.pid).children(recursive=True) + [psutil.Process(first.pid)]:
         proc.kill()
     first.communicate(timeout=30)
     began = time.monotonic()
     second = workers.start(burst=False)
     try:
-        wait_until(lambda: job_status(job_id, settings)["status"] == "finished", 240, "another worker to finish it")
+        wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 240, "another worker to finish it")
     finally:
         second.terminate()
         second.communicate(timeout=60)

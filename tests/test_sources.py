@@ -45,17 +45,6 @@ def clip(settings: Settings, source: str, start: float, end: float, **extra: obj
     )
 
 
-def fetched_twice(ranges: list[tuple[str, int, int]]) -> int:
-    """Bytes the server sent more than once."""
-    spans = sorted((s, e) for _, s, e in ranges)
-    dup, reach = 0, 0
-    for s, e in spans:
-        if s < reach:
-            dup += min(e, reach) - s
-        reach = max(reach, e)
-    return dup
-
-
 def test_seven_seconds_of_twenty_minutes_fetches_under_5_percent(long_source, settings, http_source) -> None:
     (http_source.root / "ep.mp4").symlink_to(long_source)
     size = long_source.stat().st_size
@@ -73,7 +62,7 @@ def test_two_clips_from_one_source_fetch_the_overlap_once(long_source, settings,
     second = clip(settings, http_source.url("ep.mp4"), 304.0, 311.0)  # overlaps 4 s of the first
     assert second.source_bytes is not None and second.source_bytes < first / 2
     clip(settings, http_source.url("ep.mp4"), 301.0, 305.0)  # inside what is cached: nothing new
-    assert fetched_twice(http_source.ranges) == 0
+    assert http_source.bytes_sent_twice() == 0
     assert http_source.bytes_sent["ep.mp4"] == first + second.source_bytes
 
 
@@ -107,7 +96,7 @@ def test_two_workers_never_download_the_same_block_at_once(long_source, settings
         t.join()
     expected = long_source.read_bytes()[3_000_000:5_000_000]
     assert results == [expected] * 4
-    assert fetched_twice(http_source.ranges) == 0
+    assert http_source.bytes_sent_twice() == 0
 
 
 def test_cache_evicts_least_recently_used_blocks(tmp_path) -> None:
