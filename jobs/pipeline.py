@@ -142,6 +142,7 @@ def produce_clip(
                     timeout=settings.render_timeout(spec.duration),
                     on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
                     audio_source=opened.audio,
+                    probe_source=opened.probe_video,
                 )
             except QuoteclipError:
                 source_error = opened.error()

@@ -24,7 +24,7 @@ PROFILES: dict[str, tuple[int, int]] = {
 }
 ProfileName = Literal["landscape", "vertical", "square", "portrait"]
 Corner = Literal["top-left", "top-right", "bottom-left", "bottom-right"]
-Fit = Literal["pad", "blur", "center"]
+Fit = Literal["pad", "blur", "center", "speaker"]
 Quality = Literal["final", "preview"]
 MAX_WORDS = 2000
 _HEX = r"^#[0-9A-Fa-f]{6}$"

@@ -57,6 +57,7 @@ def build_command(
     ffmpeg_bin: str = "ffmpeg",
     audio_source: str | None = None,
     cut: tuple[float, float] | None = None,
+    crop_x: str | None = None,
 ) -> list[str]:
     """One ffmpeg pass: exact cut (input seek + decode), fit to the profile, overlays, H.264/AAC mp4.
 
@@ -68,7 +69,7 @@ def build_command(
     start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
     preview = spec.quality == "preview"
     src = _input(source, start, duration, preview)
-    video = _fit(src.video, width, height, spec.fit)
+    video = _fit(src.video, width, height, spec.fit, crop_x)
     for overlay in overlays:
         if overlay.sequence:
             layer = ffmpeg.input(
@@ -127,15 +128,16 @@ def _input(source: str, start: float, duration: float, preview: bool = False) ->
     return ffmpeg.input(source, ss=_seconds(start), t=_seconds(duration), format_whitelist=FORMATS, **options)
 
 
-def _fit(video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str) -> ffmpeg.nodes.FilterableStream:
+def _fit(
+    video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str, crop_x: str | None = None
+) -> ffmpeg.nodes.FilterableStream:
     """Scale into width×height without distortion: black bars (pad), a blurred fill of the frame (blur), or
     filling the frame and cropping the middle (center)."""
-    if fit == "center":
-        return (
-            video.filter("scale", width, height, force_original_aspect_ratio="increase", flags="bicubic")
-            .filter("crop", width, height)
-            .filter("setsar", 1)
-        )
+    if fit in ("center", "speaker"):
+        filled = video.filter("scale", width, height, force_original_aspect_ratio="increase", flags="bicubic")
+        if fit == "speaker" and crop_x is not None:  # the window follows the face (an expression of t)
+            return filled.filter("crop", width, height, x=crop_x, y="(ih-oh)/2").filter("setsar", 1)
+        return filled.filter("crop", width, height).filter("setsar", 1)
     if fit == "pad":
         return _contain(video, width, height).filter("pad", width, height, "(ow-iw)/2", "(oh-ih)/2").filter("setsar", 1)
     split = video.filter_multi_output("split")

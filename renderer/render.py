@@ -14,7 +14,8 @@ from watermarks import watermark_image
 from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import Overlay, build_command
-from .probe import MediaInfo, probe
+from .probe import MediaInfo, Readable, probe
+from .reframe import crop_x_expression, face_track
 from .timing import TimedWord, clip_words, spread
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ def render_clip(
     timeout: float,
     on_progress: Callable[[float], None] | None = None,
     audio_source: str | None = None,
+    probe_source: Readable | None = None,
 ) -> RenderResult:
     """Render ``spec`` from ``source`` (already probed as ``info``) to ``workdir/clip.mp4``.
 
@@ -113,7 +115,17 @@ def render_clip(
     cut = cut_for(spec, info)
     overlays, track = make_overlays(spec, workdir, cut)
     output = workdir / "clip.mp4"
-    argv = build_command(spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut)
+    crop_x = None
+    if spec.fit == "speaker":
+        width, height = spec.size
+        src_w, src_h = info.display_size
+        scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
+        faces = face_track(probe_source if probe_source is not None else source, cut[0], cut[1])
+        crop_x = crop_x_expression(faces, scaled_w, width)
+        log.info("speaker framing: %d face positions", len(faces))
+    argv = build_command(
+        spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut, crop_x=crop_x
+    )
     duration = cut[1]
 
     def progress(seconds: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -233,3 +234,20 @@ def test_serve_command_help() -> None:
     done = run_cli("serve", "--help")
     assert done.returncode == 0 and "--port" in done.stdout
     assert Path(__file__).parent.parent.joinpath("api", "page.html").is_file()
+
+
+@pytest.mark.slow
+def test_webhook_delivery_is_retried_until_the_receiver_answers(client, workers, source_url, hook) -> None:
+    hook.fail_first = 1  # the receiver answers 500 once
+    job = client.post("/clips", json={"source": source_url, "start": 1, "end": 2, "callback_url": hook.url}).json()
+    worker = workers.start(burst=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not hook.calls and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+    assert hook.fail_first == 0 and len(hook.calls) == 1  # one failed attempt, then delivered (after 2 s)
+    body, signed = hook.calls[0]
+    assert signed and body["id"] == job["id"] and body["status"] == "finished"

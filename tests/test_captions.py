@@ -183,3 +183,55 @@ def test_sidecars_next_to_the_clip(media, settings) -> None:
     assert manifest["sidecars"][".srt"]["sha256"] == hashlib.sha256(srt.encode()).hexdigest()
     again = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
     assert again.cached and again.sidecars == result.sidecars
+
+
+@pytest.fixture(scope="session")
+def panning_face(tmp_path_factory, ffmpeg_bin) -> Path:
+    """A face (scikit-image's astronaut photo) panning left to right across a 1280×720 frame over 6 s."""
+    from skimage import data
+
+    folder = tmp_path_factory.mktemp("face")
+    Image.fromarray(data.astronaut()).resize((300, 300)).save(folder / "astronaut.png")
+    out = folder / "pan.mp4"
+    import subprocess
+
+    subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y",
+         "-f", "lavfi", "-i", "color=c=gray:s=1280x720:r=30:d=6",
+         "-loop", "1", "-i", str(folder / "astronaut.png"), "-f", "lavfi", "-i", "sine=d=6",
+         "-filter_complex", "[0][1]overlay=x='60+150*t':y=210:shortest=1[v]", "-map", "[v]", "-map", "2:a",
+         "-c:v", "libx264", "-preset", "ultrafast", "-g", "60", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest",
+         str(out)],
+        check=True,
+    )  # fmt: skip
+    return out
+
+
+def _face_x(frame: np.ndarray) -> float | None:
+    import cv2
+
+    detector = cv2.CascadeClassifier(cv2.data.haarcascades + "haarcascade_frontalface_default.xml")
+    gray = np.ascontiguousarray(frame.astype(np.uint8).mean(axis=2).astype(np.uint8))
+    faces = detector.detectMultiScale(gray, scaleFactor=1.1, minNeighbors=5)
+    if not len(faces):
+        return None
+    x, _, w, _ = max(faces, key=lambda f: f[2] * f[3])
+    return float(x + w / 2)
+
+
+def test_speaker_framing_follows_the_face(panning_face, settings) -> None:
+    base = {"source": str(panning_face), "start": 0.5, "end": 5.5, "profile": "vertical", "fades": False}
+    follow = render(settings, **base, fit="speaker")
+    assert (streams(follow)["width"], streams(follow)["height"]) == (720, 1280)
+    for t in (0.5, 2.5, 4.5):
+        x = _face_x(rgb_frame(follow, t))
+        assert x is not None and 150 < x < 570, (t, x)  # the face stays near the middle of the 720-wide frame
+    fixed = render(settings, **base, fit="center")
+    late = _face_x(rgb_frame(fixed, 4.5))
+    assert late is None or not 150 < late < 570  # a fixed centre crop loses it
+
+
+def test_speaker_framing_without_a_face_keeps_the_centre(media, settings) -> None:
+    out = render(settings, source=str(media(size="640x360", duration=3, gop=60)), start=0.5, end=2.5,
+                 profile="vertical", fit="speaker")  # fmt: skip
+    assert (streams(out)["width"], streams(out)["height"]) == (720, 1280)

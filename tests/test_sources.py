@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -245,3 +246,53 @@ def test_size_known_when_another_worker_fetched_the_first_block(long_source, set
     assert first.ensure_size() == long_source.stat().st_size
     assert late.ensure_size() == long_source.stat().st_size  # from the cache's record, no request of its own
     assert http_source.requests["ep.mp4"] == 1
+
+
+def test_crafted_huge_frame_header_is_refused_without_decoding_it(settings, http_source, ffmpeg_bin, tmp_path) -> None:
+    """A real file whose frame is 20000 pixels wide (one tiny MJPEG frame): refused by the size cap."""
+    wide = tmp_path / "wide.mov"
+    subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "color=c=gray:s=20000x8:d=3:r=1",
+         "-c:v", "mjpeg", "-q:v", "31", str(wide)],
+        check=True,
+    )  # fmt: skip
+    (http_source.root / "wide.mov").symlink_to(wide)
+    with pytest.raises(SourceUnavailable, match=r"source frame size 20000x8 is over the limit"):
+        clip(settings, http_source.url("wide.mov"), 0.5, 1.5)
+    assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
+
+
+def test_endless_stream_without_a_size_is_refused(settings, tmp_path) -> None:
+    """A server that ignores ranges and streams forever with no Content-Length (a live stream)."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(65536)
+                try:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nConnection: close\r\n\r\n")
+                    deadline = time.monotonic() + 5  # bounded: the test server stops by itself
+                    while time.monotonic() < deadline and not stop.is_set():
+                        conn.sendall(b"\x00" * 65536)
+                        time.sleep(0.01)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with pytest.raises((SourceUnavailable, BadInput)) as info:
+            clip(settings, f"http://127.0.0.1:{port}/live.mp4", 1, 2)
+        assert "no known size" in str(info.value) or "not a readable video" in str(info.value)
+    finally:
+        stop.set()
+        listener.close()
