@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Worker, get_current_job
 
 from jobs.pipeline import sweep_temp
-from jobs.queue import bulk_queue_name, connect
+from jobs.queue import bulk_queue_name, connect, requeue_lost
 from quoteclip.settings import Settings
 
 log = logging.getLogger("quoteclip.worker")
@@ -82,6 +82,10 @@ class ClipWorker(Worker):
             timer.start()
             self._grace_timer = timer
         super().request_stop(signum, frame)
+
+    def run_maintenance_tasks(self) -> None:
+        super().run_maintenance_tasks()
+        requeue_lost(self.connection)
 
     def monitor_work_horse(self, *args: Any, **kwargs: Any) -> Any:
         try:

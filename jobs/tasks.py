@@ -15,6 +15,7 @@ from storage import open_storage
 
 from .metrics import record_cache_hit, record_failure, record_render
 from .pipeline import Stage, produce_clip
+from .queue import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
         job.save_meta()
 
     began = time.perf_counter()
+    if job is not None:
+        job.connection.zrem(PENDING, job.id)  # started: no longer waiting in a queue
     try:
         spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
         result = produce_clip(spec, settings, open_storage(settings), report=report)

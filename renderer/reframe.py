@@ -26,7 +26,7 @@ def _detector() -> Any:
         import cv2
     except ImportError:
         raise BadInput("fit: speaker needs OpenCV: pip install 'quoteclip[speaker]'") from None
-    path = cv2.data.haarcascades + "haarcascade_frontalface_default.xml"
+    path = getattr(cv2, "data").haarcascades + "haarcascade_frontalface_default.xml"  # noqa: B009 (untyped)
     detector = cv2.CascadeClassifier(path)
     if detector.empty():
         raise BadInput(f"fit: speaker needs OpenCV's face model, missing at {path}")
