@@ -19,7 +19,9 @@ COPY jobs ./jobs
 COPY sources ./sources
 COPY storage ./storage
 COPY api ./api
-RUN pip install --no-cache-dir . \
+# The project itself with the speaker extra (OpenCV's face model); its dependencies are pinned by pyproject.
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir ".[speaker]" \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin quoteclip \
     && mkdir -p /data \
     && chown quoteclip:quoteclip /data

@@ -30,7 +30,7 @@ def test_dockerfile_passes_hadolint() -> None:
 
 def test_dockerfile_mirrors_the_pip_only_install() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert "apt-get" not in text and "pip install --no-cache-dir ." in text
+    assert "apt-get" not in text and 'pip install --no-cache-dir ".[speaker]"' in text
     assert "USER 10001" in text and 'CMD ["quoteclip", "worker"]' in text and "HEALTHCHECK" in text
     for folder in ("quoteclip", "renderer", "watermarks", "jobs", "sources", "storage", "api"):
         assert f"COPY {folder} ./{folder}" in text  # every package the wheel needs
