@@ -178,13 +178,13 @@ def job_status(
         error = error or _last_line(job)
     elif status in {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED} and stage != Stage.QUEUED.value:
         stage = Stage.QUEUED.value  # waiting for a retry
-    progress = int(job.meta.get("progress") or 0) if status != JobStatus.FAILED else int(job.meta.get("progress") or 0)
+    progress = int(job.meta.get("progress") or 0)
     body.update(
         status=status.value if status else "unknown",
         stage=stage,
         progress=progress,
         link=None,
-        error=error if status in {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED} or error else None,
+        error=error or None,
     )
     if status == JobStatus.FINISHED:  # finished but the object is missing from the store
         body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
