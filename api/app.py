@@ -231,6 +231,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     page = resources.files("api").joinpath("page.html").read_text(encoding="utf-8")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(status_code=204)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> HTMLResponse:
         return HTMLResponse(page)

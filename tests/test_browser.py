@@ -79,7 +79,8 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
             page.goto(page_url)
             assert page.inner_text("#times") == "1–6"
             stages: list[str] = []
-            page.on("console", lambda msg: stages.append(msg.text))
+            console: list[str] = []
+            page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
             with page.expect_download(timeout=120_000) as download_info:
                 page.click("#download")
                 page.wait_for_function("document.getElementById('stage').textContent !== 'ready'")
@@ -96,4 +97,5 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
     info = streams(saved)
     assert (info["vcodec"], info["width"], info["height"]) == ("h264", 1280, 720)
     assert abs(info["duration"] - 5.0) < 0.1 and abs(duration - 5.0) < 0.1
-    assert stages and stages[0] in {"queued", "finished"} or stages[0].startswith(("fetching", "rendering"))
+    assert stages and (stages[0] in {"queued", "finished"} or stages[0].startswith(("fetching", "rendering")))
+    assert not [line for line in console if line.startswith("error")], console
