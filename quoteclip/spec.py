@@ -5,9 +5,18 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import BadInput
 
@@ -76,6 +85,14 @@ def format_time(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:06.3f}" if h else f"{m}:{s:06.3f}"
 
 
+def _time_field(value: object, info: ValidationInfo) -> float:
+    return parse_time(value, info.field_name or "time")
+
+
+# A time field: seconds or a timecode in, seconds (to the millisecond) out; messages name the field.
+Time = Annotated[float, BeforeValidator(_time_field)]
+
+
 class WatermarkSpec(BaseModel):
     """A brand mark: text drawn with the caption font, or a PNG logo path."""
 
@@ -112,13 +129,8 @@ class Word(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str = Field(min_length=1, max_length=64)
-    start: float
-    end: float
-
-    @field_validator("start", "end", mode="before")
-    @classmethod
-    def _time(cls, v: object, info: ValidationInfo) -> float:
-        return parse_time(v, info.field_name or "time")
+    start: Time
+    end: Time
 
     @field_validator("text")
     @classmethod
@@ -157,8 +169,8 @@ class ClipSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
-    start: float
-    end: float
+    start: Time
+    end: Time
     caption: str = Field(default="", max_length=MAX_CAPTION_CHARS)
     font: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
     caption_size: float = Field(default=0.055, ge=0.02, le=0.15, description="font size / output height")
@@ -184,11 +196,6 @@ class ClipSpec(BaseModel):
         if not v or _CONTROL.search(v) or "\n" in v:
             raise ValueError(f"source must be a path or URL on one line, got {v!r}")
         return v
-
-    @field_validator("start", "end", mode="before")
-    @classmethod
-    def _time(cls, v: object, info: ValidationInfo) -> float:
-        return parse_time(v, info.field_name or "time")
 
     @field_validator("caption")
     @classmethod
