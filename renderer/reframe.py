@@ -7,10 +7,10 @@ becomes a piecewise-linear ffmpeg expression of t built from numbers only.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import av
-import numpy as np
 
 from quoteclip.errors import BadInput
 
@@ -36,6 +36,8 @@ def _detector() -> Any:
 def face_track(source: Readable, start: float, duration: float) -> list[tuple[float, float]]:
     """(clip seconds, face centre as a fraction of the frame width), sampled through the cut."""
     detector = _detector()
+    import numpy as np  # comes with OpenCV (the speaker extra); a plain install never loads it
+
     if not isinstance(source, str):
         source.seek(0)
     points: list[tuple[float, float]] = []
@@ -67,7 +69,7 @@ def _smooth(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     if not points:
         return []
     xs = [p[1] for p in points]
-    med = [float(np.median(xs[max(0, i - 1) : i + 2])) for i in range(len(xs))]
+    med = [float(statistics.median(xs[max(0, i - 1) : i + 2])) for i in range(len(xs))]
     out = [(points[0][0], med[0])]
     for (t, _), x in zip(points[1:], med[1:], strict=True):
         prev_t, prev_x = out[-1]

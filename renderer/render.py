@@ -15,7 +15,6 @@ from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import Overlay, build_command
 from .probe import MediaInfo, Readable, probe
-from .reframe import crop_x_expression, face_track
 from .timing import TimedWord, clip_words, spread
 
 log = logging.getLogger(__name__)
@@ -117,6 +116,8 @@ def render_clip(
     output = workdir / "clip.mp4"
     crop_x = None
     if spec.fit == "speaker":
+        from .reframe import crop_x_expression, face_track  # OpenCV only for this fit
+
         width, height = spec.size
         src_w, src_h = info.display_size
         scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
