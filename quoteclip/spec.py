@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -102,8 +103,8 @@ class WatermarkSpec(BaseModel):
     logo: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
     position: Corner = "top-right"
     opacity: float = Field(default=0.8, ge=0.05, le=1.0)
-    size: float = Field(default=0.06, ge=0.02, le=0.3, description="height of the mark / output height")
-    margin: float = Field(default=0.03, ge=0.0, le=0.2, description="margin / output height")
+    size: float = Field(default=0.06, ge=0.02, le=0.3, description="height of the mark / the frame's short side")
+    margin: float = Field(default=0.03, ge=0.0, le=0.2, description="margin / the frame's short side")
 
     @model_validator(mode="after")
     def _one_kind(self) -> WatermarkSpec:
@@ -163,7 +164,8 @@ class CaptionStyle(BaseModel):
 class ClipSpec(BaseModel):
     """Everything that decides a clip. Built once, validated when built, never mutated.
 
-    Pass ``context={"max_seconds": N}`` to ``model_validate`` to change the length cap.
+    The clip-length cap is the operator's setting: ``build_spec`` applies it (``context={"max_seconds": N}``);
+    a model validated without that context applies none.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -173,7 +175,7 @@ class ClipSpec(BaseModel):
     end: Time
     caption: str = Field(default="", max_length=MAX_CAPTION_CHARS)
     font: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
-    caption_size: float = Field(default=0.055, ge=0.02, le=0.15, description="font size / output height")
+    caption_size: float = Field(default=0.055, ge=0.02, le=0.15, description="font size / the frame's short side")
     words: tuple[Word, ...] | None = Field(default=None, max_length=MAX_WORDS)
     style: CaptionStyle = CaptionStyle()
     watermark: WatermarkSpec | None = None
@@ -182,7 +184,13 @@ class ClipSpec(BaseModel):
     quality: Quality = "final"
     pad_before: float = Field(default=0.0, ge=0.0, le=10.0)
     pad_after: float = Field(default=0.0, ge=0.0, le=10.0)
-    fades: bool = True
+    fades: bool = True  # a 150 ms fade of the sound in and out (no click at the cut)
+    video_fades: bool = False  # fade the picture from and to black too (the first frame is then black)
+
+    @field_validator("watermark", mode="before")
+    @classmethod
+    def _watermark_text(cls, v: object) -> object:
+        return {"text": v} if isinstance(v, str) else v  # "StarZero": a text mark (a logo is {"logo": …})
 
     @field_validator("fit", mode="before")
     @classmethod
@@ -219,8 +227,8 @@ class ClipSpec(BaseModel):
     def _span(self, info: ValidationInfo) -> ClipSpec:
         if self.end <= self.start:
             raise ValueError(f"end must be after start, got start={self.start} end={self.end}")
-        limit = float((info.context or {}).get("max_seconds", DEFAULT_MAX_SECONDS))
-        if self.end - self.start > limit:
+        limit = (info.context or {}).get("max_seconds")
+        if limit is not None and self.end - self.start > float(limit):
             raise ValueError(
                 f"end makes the clip {self.end - self.start:.3f} s long, over the {limit:g} s limit "
                 f"(start={self.start} end={self.end})"
@@ -266,10 +274,15 @@ def _path_part(part: object) -> str:
 
 def describe_validation_error(exc: ValidationError) -> str:
     """One line naming the field and the value, e.g. ``end: end must be after start, got …``."""
+    return describe_errors(exc.errors(include_url=False))
+
+
+def describe_errors(errors: Sequence[Mapping[str, Any]], skip: tuple[str, ...] = ()) -> str:
+    """pydantic's error records as one line (location parts in ``skip``, such as FastAPI's "body", left out)."""
     lines = []
-    for err in exc.errors(include_url=False):
+    for err in errors:
         msg = str(err["msg"]).removeprefix("Value error, ")
-        field = ".".join(_path_part(p) for p in err["loc"])
+        field = ".".join(_path_part(p) for p in err["loc"] if p not in skip)
         if not field:  # a check across fields: it names its field itself ("end must be after start, …")
             lines.append(msg)
             continue

@@ -18,7 +18,7 @@ AUDIO_BITRATE = "128k"
 PREVIEW_PRESET = "ultrafast"
 PREVIEW_CRF = 28
 PREVIEW_AUDIO_BITRATE = "96k"
-FADE = 0.15  # seconds of fade in and out, so a clip does not start or end on a click
+FADE = 0.15  # seconds of fade in and out: the sound by default (no click), the picture only when asked
 SEQUENCE_FORMATS = "concat,png_pipe,image2"
 AUDIO_RATE = 48000
 MAX_FPS = Fraction(60)
@@ -84,10 +84,11 @@ def build_command(
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player
         audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
-    if spec.fades:
-        fade = round(min(FADE, duration / 4), 3)
-        tail = round(max(0.0, duration - fade), 3)
+    fade = round(min(FADE, duration / 4), 3)
+    tail = round(max(0.0, duration - fade), 3)
+    if spec.video_fades:  # off by default: the first frame (the thumbnail in most apps) is the source's
         video = video.filter("fade", t="in", st=0, d=fade).filter("fade", t="out", st=tail, d=fade)
+    if spec.fades:
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
     video = video.filter("format", "yuv420p")
     out = ffmpeg.output(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mediacheck import rgb_frame, streams
+from mediacheck import gray_frames, rgb_frame, streams
 from PIL import Image, ImageDraw, ImageFont
 
 from jobs.pipeline import produce_clip
@@ -96,7 +96,7 @@ def test_portrait_and_square_profiles(media, settings) -> None:
         assert (info["width"], info["height"]) == size
 
 
-def test_preview_is_smaller_faster_and_keyed_apart(media, settings) -> None:
+def test_preview_is_half_size_same_cut_and_keyed_apart(media, settings) -> None:
     src = media(size="640x360", duration=4, gop=60)
     base = {"source": str(src), "start": 0.5, "end": 3.0, "caption": "cut check", "watermark": {"text": "Brand"}}
     store = LocalStorage(settings.storage_dir)
@@ -105,14 +105,21 @@ def test_preview_is_smaller_faster_and_keyed_apart(media, settings) -> None:
     assert preview.key != final.key and not preview.cached
     assert (preview.width, preview.height) == (640, 360) and (final.width, final.height) == (1280, 720)
     assert abs(preview.duration - final.duration) < 0.05
+    source = gray_frames(src)
+    for clip in (final, preview):  # both start on the source frame at start (0.5 s = frame 15)
+        first = gray_frames(Path(str(clip.path)), limit=1)[0][1]
+        errors = [float(np.abs(img - first).mean()) for _, img in source]
+        assert int(np.argmin(errors)) == 15, errors[10:20]
 
 
 def test_padding_and_fades(media, settings) -> None:
     src = media(size="320x180", duration=6, gop=60)
-    out = render(settings, source=str(src), start=2, end=3, pad_before=0.5, pad_after=0.5)
+    out = render(settings, source=str(src), start=2, end=3, pad_before=0.5, pad_after=0.5, video_fades=True)
     info = streams(out)
     assert abs(info["duration"] - 2.0) < 0.05 and info["frames"] == 60
-    assert rgb_frame(out, 0.0).mean() < 0.5 * rgb_frame(out, 0.5).mean()  # fading in from black
+    assert rgb_frame(out, 0.0).mean() < 0.5 * rgb_frame(out, 0.5).mean()  # asked for: fading in from black
+    plain = render(settings, source=str(src), start=2, end=3)
+    assert rgb_frame(plain, 0.0).mean() > 0.8 * rgb_frame(plain, 0.5).mean()  # default: the picture starts at once
     padded_past_end = render(settings, source=str(src), start=5, end=5.8, pad_after=3)
     assert abs(streams(padded_past_end)["duration"] - 1.0) < 0.05  # the pad stops at the end of the video
 
@@ -235,3 +242,7 @@ def test_speaker_framing_without_a_face_keeps_the_centre(media, settings) -> Non
     out = render(settings, source=str(media(size="640x360", duration=3, gop=60)), start=0.5, end=2.5,
                  profile="vertical", fit="speaker")  # fmt: skip
     assert (streams(out)["width"], streams(out)["height"]) == (720, 1280)
+    centre = render(settings, source=str(media(size="640x360", duration=3, gop=60)), start=0.5, end=2.5,
+                    profile="vertical", fit="center")  # fmt: skip
+    for at in (0.2, 1.0, 1.8):  # no face: the window stays where the centre crop is
+        assert float(np.abs(rgb_frame(out, at) - rgb_frame(centre, at)).mean()) < 2

@@ -25,15 +25,23 @@ def test_landscape_with_overlays_exact_argv() -> None:
         "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
         "[s0]pad=1280:720:(ow-iw)/2:(oh-ih)/2[s1];[s1]setsar=1[s2];"
         "[s2][1]overlay=eof_action=repeat:x=66:y=504[s3];"
-        "[s3]fade=d=0.15:st=0:t=in[s4];[s4]fade=d=0.15:st=6.85:t=out[s5];[s5]format=yuv420p[s6];"
-        "[0:a]afade=d=0.15:st=0:t=in[s7];[s7]afade=d=0.15:st=6.85:t=out[s8]",
-        "-map", "[s6]", "-map", "[s8]",
+        "[s3]format=yuv420p[s4];"
+        "[0:a]afade=d=0.15:st=0:t=in[s5];[s5]afade=d=0.15:st=6.85:t=out[s6]",
+        "-map", "[s4]", "-map", "[s6]",
         "-f", "mp4", "-b:a", "128k", "-acodec", "aac", "-ar", "48000", "-crf", "23", "-fps_mode", "cfr",
         "-map_metadata", "-1", "-movflags", "+faststart", "-preset", "veryfast", "-r", "30", "-t", "7.000",
         "-vcodec", "libx264",
         "/t/clip.mp4",
         "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1", "-y",
     ]  # fmt: skip
+
+
+def test_picture_fades_only_when_asked() -> None:
+    plain = " ".join(build_command(ClipSpec(source="in.mp4", start=1, end=3), INFO, "in.mp4", [], "o.mp4"))
+    assert "afade" in plain and "fade=d" not in plain.replace("afade=d", "")
+    faded = ClipSpec(source="in.mp4", start=1, end=3, video_fades=True, fades=False)
+    text = " ".join(build_command(faded, INFO, "in.mp4", [], "o.mp4"))
+    assert "fade=d=0.15:st=0:t=in" in text and "afade" not in text
 
 
 def test_remote_source_allows_network_protocols_only() -> None:

@@ -46,15 +46,19 @@ def test_output_is_h264_aac_720p_faststart(media, settings) -> None:
 
 
 def test_cut_is_frame_exact_with_sparse_keyframes(media, settings) -> None:
-    """First output frame is the source frame at start; frame count is duration × fps (keyframes 10 s apart)."""
+    """With the default options, the first output frame is the source frame at start (not a fade from black)
+    and the frame count is duration × fps (keyframes 10 s apart)."""
     src = media(size="320x180", fps=30, duration=12, gop=300)
     start, end = 5.5, 8.0  # source frames 165 .. 239
-    out = render(settings, source=str(src), start=start, end=end, fades=False)
+    out = render(settings, source=str(src), start=start, end=end)
     source_frames = gray_frames(src)
     first = gray_frames(out, limit=3)[0][1]
     errors = [float(np.abs(img - first).mean()) for _, img in source_frames]
     best = int(np.argmin(errors))
     assert best == round(start * 30), f"first frame matches source frame {best}, errors {errors[160:170]}"
+    assert errors[best] < 6, f"first frame differs from the source frame at start by {errors[best]:.1f} levels"
+    last = gray_frames(out)[-1][1]
+    assert float(np.abs(source_frames[round(end * 30) - 1][1] - last).mean()) < 6  # no fade to black either
     assert streams(out)["frames"] == round((end - start) * 30)
 
 
