@@ -19,10 +19,10 @@ from redis import Redis
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from jobs.metrics import QueueCollector
-from jobs.queue import JOB_ID, connect, enqueue_clip, health, job_status
+from jobs.queue import JOB_ID, bulk_queue_name, connect, enqueue_clip, health, job_status
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
-from quoteclip.spec import ClipSpec, build_spec
+from quoteclip.spec import ClipSpec, build_spec, describe_errors
 from storage import LocalStorage, Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -138,12 +138,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """The same one-line message as the CLI's (field named, value shown, no validator prefixes)."""
         errors = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"], "value": e.get("input")}
+            {"field": ".".join(str(p) for p in e["loc"] if p != "body"),
+             "message": str(e["msg"]).removeprefix("Value error, "), "value": e.get("input")}
             for e in exc.errors()
-        ]
-        first = errors[0] if errors else {"field": "body", "message": "invalid"}
-        detail = f"{first['field']}: {first['message']}".removeprefix(": ")
+        ]  # fmt: skip
+        detail = f"{BadInput.kind}: {describe_errors(exc.errors(), skip=('body',)) or 'the request body is invalid'}"
         return JSONResponse({"detail": detail, "errors": jsonable(errors)}, status_code=422)
 
     def accepted(spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
@@ -223,7 +224,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     registry = CollectorRegistry()
-    registry.register(QueueCollector(connection, settings.queue_name))
+    registry.register(QueueCollector(connection, (settings.queue_name, bulk_queue_name(settings))))
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -38,24 +38,24 @@ def record_failure(connection: Redis, kind: str) -> None:
 class QueueCollector(Collector):
     """Jobs by status, queue depth, render seconds, cache hits, fetched bytes and failures by reason."""
 
-    def __init__(self, connection: Redis, queue_name: str) -> None:
+    def __init__(self, connection: Redis, queue_names: tuple[str, ...]) -> None:
         self.connection = connection
-        self.queue_name = queue_name
+        self.queue_names = queue_names
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         conn = self.connection
-        queue = Queue(self.queue_name, connection=conn)
-        jobs = GaugeMetricFamily("quoteclip_jobs", "Jobs by status", labels=["status"])
-        jobs.add_metric(["queued"], queue.count)
-        for status, registry in (
-            ("started", StartedJobRegistry),
-            ("finished", FinishedJobRegistry),
-            ("failed", FailedJobRegistry),
-            ("scheduled", ScheduledJobRegistry),
-        ):
-            jobs.add_metric([status], registry(queue=queue).count)
+        queues = [Queue(name, connection=conn) for name in self.queue_names]
+        registries = (("started", StartedJobRegistry), ("finished", FinishedJobRegistry),
+                      ("failed", FailedJobRegistry), ("scheduled", ScheduledJobRegistry))  # fmt: skip
+        jobs = GaugeMetricFamily("quoteclip_jobs", "Jobs by status (every queue)", labels=["status"])
+        jobs.add_metric(["queued"], sum(q.count for q in queues))
+        for status, registry in registries:
+            jobs.add_metric([status], sum(registry(queue=q).count for q in queues))
         yield jobs
-        yield GaugeMetricFamily("quoteclip_queue_depth", "Clips waiting for a worker", value=queue.count)
+        depth = GaugeMetricFamily("quoteclip_queue_depth", "Clips waiting for a worker, by queue", labels=["queue"])
+        for queue in queues:
+            depth.add_metric([queue.name], queue.count)
+        yield depth
         raw = {_text(k): _text(v) for k, v in conn.hgetall(f"{PREFIX}:render_seconds").items()}
         buckets = [(str(b), float(raw.get(f"le:{b}", 0))) for b in RENDER_BUCKETS]
         buckets.append(("+Inf", float(raw.get("count", 0))))

@@ -8,16 +8,17 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
 from quoteclip import RENDERER_VERSION, __version__
-from quoteclip.errors import QuoteclipError
+from quoteclip.errors import QuoteclipError, RenderFailed
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
-from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
+from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary, ffmpeg_version
 from renderer.probe import has_audio, probe
 from renderer.render import RenderResult, check_limits, render_clip
 from renderer.sidecars import manifest, poster, sha256_file, to_srt, to_vtt
@@ -119,7 +120,7 @@ def produce_clip(
         return _result(storage, key, meta, cached=True)
 
     binary = ffmpeg_binary(settings.ffmpeg_binary)
-    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+    with _machine_errors(), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         with open_source(source, settings, Path(tmp), binary) as opened:
@@ -178,6 +179,18 @@ def produce_clip(
                           "source_bytes": fetched}},
     )  # fmt: skip
     return replace(_result(storage, key, meta, cached=False), source_bytes=fetched)
+
+
+@contextmanager
+def _machine_errors() -> Iterator[None]:
+    """A full disk (or no memory) while writing the render's files is this machine's failure, not the request's:
+    a transient error, so the queue retries it (on this or another worker)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in MACHINE_ERRNOS:
+            raise RenderFailed(f"the render's temp folder failed: {exc.strerror}", permanent=False) from None
+        raise
 
 
 def _sidecars(

@@ -17,7 +17,7 @@ from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job
 
-from quoteclip.errors import QuoteclipError
+from quoteclip.errors import DeliveryFailed
 from quoteclip.settings import Settings
 from sources.http import Fetcher
 
@@ -70,7 +70,7 @@ def deliver(url: str, payload: dict[str, Any]) -> int:
     finally:
         fetcher.close()
     if not 200 <= status < 300:
-        raise QuoteclipError(f"webhook receiver {url} answered HTTP {status}")
+        raise DeliveryFailed(f"webhook receiver {url} answered HTTP {status}")
     log.info("webhook delivered to %s", url)
     return status
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class QuoteclipError(Exception):
-    """Base class. ``permanent`` errors are never retried; the others may succeed on a later try."""
+    """Base class. A clip job that fails with a ``permanent`` error is not retried; the others may succeed on a
+    later try (the queue retries them with backoff)."""
 
     permanent: bool = True
     kind: str = "error"
@@ -26,7 +27,8 @@ class SourceRefused(BadInput):
 
 
 class SourceUnavailable(QuoteclipError):
-    """The source cannot be read (missing file, HTTP 404, refused host)."""
+    """The source cannot be read (missing file, HTTP 404 or 403, over a limit). Refused hosts and addresses are
+    SourceRefused."""
 
     kind = "source unavailable"
 
@@ -38,21 +40,35 @@ class SourceTransient(SourceUnavailable):
 
 
 class RenderFailed(QuoteclipError):
-    """ffmpeg failed or timed out. Carries the command and the tail of its stderr."""
+    """ffmpeg failed or timed out. Carries the command and the tail of its stderr.
+
+    Permanent by default (the same input fails the same way); the code that knows the cause passes
+    ``permanent=False`` for a failure of this machine (a full disk, no memory), which another try may pass.
+    """
 
     kind = "render failed"
     permanent = True
 
-    def __init__(self, message: str, argv: list[str] | None = None, stderr_tail: str = "") -> None:
+    def __init__(
+        self, message: str, argv: list[str] | None = None, stderr_tail: str = "", permanent: bool = True
+    ) -> None:
         super().__init__(message)
         self.argv = argv or []
         self.stderr_tail = stderr_tail
+        self.permanent = permanent
 
     def __str__(self) -> str:
         text = str(self.args[0])
         if self.stderr_tail:
             text += "\nffmpeg said:\n" + self.stderr_tail
         return text
+
+
+class DeliveryFailed(QuoteclipError):
+    """A webhook receiver did not answer 2xx (or could not be reached); deliveries are retried."""
+
+    kind = "webhook failed"
+    permanent = False
 
 
 class StorageFailed(QuoteclipError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -72,7 +73,10 @@ def run_ffmpeg(
                 ) from None
             reader.join(timeout=5)
             if code != 0:
-                raise RenderFailed(f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, _tail(err))
+                raise RenderFailed(
+                    f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, _tail(err),
+                    permanent=_errno(code) not in MACHINE_ERRNOS,
+                )  # fmt: skip
         finally:
             if proc.poll() is None:
                 _kill_group(proc)
@@ -80,9 +84,19 @@ def run_ffmpeg(
                 proc.stdout.close()
 
 
+# System errors of this machine, not of the input: a full disk, a quota, no memory. Another try (on another
+# worker, or once space is freed) may pass, so the render failure is transient.
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
+
+
+def _errno(code: int) -> int:
+    """ffmpeg exits with a negated errno (mod 256) for system errors."""
+    return 256 - code if 128 < code < 256 else 0
+
+
 def _errno_hint(code: int) -> str:
-    """ffmpeg exits with a negated errno (mod 256) for system errors: name it ("No space left on device")."""
-    errno_value = 256 - code if 128 < code < 256 else 0
+    """Name the system error ffmpeg exited with ("No space left on device")."""
+    errno_value = _errno(code)
     name = os.strerror(errno_value) if errno_value else ""
     return f" ({name})" if name and not name.startswith("Unknown error") else ""
 

@@ -83,6 +83,25 @@ def test_bad_clip_requests_are_422_naming_the_field(client, body, field, api_env
     assert field in response.json()["detail"]
 
 
+def test_api_reads_specs_as_the_cli_does(api_env, source_url) -> None:
+    """The operator's length cap, a brand name as the watermark, and the CLI's wording of errors."""
+    api_env["QUOTECLIP_MAX_CLIP_SECONDS"] = "300"
+    app = TestClient(create_app(Settings.from_env(api_env)))
+    long = app.post("/clips", json={"source": source_url, "start": 1, "end": 201})
+    assert long.status_code == 202, long.text  # over the default 180 s, under the configured 300 s
+    too_long = app.post("/clips", json={"source": source_url, "start": 1, "end": 302})
+    assert too_long.status_code == 422 and "over the 300 s limit" in too_long.json()["detail"]
+    named = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "watermark": "StarZero"})
+    assert named.status_code == 202, named.text
+    same = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "watermark": {"text": "StarZero"}})
+    assert same.json()["id"] == named.json()["id"]
+    backwards = app.post("/clips", json={"source": source_url, "start": 5, "end": 3})
+    assert backwards.json()["detail"] == "bad input: end must be after start, got start=5.0 end=3.0"
+    profile = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "profile": "tiktok"})
+    assert profile.json()["detail"].startswith("bad input: profile: Input should be 'landscape'")
+    assert profile.json()["detail"].endswith("got 'tiktok'")
+
+
 def test_unknown_and_malformed_ids(client) -> None:
     assert client.get("/clips/clip-" + "0" * 32).status_code == 404
     assert client.get("/clips/../../etc/passwd").status_code == 404
@@ -158,6 +177,12 @@ def test_health_and_metrics(client, workers, source_url) -> None:
     renders = [s for s in families["quoteclip_render_seconds"].samples if s.name.endswith("_count")]
     assert renders[0].value == 1
     assert families["quoteclip_cache_hits"].samples[0].value == 1
+    batch = {"source": source_url, "quotes": [{"start": 0, "end": 1}, {"start": 2, "end": 3}]}
+    assert client.post("/batches", json=batch).status_code == 200  # two clips waiting on the bulk queue
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    depth = {s.labels["queue"]: s.value for s in families["quoteclip_queue_depth"].samples}
+    assert depth == {"quoteclip": 0, "quoteclip-bulk": 2}
+    assert {s.labels["status"]: s.value for s in families["quoteclip_jobs"].samples}["queued"] == 2
 
 
 def test_unhealthy_when_redis_is_down(api_env) -> None:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from mediacheck import streams
 
 from jobs.queue import enqueue_clip, job_status
 from quoteclip.devservices import free_port, wait_for
@@ -86,6 +88,21 @@ def long_spec(media) -> object:  # type: ignore[no-untyped-def]
                        "fit": "blur"})  # fmt: skip
 
 
+def ffmpegs(horse: psutil.Process) -> list[psutil.Process]:
+    """The ffmpeg processes a work-horse started (ffmpeg runs in its own session, but is still its child)."""
+    try:
+        return [c for c in horse.children(recursive=True) if "ffmpeg" in " ".join(c.cmdline())]
+    except psutil.Error:
+        return []
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def ffmpeg_running(tmpdir: str) -> bool:
     return any(tmpdir in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
 
@@ -109,9 +126,10 @@ def test_killed_work_horse_is_retried_and_leaves_nothing(media, queue_env, worke
     job_id = enqueue_clip(spec, settings).job_id  # type: ignore[arg-type]
     wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
     horse = next(c for c in psutil.Process(worker_proc.pid).children() if "python" in c.name().lower())
+    wait_for(lambda: bool(ffmpegs(horse)), 30, "the horse's ffmpeg")
+    renders = ffmpegs(horse)
     horse.send_signal(signal.SIGKILL)  # as the kernel's OOM killer would
-    wait_for(lambda: not ffmpeg_running(queue_env["TMPDIR"]) or job_status(job_id, settings)["stage"] == "rendering",
-               10, "ffmpeg to die with its work-horse")  # fmt: skip
+    wait_for(lambda: not any(_alive(p) for p in renders), 10, "ffmpeg to die with its work-horse")
     wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 120, "the retried job to finish")
     clips = list(Path(queue_env["QUOTECLIP_STORAGE_DIR"]).glob("*.mp4"))
     assert len(clips) == 1 and not list(Path(queue_env["QUOTECLIP_STORAGE_DIR"]).glob(".incoming-*"))
@@ -123,7 +141,7 @@ def test_killed_work_horse_is_retried_and_leaves_nothing(media, queue_env, worke
     assert not ffmpeg_running(queue_env["TMPDIR"])
 
 
-def test_storage_down_during_upload_then_back(media, queue_env, s3, workers) -> None:
+def test_storage_down_during_upload_then_back(media, queue_env, s3, workers, tmp_path) -> None:
     endpoint_port = int(s3.endpoint.rsplit(":", 1)[1])
     switch = Switch(endpoint_port)
     try:
@@ -145,8 +163,14 @@ def test_storage_down_during_upload_then_back(media, queue_env, s3, workers) -> 
         finally:
             proc.terminate()
             proc.communicate(timeout=30)
-        objects = s3.client().list_objects_v2(Bucket=s3.bucket)["Contents"]
-        assert [o["Key"] for o in objects].count(f"clips/{job_id.removeprefix('clip-')}.mp4") == 1
+        # The object that landed is the whole clip (no partial upload was left to stand in for it), and no
+        # unfinished multipart upload lingers.
+        client = s3.client()
+        key = f"clips/{job_id.removeprefix('clip-')}.mp4"
+        stored = tmp_path / "stored.mp4"
+        client.download_file(s3.bucket, key, str(stored))
+        assert abs(streams(stored)["duration"] - spec.duration) < 0.1  # type: ignore[attr-defined]
+        assert not client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
     finally:
         switch.close()
 
@@ -207,62 +231,92 @@ def _ping(redis, url: str) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
-def test_full_disk_fails_cleanly(media, settings, tmp_path) -> None:
-    from jobs.pipeline import produce_clip
-    from quoteclip.errors import QuoteclipError
-    from storage import LocalStorage
+def test_full_disk_is_a_transient_render_failure(tmp_path) -> None:
+    """ffmpeg exiting with ENOSPC (as it does on a full disk: -28 as its exit code) is the machine's failure, so
+    the job is retried; another exit code is the input's, and final."""
+    from quoteclip.errors import RenderFailed
+    from renderer.ffmpeg import run_ffmpeg
 
-    small = tmp_path / "small-tmp"
+    for code, permanent, says in ((228, False, "No space left on device"), (1, True, "code 1")):
+        fake = tmp_path / f"ffmpeg-{code}"
+        fake.write_text(f"#!/bin/sh\necho 'could not write' >&2\nexit {code}\n")
+        fake.chmod(0o755)
+        with pytest.raises(RenderFailed) as info:
+            run_ffmpeg([str(fake)], timeout=10)
+        assert info.value.permanent is permanent and says in str(info.value)
+
+
+def test_full_disk_fails_cleanly(media, tmp_path) -> None:
+    """A render whose temp folder is a 200 KB tmpfs: exit 1 naming the cause, nothing stored, nothing left
+    behind. The tmpfs is mounted in a private mount namespace (``unshare``), so this runs without root too."""
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed for the full-disk case")
+    small, store = tmp_path / "small-tmp", tmp_path / "clips"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)], capture_output=True)
-    if mounted.returncode != 0:
-        if os.environ.get("CI") and os.geteuid() == 0:
-            pytest.fail(f"could not mount a small tmpfs: {mounted.stderr.decode()}")
-        pytest.skip("mounting a small tmpfs needs root")
-    old = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(small)
-    import tempfile
-
-    tempfile.tempdir = None
-    try:
-        spec = build_spec({"source": str(media(size="640x360", duration=6, gop=60)), "start": 0, "end": 5})
-        with pytest.raises(QuoteclipError) as info:
-            produce_clip(spec, settings, LocalStorage(settings.storage_dir))
-        assert "No space left on device" in str(info.value) or "space" in str(info.value).lower()
-        assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
-        assert not list(small.iterdir())  # the render folder was removed
-    finally:
-        if old is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old
-        tempfile.tempdir = None
-        subprocess.run(["umount", str(small)], check=False)
+    src = media(size="640x360", duration=6, gop=60)
+    script = (f'mount -t tmpfs -o size=200k tmpfs "{small}" && TMPDIR="{small}" exec "{sys.executable}" -m quoteclip '
+              f'render "{src}" --start 0 --end 5 --caption "a full disk" && echo')  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}
+    env.update(QUOTECLIP_STORAGE_DIR=str(store), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    if "mount" in done.stderr and done.returncode != 1:
+        if os.environ.get("CI"):
+            pytest.fail(f"could not mount a small tmpfs in a private namespace: {done.stderr}")
+        pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip().splitlines()[0]
+    assert line.startswith("quoteclip: render failed: ") and "No space left on device" in line, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (store.exists() and list(store.iterdir()))  # nothing stored
+    assert not list(small.iterdir())  # (the namespace's tmpfs is gone; the folder under it was left empty)
 
 
-def test_burst_of_200_requests_20_renders(media, queue_env, workers, ffmpeg_counter, redis_url) -> None:
+def test_burst_of_requests_while_workers_render(media, queue_env, workers, ffmpeg_counter, redis_url) -> None:
+    """10 clients ask for 20 distinct clips again and again while 2 workers render them: requests arriving while
+    a clip is queued or rendering join its job, later ones get the stored clip's link; 20 renders in all, and
+    every answer for one clip names the same job and (once stored) the same file."""
     import redis
 
     settings = Settings.from_env(queue_env)
     src = str(media(size="320x180", duration=25, gop=60))
     specs = [build_spec({"source": src, "start": s, "end": s + 1, "caption": f"clip {s}"}) for s in range(20)]
-    results: list[str] = []
+    answers: list[tuple[int, object]] = []
     lock = threading.Lock()
+    procs = [workers.start(burst=False, name=f"burst-{i}-{os.getpid()}") for i in range(2)]
 
     def client(n: int) -> None:
-        for k in range(20):
-            job = enqueue_clip(specs[(n + k) % 20], settings).job_id
+        seen_stored: set[int] = set()
+        deadline = time.monotonic() + 180
+        k = 0
+        while len(seen_stored) < 20 and time.monotonic() < deadline and k < 400:  # bounded in time and count
+            i = (n + k) % 20
+            got = enqueue_clip(specs[i], settings)
             with lock:
-                results.append(job)
+                answers.append((i, got))
+            if got.link:
+                seen_stored.add(i)
+            k += 1
+            time.sleep(0.02)
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(results) == 200 and len(set(results)) == 20
-    logs = workers.burst(2, timeout=600)
-    assert all(job_status(i, settings)["status"] == "finished" for i in set(results))
+    try:
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        logs = [proc.communicate(timeout=60)[0] for proc in procs]
+    assert len(answers) >= 200
+    by_clip: dict[int, list] = {i: [a for j, a in answers if j == i] for i in range(20)}
+    for got in by_clip.values():
+        assert len({a.job_id for a in got}) == 1  # type: ignore[attr-defined]
+        links = {a.link for a in got if a.link}  # type: ignore[attr-defined]
+        assert len(links) == 1, links  # every request for this clip got the one stored file
+        assert Path(links.pop().removeprefix("file://")).is_file()
+    joined_running = [a for _, a in answers if a.joined and a.status in ("fetching", "rendering", "uploading")]  # type: ignore[attr-defined]
+    assert joined_running, "no request arrived while its clip was rendering"
     _, log = ffmpeg_counter
     assert len(log.read_text().splitlines()) == 20  # exactly one render per distinct clip
     conn = redis.Redis.from_url(redis_url)
@@ -287,11 +341,15 @@ def test_killed_worker_job_is_picked_up_by_another(media, queue_env, workers) ->
     began = time.monotonic()
     second = workers.start(burst=False)
     try:
-        wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 240, "another worker to finish it")
+        wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 300, "another worker to finish it")
     finally:
         second.terminate()
         second.communicate(timeout=60)
-    assert time.monotonic() - began < 240
+    took = time.monotonic() - began
+    print(f"\nkilled worker's job finished by another worker after {took:.1f} s")  # RELIABILITY.md quotes it
+    # The bound RELIABILITY.md documents: heartbeat expiry (70 s) + one maintenance pass (5 s here) + the
+    # render again (~10 s) + slack for the 2-core machine.
+    assert took < 130, f"took {took:.1f} s, over the documented 130 s"
     assert not ffmpeg_running(queue_env["TMPDIR"])
 
 
