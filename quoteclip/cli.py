@@ -72,8 +72,8 @@ def _emit(payload: dict[str, Any], as_json: bool, human: str) -> None:
         typer.echo(human)
 
 
-BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "pad_before",
-                "pad_after"}  # fmt: skip
+BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
+                "pad_before", "pad_after"}  # fmt: skip
 
 
 def load_brand_style(path: str) -> dict[str, Any]:
@@ -103,6 +103,8 @@ def _spec_from_options(opts: dict[str, Any], settings: Settings) -> ClipSpec:
             data[name] = opts[name]
     if opts.get("no_fades"):
         data["fades"] = False
+    if opts.get("video_fades"):
+        data["video_fades"] = True
     if opts.get("style") is not None:
         data["style"] = {**data.get("style", {}), "preset": opts["style"]}
     if opts.get("watermark"):
@@ -187,7 +189,8 @@ FitOpt = Annotated[str | None, typer.Option("--fit", help="pad (bars) | blur (bl
 QualityOpt = Annotated[str | None, typer.Option("--quality", help="final | preview (half size, fastest encode)")]
 PadBeforeOpt = Annotated[float | None, typer.Option("--pad-before", help="Seconds of source before the quote.")]
 PadAfterOpt = Annotated[float | None, typer.Option("--pad-after", help="Seconds of source after the quote.")]
-NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade in and out.")]
+NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]
+VideoFadesOpt = Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")]
 TranscriptOpt = Annotated[
     str | None,
     typer.Option("--transcript", help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
@@ -216,6 +219,7 @@ def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callabl
         pad_before: PadBeforeOpt = None,
         pad_after: PadAfterOpt = None,
         no_fades: NoFadesOpt = False,
+        video_fades: VideoFadesOpt = False,
         transcript: TranscriptOpt = None,
         as_json: JsonOpt = False,
         verbose: VerboseOpt = False,
@@ -349,6 +353,30 @@ def serve(
 
         setup_logging()
         uvicorn.run(create_app(Settings.from_env()), host=host, port=port, log_config=None)
+
+    run_guarded(go)
+
+
+@app.command()
+def up(
+    host: Annotated[str, typer.Option("--host", help="Address the API and page listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port of the API and page.")] = 8000,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes (one per 2 cores).")] = None,
+    redis: Annotated[
+        str, typer.Option("--redis", help="auto: the configured or running Redis, else embedded | embedded")
+    ] = "auto",
+) -> None:
+    """Run the whole system on one machine: API, page and workers, with an embedded Redis when none is around."""
+
+    def go() -> None:
+        from .up import default_workers, run
+
+        if redis not in ("auto", "embedded"):
+            raise BadInput(f"redis must be auto or embedded, got {redis!r}")
+        count = default_workers() if workers is None else workers
+        code = run(Settings.from_env(), host, port, count, redis)  # type: ignore[arg-type]
+        if code:
+            raise typer.Exit(code)
 
     run_guarded(go)
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from . import embedded
 from .errors import BadInput
 from .spec import DEFAULT_MAX_SECONDS
 
@@ -67,6 +68,10 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "quoteclip"
 
 
+def configured_redis_url(env: Mapping[str, str]) -> str | None:
+    return env.get("QUOTECLIP_REDIS_URL") or env.get("REDIS_URL") or None
+
+
 def _optional_bool(env: Mapping[str, str], name: str) -> bool | None:
     return None if not env.get(name) else _bool(env, name, False)
 
@@ -113,9 +118,11 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         hosts = env.get("QUOTECLIP_SOURCE_HOSTS")
+        storage_dir = Path(env.get("QUOTECLIP_STORAGE_DIR") or "clips")
         return cls(
-            storage_dir=Path(env.get("QUOTECLIP_STORAGE_DIR") or "clips"),
-            redis_url=env.get("QUOTECLIP_REDIS_URL") or env.get("REDIS_URL") or cls.redis_url,
+            storage_dir=storage_dir,
+            # Configured, else the embedded server a running ``quoteclip up`` recorded, else the default address.
+            redis_url=configured_redis_url(env) or embedded.recorded_url(storage_dir) or cls.redis_url,
             s3_endpoint=env.get("QUOTECLIP_S3_ENDPOINT") or None,
             s3_bucket=env.get("QUOTECLIP_S3_BUCKET") or None,
             s3_region=env.get("QUOTECLIP_S3_REGION") or cls.s3_region,
