@@ -124,7 +124,7 @@ def produce_clip(
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         with open_source(source, settings, Path(tmp), binary) as opened:
-            info = probe(opened.probe_video, name=spec.source)
+            info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
             if opened.probe_audio is not None:
                 info = replace(info, has_audio=has_audio(opened.probe_audio))
             check_limits(

@@ -42,8 +42,18 @@ class MediaInfo:
         return self.width, self.height
 
 
-def probe(source: Readable, timeout: float = 30.0, name: str | None = None) -> MediaInfo:
-    """Read the container header and the first video frame of a local path, an http(s) URL or a seekable file."""
+def frame_too_large(width: int, height: int, max_pixels: int) -> bool:
+    return width * height > max_pixels or max(width, height) > MAX_SIDE
+
+
+MAX_SIDE = 16384
+
+
+def probe(source: Readable, timeout: float = 30.0, name: str | None = None, max_pixels: int | None = None) -> MediaInfo:
+    """Read the container header and the first video frame of a local path, an http(s) URL or a seekable file.
+
+    With ``max_pixels``, a frame size over the cap (as the header declares it) is refused before any frame is
+    decoded."""
     options = {"format_whitelist": FORMATS}
     if isinstance(source, str):
         remote = source.startswith(("http://", "https://"))
@@ -76,6 +86,9 @@ def probe(source: Readable, timeout: float = 30.0, name: str | None = None) -> M
         rate = video.average_rate or video.guessed_rate or video.base_rate
         fps = float(rate) if rate else 0.0
         rotation = 0
+        declared = (video.codec_context.width or 0, video.codec_context.height or 0)
+        if max_pixels is not None and frame_too_large(*declared, max_pixels):
+            raise SourceUnavailable(f"source frame size {declared[0]}x{declared[1]} is over the limit: {label}")
         try:
             frame = next(container.decode(video=0))
             rotation = int(round(getattr(frame, "rotation", 0) or 0)) % 360

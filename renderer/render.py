@@ -14,7 +14,7 @@ from watermarks import watermark_image
 from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import Overlay, build_command
-from .probe import MediaInfo, Readable, probe
+from .probe import MediaInfo, Readable, frame_too_large, probe
 from .timing import TimedWord, clip_words, spread
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_strea
         raise SourceUnavailable(
             f"source is {format_time(info.duration)} long, over the {format_time(max_seconds)} limit: {label}"
         )
-    if info.width * info.height > max_pixels or max(info.width, info.height) > 16384:
+    if frame_too_large(info.width, info.height, max_pixels):
         raise SourceUnavailable(f"source frame size {info.width}x{info.height} is over the limit: {label}")
     if info.streams > max_streams:
         raise SourceUnavailable(f"source has {info.streams} streams, over the limit of {max_streams}: {label}")

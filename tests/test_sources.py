@@ -256,6 +256,11 @@ def test_crafted_huge_frame_header_is_refused_without_decoding_it(settings, http
          "-c:v", "mjpeg", "-q:v", "31", str(wide)],
         check=True,
     )  # fmt: skip
+    from renderer.probe import probe
+
+    with pytest.raises(SourceUnavailable, match=r"source frame size 20000x8 is over the limit"):
+        probe(str(wide), max_pixels=settings.max_frame_pixels)  # from the header: no frame is decoded
+    assert probe(str(wide)).width == 20000  # (without the cap the probe decodes the first frame)
     (http_source.root / "wide.mov").symlink_to(wide)
     with pytest.raises(SourceUnavailable, match=r"source frame size 20000x8 is over the limit"):
         clip(settings, http_source.url("wide.mov"), 0.5, 1.5)
