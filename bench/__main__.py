@@ -23,12 +23,12 @@ import psutil
 
 from jobs.pipeline import produce_clip
 from jobs.queue import connect, enqueue_clip, job_status
-from quoteclip.devservices import HttpSource, free_port, start_private_redis, start_seaweedfs, wait_for
 from quoteclip.fonts import default_font_path
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
 from storage import LocalStorage
+from tests.services import HttpSource, free_port, start_private_redis, start_seaweedfs, wait_for
 
 from . import baselines
 from .media import source_1080p

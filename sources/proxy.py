@@ -8,15 +8,14 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from quoteclip.errors import QuoteclipError
 
+from .ranges import Body, RangeHandler
 from .remote import RemoteFile
 
 log = logging.getLogger(__name__)
-
-CHUNK = 512 * 1024
 
 
 class _Server(ThreadingHTTPServer):
@@ -49,68 +48,22 @@ class SourceProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[RangeHandler]:
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(RangeHandler):
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("proxy: " + format, *args)
 
-            def do_HEAD(self) -> None:
-                self._serve(head=True)
-
-            def do_GET(self) -> None:
-                self._serve(head=False)
-
-            def _serve(self, head: bool) -> None:
+            def open_body(self) -> Body | None:
                 remote = proxy.files.get(self.path.lstrip("/"))
                 if remote is None:
                     self.send_error(404)
-                    return
+                    return None
                 try:
-                    size = remote.ensure_size()
+                    return Body(remote.ensure_size(), remote.read)
                 except QuoteclipError:
                     self.send_error(502)
-                    return
-                start, end = 0, size - 1
-                header = self.headers.get("Range", "")
-                if header.startswith("bytes="):
-                    first, _, last = header[6:].split(",")[0].partition("-")
-                    if first:
-                        start = int(first)
-                        end = min(int(last), size - 1) if last else size - 1
-                    elif last:
-                        start = max(0, size - int(last))
-                    if start >= size:
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{size}")
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-                else:
-                    self.send_response(200)
-                self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(end - start + 1))
-                self.end_headers()
-                if head:
-                    return
-                pos = start
-                try:
-                    while pos <= end:
-                        data = remote.read(pos, min(CHUNK, end - pos + 1))
-                        if not data:
-                            break
-                        self.wfile.write(data)
-                        pos += len(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # ffmpeg seeks by closing the connection
-                except QuoteclipError as exc:
-                    log.warning("source read failed: %s", exc)
-                    self.close_connection = True
+                    return None
 
         return Handler

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from services import HttpSource, S3Server, start_private_redis, start_seaweedfs
 
 from quoteclip import embedded
-from quoteclip.devservices import HttpSource, S3Server, start_private_redis, start_seaweedfs
 from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 

