@@ -1,143 +1,27 @@
-"""The rq worker for quoteclip: ``python worker.py [--burst]`` is the same as ``quoteclip worker``.
-
-It takes on-demand clips before bulk ones (two queues, listened to in order), puts the job id on every log
-line (text or JSON), and on SIGTERM lets the current render finish for up to ``QUOTECLIP_SHUTDOWN_GRACE``
-seconds before stopping it (the job is then retried by another worker).
-"""
+"""``python worker.py [--burst] [--name NAME]``: the same as ``quoteclip worker`` (the rq worker in
+``jobs/worker.py``), for deployments that start a script rather than the console command."""
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import signal
-import sys
-import threading
-import time
-from typing import Any
+import argparse
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq import Queue, Worker, get_current_job
-
-from jobs.pipeline import sweep_temp
-from jobs.queue import bulk_queue_name, connect, requeue_lost
+from jobs.worker import run_worker
+from quoteclip.errors import BadInput
+from quoteclip.logs import setup_service_logging
 from quoteclip.settings import Settings
-
-log = logging.getLogger("quoteclip.worker")
-
-
-class JobIdFilter(logging.Filter):
-    """Puts the current job's id on every log line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        job = get_current_job()
-        record.job_id = job.id if job is not None else "-"
-        return True
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object a line: time, level, logger, job id, message, and any ``extra={"fields": {...}}``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        body: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "job_id": getattr(record, "job_id", "-"),
-            "message": record.getMessage(),
-        }
-        body.update(getattr(record, "fields", {}) or {})
-        if record.exc_info:
-            body["error"] = self.formatException(record.exc_info).splitlines()[-1]
-        return json.dumps(body, default=str)
-
-
-def setup_logging(level: int = logging.INFO, fmt: str | None = None) -> None:
-    """Text lines by default; ``QUOTECLIP_LOG_FORMAT=json`` for one JSON object a line."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(JobIdFilter())
-    if (fmt or os.environ.get("QUOTECLIP_LOG_FORMAT", "text")).lower() == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(job_id)s] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for name in ("rq.worker", "rq.job", "rq.scheduler"):  # rq's own lines go through the same handler
-        logging.getLogger(name).handlers[:] = []
-        logging.getLogger(name).propagate = True
-
-
-class ClipWorker(Worker):
-    """An rq worker whose warm shutdown has a time limit."""
-
-    shutdown_grace: float = 120.0
-
-    def request_stop(self, signum: Any, frame: Any) -> None:
-        if self.horse_pid and not getattr(self, "_grace_timer", None):
-            log.info("shutdown requested: the current render may finish within %.0f s", self.shutdown_grace)
-            timer = threading.Timer(self.shutdown_grace, self._stop_horse)
-            timer.daemon = True
-            timer.start()
-            self._grace_timer = timer
-        super().request_stop(signum, frame)
-
-    def run_maintenance_tasks(self) -> None:
-        super().run_maintenance_tasks()
-        requeue_lost(self.connection)
-
-    def monitor_work_horse(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().monitor_work_horse(*args, **kwargs)
-        finally:
-            if sweep_temp():  # a work-horse killed mid-render leaves its folder behind
-                log.warning("removed the temp folder of a render that was killed")
-
-    def _stop_horse(self) -> None:
-        if self.horse_pid:
-            log.warning(
-                "the current render took longer than the %.0f s shutdown grace: stopping it", self.shutdown_grace
-            )
-            try:
-                os.kill(self.horse_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
-    """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty).
-
-    When Redis goes away (a restart, a failover) the worker waits and reconnects, with backoff up to 30 s,
-    instead of exiting: queued jobs are picked up again once Redis is back (with persistence on, none is lost).
-    """
-    import jobs.tasks  # noqa: F401  (imported once here, so each forked work-horse starts with it loaded)
-
-    delay = 1.0
-    while True:
-        try:
-            connection = connect(settings)
-            queues = [Queue(q, connection=connection) for q in (settings.queue_name, bulk_queue_name(settings))]
-            # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to requeue
-            # jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after a worker dies.
-            worker = ClipWorker(
-                queues, connection=connection, name=name, job_monitoring_interval=10,
-                maintenance_interval=settings.maintenance_interval, worker_ttl=settings.maintenance_interval + 15,
-            )  # fmt: skip
-            worker.shutdown_grace = settings.shutdown_grace
-            sweep_temp()
-            return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            log.warning("lost Redis (%s); reconnecting in %.0f s", str(exc).splitlines()[0], delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
-            name = None  # the old registration may linger until it expires: come back under a new name
 
 
 def main(argv: list[str] | None = None) -> None:
-    from quoteclip.cli import app
-
-    app(["worker", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="python worker.py", description=__doc__)
+    parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    parser.add_argument("--name", help="worker name (default: rq's)")
+    args = parser.parse_args(argv)
+    setup_service_logging()
+    try:
+        settings = Settings.from_env()
+    except BadInput as exc:
+        parser.exit(2, f"quoteclip: {exc.kind}: {exc}\n")
+    run_worker(settings, burst=args.burst, name=args.name)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from .errors import BadInput, QuoteclipError
+from .logs import setup_cli_logging
 from .settings import Settings
 from .spec import ClipSpec, build_spec
 
@@ -55,14 +56,6 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
         if os.environ.get("QUOTECLIP_DEBUG"):
             raise
         _fail(1, f"internal error: {type(exc).__name__}: {exc}")
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def _emit(payload: dict[str, Any], as_json: bool, human: str) -> None:
@@ -224,7 +217,7 @@ def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callabl
         as_json: JsonOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
-        _setup_logging(verbose)
+        setup_cli_logging(verbose)
         opts = dict(locals())
 
         def go() -> None:
@@ -269,7 +262,7 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a queued clip's status, stage, progress, link (freshly signed) and error."""
-    _setup_logging(False)
+    setup_cli_logging(False)
 
     def go() -> None:
         from jobs.queue import job_status
@@ -293,9 +286,11 @@ def worker(
     """Run a queue worker (rq) that renders clips and stores them (local folder or S3)."""
 
     def go() -> None:
-        from worker import run_worker, setup_logging
+        from jobs.worker import run_worker
 
-        setup_logging()
+        from .logs import setup_service_logging
+
+        setup_service_logging()
         run_worker(Settings.from_env(), burst=burst, name=name)
 
     run_guarded(go)
@@ -349,9 +344,10 @@ def serve(
         import uvicorn
 
         from api import create_app
-        from worker import setup_logging
 
-        setup_logging()
+        from .logs import setup_service_logging
+
+        setup_service_logging()
         uvicorn.run(create_app(Settings.from_env()), host=host, port=port, log_config=None)
 
     run_guarded(go)
@@ -384,7 +380,7 @@ def up(
 @app.command()
 def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Render a demo clip offline: generates a 1080p sample source, then a 7 s captioned, branded quote."""
-    _setup_logging(verbose)
+    setup_cli_logging(verbose)
 
     def go() -> None:
         from .demo import demo_source

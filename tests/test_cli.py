@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,19 @@ def test_cli_takes_any_public_host_but_queue_only_allowed_ones(media, tmp_path, 
     assert queued.returncode == 2
     assert "source host not allowed: 127.0.0.1 (see QUOTECLIP_SOURCE_HOSTS)" in queued.stderr
     assert http_source.requests["ep.mp4"] >= 1
+
+
+def test_worker_script_is_the_worker_command(tmp_path) -> None:
+    """``python worker.py`` parses its own options and reports bad settings as the CLI does (no traceback)."""
+    import subprocess
+    import sys
+
+    script = str(Path(__file__).resolve().parent.parent / "worker.py")
+    shown = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--burst" in shown.stdout
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, "QUOTECLIP_LINK_TTL": "soon"}
+    bad = subprocess.run([sys.executable, script, "--burst"], capture_output=True, text=True, env=env, timeout=60)
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip() == "quoteclip: bad input: QUOTECLIP_LINK_TTL must be a number, got 'soon'"
+    )

@@ -1,0 +1,89 @@
+"""The rq worker for clips: clicks before bulk work (two queues, listened to in order), reconnects when Redis
+goes away, requeues abandoned jobs in its maintenance pass, and on SIGTERM lets the current render finish for
+up to ``QUOTECLIP_SHUTDOWN_GRACE`` seconds before stopping it (the job is then retried by another worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq import Queue, Worker
+
+from quoteclip.settings import Settings
+
+from .pipeline import sweep_temp
+from .queue import bulk_queue_name, connect, requeue_lost
+
+log = logging.getLogger("quoteclip.worker")
+
+
+class ClipWorker(Worker):
+    """An rq worker whose warm shutdown has a time limit."""
+
+    shutdown_grace: float = 120.0
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        if self.horse_pid and not getattr(self, "_grace_timer", None):
+            log.info("shutdown requested: the current render may finish within %.0f s", self.shutdown_grace)
+            timer = threading.Timer(self.shutdown_grace, self._stop_horse)
+            timer.daemon = True
+            timer.start()
+            self._grace_timer = timer
+        super().request_stop(signum, frame)
+
+    def run_maintenance_tasks(self) -> None:
+        super().run_maintenance_tasks()
+        requeue_lost(self.connection)
+
+    def monitor_work_horse(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().monitor_work_horse(*args, **kwargs)
+        finally:
+            if sweep_temp():  # a work-horse killed mid-render leaves its folder behind
+                log.warning("removed the temp folder of a render that was killed")
+
+    def _stop_horse(self) -> None:
+        if self.horse_pid:
+            log.warning(
+                "the current render took longer than the %.0f s shutdown grace: stopping it", self.shutdown_grace
+            )
+            try:
+                os.kill(self.horse_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
+    """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty).
+
+    When Redis goes away (a restart, a failover) the worker waits and reconnects, with backoff up to 30 s,
+    instead of exiting: queued jobs are picked up again once Redis is back (with persistence on, none is lost).
+    """
+    from . import tasks  # noqa: F401  (imported once here, so each forked work-horse starts with it loaded)
+
+    delay = 1.0
+    while True:
+        try:
+            connection = connect(settings)
+            queues = [Queue(q, connection=connection) for q in (settings.queue_name, bulk_queue_name(settings))]
+            # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to requeue
+            # jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after a worker dies.
+            worker = ClipWorker(
+                queues, connection=connection, name=name, job_monitoring_interval=10,
+                maintenance_interval=settings.maintenance_interval, worker_ttl=settings.maintenance_interval + 15,
+            )  # fmt: skip
+            worker.shutdown_grace = settings.shutdown_grace
+            sweep_temp()
+            return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("lost Redis (%s); reconnecting in %.0f s", str(exc).splitlines()[0], delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            name = None  # the old registration may linger until it expires: come back under a new name
