@@ -20,6 +20,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from jobs.metrics import QueueCollector
 from jobs.queue import JOB_ID, bulk_queue_name, connect, enqueue_clip, health, job_status
+from quoteclip import redis_keys
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec, describe_errors
@@ -116,7 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def rate_limited(request: Request) -> str:
         who = client_key(request)
         window = int(time.time() // 60)
-        key = f"quoteclip:rate:{who}:{window}"
+        key = redis_keys.rate(who, window)
         count = connection.incr(key)
         if count == 1:
             connection.expire(key, 120)

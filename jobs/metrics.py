@@ -10,8 +10,10 @@ from redis import Redis
 from rq import Queue
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
+from quoteclip import redis_keys
+
 RENDER_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
-PREFIX = "quoteclip:metrics"
+PREFIX = redis_keys.METRICS
 
 
 def record_render(connection: Redis, seconds: float, source_bytes: int | None) -> None:

@@ -14,6 +14,7 @@ from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 
+from quoteclip import redis_keys
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
@@ -53,8 +54,7 @@ class Enqueued:
 
 
 def bulk_queue_name(settings: Settings) -> str:
-    """Bulk work (batches) waits behind on-demand clicks: workers listen to the main queue first."""
-    return f"{settings.queue_name}-bulk"
+    return redis_keys.bulk_queue(settings.queue_name)
 
 
 def connect(settings: Settings) -> Redis:
@@ -62,7 +62,7 @@ def connect(settings: Settings) -> Redis:
 
 
 def job_id_for(key: str) -> str:
-    return f"clip-{key}"
+    return redis_keys.job_id(key)
 
 
 def enqueue_clip(
@@ -226,7 +226,7 @@ def health(connection: Redis, storage: Storage) -> dict[str, str]:
     return {"status": "ok" if all(v == "ok" for v in checks.values()) else "degraded", **checks}
 
 
-PENDING = "quoteclip:pending"  # job id → when it was (re)queued; removed when a worker starts it
+PENDING = redis_keys.PENDING
 LOST_AFTER = 120  # seconds a queued job may be missing from its queue before it is pushed again
 
 

@@ -17,6 +17,7 @@ from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job
 
+from quoteclip import redis_keys
 from quoteclip.errors import DeliveryFailed
 from quoteclip.settings import Settings
 from sources.http import Fetcher
@@ -29,7 +30,7 @@ DELIVERY_RETRY = Retry(max=5, interval=[2, 10, 30, 120, 600])
 
 
 def callbacks_key(job_id: str) -> str:
-    return f"quoteclip:callbacks:{job_id}"
+    return redis_keys.callbacks(job_id)
 
 
 def add_callback(connection: Redis, job_id: str, url: str) -> None:

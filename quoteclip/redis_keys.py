@@ -1,0 +1,30 @@
+"""Every name quoteclip keeps in Redis, in one place (rq's own keys, ``rq:…``, are rq's). Job ids are
+``clip-<content key>``; the queues are ``rq:queue:<name>`` and ``rq:queue:<name>-bulk``."""
+
+from __future__ import annotations
+
+PREFIX = "quoteclip"
+
+# Sorted set: job id → when it was (re)queued; removed when a worker starts it (see jobs.maintenance).
+PENDING = f"{PREFIX}:pending"
+# Metrics recorded by workers on any machine and exported by the API (see jobs.metrics).
+METRICS = f"{PREFIX}:metrics"
+
+
+def callbacks(job_id: str) -> str:
+    """Set of callback URLs to POST when the job ends."""
+    return f"{PREFIX}:callbacks:{job_id}"
+
+
+def rate(client: str, window: int) -> str:
+    """Request counter of one API client in one minute."""
+    return f"{PREFIX}:rate:{client}:{window}"
+
+
+def job_id(key: str) -> str:
+    return f"clip-{key}"
+
+
+def bulk_queue(queue_name: str) -> str:
+    """Bulk work (batches) waits behind on-demand clicks: workers listen to the main queue first."""
+    return f"{queue_name}-bulk"
