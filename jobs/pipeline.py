@@ -15,12 +15,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from quoteclip import RENDERER_VERSION, __version__
-from quoteclip.errors import QuoteclipError, RenderFailed
+from quoteclip.errors import QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
-from quoteclip.spec import ClipSpec
+from quoteclip.spec import ClipSpec, format_time
 from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary, ffmpeg_version
-from renderer.probe import has_audio, probe
-from renderer.render import RenderResult, check_limits, render_clip
+from renderer.probe import MediaInfo, frame_too_large, has_audio, probe
+from renderer.render import RenderResult, render_clip
 from renderer.sidecars import manifest, poster, sha256_file, to_srt, to_vtt
 from sources import open_source, resolve_source
 from storage import Storage
@@ -179,6 +179,19 @@ def produce_clip(
                           "source_bytes": fetched}},
     )  # fmt: skip
     return replace(_result(storage, key, meta, cached=False), source_bytes=fetched)
+
+
+def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:
+    """Refuse sources no clip should be cut from (the source step's limits, read from the probe): too long,
+    absurd frame sizes, too many streams."""
+    if info.duration > max_seconds:
+        raise SourceUnavailable(
+            f"source is {format_time(info.duration)} long, over the {format_time(max_seconds)} limit: {label}"
+        )
+    if frame_too_large(info.width, info.height, max_pixels):
+        raise SourceUnavailable(f"source frame size {info.width}x{info.height} is over the limit: {label}")
+    if info.streams > max_streams:
+        raise SourceUnavailable(f"source has {info.streams} streams, over the limit of {max_streams}: {label}")
 
 
 @contextmanager

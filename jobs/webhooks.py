@@ -13,20 +13,24 @@ import logging
 import time
 from typing import Any
 
+import urllib3
 from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job
 
 from quoteclip import redis_keys
-from quoteclip.errors import DeliveryFailed
+from quoteclip.errors import DeliveryFailed, QuoteclipError
 from quoteclip.settings import Settings
-from sources.http import Fetcher
+from sources.safety import check_url, connection_pool, host_header
 
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Quoteclip-Signature"
 CALLBACK_TTL = 2 * 24 * 3600
 DELIVERY_RETRY = Retry(max=5, interval=[2, 10, 30, 120, 600])
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 10.0  # a receiver has this long to answer
+USER_AGENT = "quoteclip-webhooks/0.1"
 
 
 def callbacks_key(job_id: str) -> str:
@@ -58,6 +62,28 @@ def verify(body: bytes, header: str, secret: str, tolerance: int = 300) -> bool:
     return hmac.compare_digest(expected, parts.get("v1", ""))
 
 
+def post(url: str, body: bytes, headers: dict[str, str], allowed_networks: tuple[str, ...]) -> int:
+    """POST ``body`` to a receiver at a public address (checked after DNS, connected to the vetted address, no
+    redirects followed, the answer's body never read); the HTTP status."""
+    try:
+        target = check_url(url, None, allowed_networks)
+    except QuoteclipError as exc:
+        raise DeliveryFailed(f"webhook receiver not allowed: {exc}") from None
+    pool = connection_pool(target, urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT), maxsize=1)
+    try:
+        resp = pool.urlopen(
+            "POST", target.path, body=body, redirect=False, retries=False, preload_content=False,
+            headers={**headers, "Host": host_header(target), "User-Agent": USER_AGENT,
+                     "Content-Length": str(len(body))},
+        )  # fmt: skip
+        resp.close()  # the status is the answer; a receiver's body is not read
+    except urllib3.exceptions.HTTPError as exc:
+        raise DeliveryFailed(f"webhook receiver {target.host} could not be reached ({type(exc).__name__})") from None
+    finally:
+        pool.close()
+    return int(resp.status)
+
+
 def deliver(url: str, payload: dict[str, Any]) -> int:
     """The rq task that POSTs one webhook; raises (and so is retried with backoff) unless the receiver says 2xx."""
     settings = Settings.from_env()
@@ -65,11 +91,7 @@ def deliver(url: str, payload: dict[str, Any]) -> int:
     headers = {"Content-Type": "application/json"}
     if settings.webhook_secret:
         headers[SIGNATURE_HEADER] = sign(body, settings.webhook_secret)
-    fetcher = Fetcher(None, settings.allow_addresses)
-    try:
-        status = fetcher.post(url, body, headers)
-    finally:
-        fetcher.close()
+    status = post(url, body, headers, settings.allow_addresses)
     if not 200 <= status < 300:
         raise DeliveryFailed(f"webhook receiver {url} answered HTTP {status}")
     log.info("webhook delivered to %s", url)

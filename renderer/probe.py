@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
-from typing import IO
 
 import av
 
+from quoteclip import media
 from quoteclip.errors import BadInput, QuoteclipError, SourceTransient, SourceUnavailable
 
-Readable = str | io.RawIOBase | IO[bytes]  # a path or URL, or a seekable binary file
+Readable = media.Readable  # re-exported: a path or URL, or a seekable binary file
 
 # Protocols a probe may use for a remote source: never file, concat, subfile or data.
 NETWORK_PROTOCOLS = "http,https,tcp,tls"

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
+from quoteclip.errors import BadInput, QuoteclipError, RenderFailed
 from quoteclip.spec import ClipSpec, format_time
 from watermarks import watermark_image
 
 from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import Overlay, build_command
-from .probe import MediaInfo, Readable, frame_too_large, probe
+from .probe import MediaInfo, Readable, probe
 from .timing import TimedWord, clip_words, spread
 
 log = logging.getLogger(__name__)
@@ -46,18 +46,6 @@ def check_span(spec: ClipSpec, info: MediaInfo) -> None:
             f"end: quote ends after the end of the video (end={format_time(spec.end)}, "
             f"video is {format_time(info.duration)} long)"
         )
-
-
-def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:
-    """Refuse sources no clip should be cut from: too long, absurd frame sizes, too many streams."""
-    if info.duration > max_seconds:
-        raise SourceUnavailable(
-            f"source is {format_time(info.duration)} long, over the {format_time(max_seconds)} limit: {label}"
-        )
-    if frame_too_large(info.width, info.height, max_pixels):
-        raise SourceUnavailable(f"source frame size {info.width}x{info.height} is over the limit: {label}")
-    if info.streams > max_streams:
-        raise SourceUnavailable(f"source has {info.streams} streams, over the limit of {max_streams}: {label}")
 
 
 def cut_for(spec: ClipSpec, info: MediaInfo) -> tuple[float, float]:

@@ -15,8 +15,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from quoteclip.errors import BadInput, QuoteclipError, SourceUnavailable
+from quoteclip.media import Readable
 from quoteclip.settings import Settings
-from renderer.probe import Readable
 
 from .cache import BlockCache
 from .http import Fetcher

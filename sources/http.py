@@ -14,7 +14,7 @@ import urllib3
 
 from quoteclip.errors import SourceTransient, SourceUnavailable
 
-from .safety import CheckedURL, check_url
+from .safety import CheckedURL, check_url, connection_pool, host_header
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,7 @@ class Fetcher:
     def _pool(self, target: CheckedURL) -> urllib3.HTTPConnectionPool:
         key = (target.scheme, target.address, target.port, target.host)
         if key not in self._pools:
-            timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout)
-            if target.scheme == "https":
-                self._pools[key] = urllib3.HTTPSConnectionPool(
-                    target.address, target.port, timeout=timeout, maxsize=4,
-                    server_hostname=target.host, assert_hostname=target.host, cert_reqs="CERT_REQUIRED",
-                )  # fmt: skip
-            else:
-                self._pools[key] = urllib3.HTTPConnectionPool(target.address, target.port, timeout=timeout, maxsize=4)
+            self._pools[key] = connection_pool(target, urllib3.Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout))
         return self._pools[key]
 
     def get_range(self, url: str, start: int, end: int | None, check_hosts: bool = True) -> RangeResponse:
@@ -72,10 +65,9 @@ class Fetcher:
         current = url
         for _ in range(MAX_REDIRECTS + 1):
             target = check_url(current, hosts, self.allowed_networks)
-            host_header = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
             headers = {
                 **self.headers,
-                "Host": host_header,
+                "Host": host_header(target),
                 "User-Agent": self.headers.get("User-Agent", USER_AGENT),
                 "Range": f"bytes={start}-{'' if end is None else end}",
                 "Accept-Encoding": "identity",
@@ -99,20 +91,6 @@ class Fetcher:
             finally:
                 resp.release_conn()
         raise SourceUnavailable(f"source redirected more than {MAX_REDIRECTS} times: {url}")
-
-    def post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
-        """POST ``body`` to ``url`` (the address rules apply; redirects are not followed); the HTTP status."""
-        target = check_url(url, None, self.allowed_networks)
-        host_header = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
-        self.requests += 1
-        try:
-            resp = self._pool(target).urlopen(
-                "POST", target.path, body=body, redirect=False, retries=False,
-                headers={**headers, "Host": host_header, "User-Agent": USER_AGENT, "Content-Length": str(len(body))},
-            )  # fmt: skip
-        except urllib3.exceptions.HTTPError as exc:
-            raise SourceTransient(f"could not reach {target.host} ({_reason(exc)})") from None
-        return int(resp.status)
 
     def _read(self, resp: Any, start: int, end: int | None, target: CheckedURL) -> RangeResponse:
         status = resp.status
