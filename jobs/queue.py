@@ -1,20 +1,18 @@
-"""Enqueue a clip, join an identical one, read its status. Job ids are content-addressed: ``clip-<key>``."""
+"""Enqueue a clip, or join an identical one. Job ids are content-addressed: ``clip-<key>``.
+
+``enqueue_clip``, ``job_status``, ``connect`` and the rest keep their import path here for callers.
+"""
 
 from __future__ import annotations
 
 import logging
-import re
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 from redis import Redis, WatchError
 from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 
-from quoteclip import redis_keys
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
@@ -22,13 +20,18 @@ from sources import allowed_hosts
 from sources.safety import check_url
 from storage import Storage, open_storage
 
+from .connection import JOB_ID, bulk_queue_name, connect, job_id_for
+from .maintenance import PENDING, health, mark_pending, requeue_lost
 from .metrics import record_cache_hit
 from .pipeline import Stage, lookup
+from .status import job_status
 from .webhooks import add_callback
+
+__all__ = ["JOB_ID", "PENDING", "Enqueued", "bulk_queue_name", "connect", "enqueue_clip", "health", "job_id_for",
+           "job_status", "requeue_lost"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
-JOB_ID = re.compile(r"^clip-([0-9a-f]{32})$")
 RETRY = Retry(max=3, interval=[2, 10, 30])
 RESULT_TTL = 24 * 3600
 FAILURE_TTL = 24 * 3600
@@ -51,18 +54,6 @@ class Enqueued:
         if self.joined:
             body["joined"] = True
         return body
-
-
-def bulk_queue_name(settings: Settings) -> str:
-    return redis_keys.bulk_queue(settings.queue_name)
-
-
-def connect(settings: Settings) -> Redis:
-    return Redis.from_url(settings.redis_url, socket_connect_timeout=5, health_check_interval=30)
-
-
-def job_id_for(key: str) -> str:
-    return redis_keys.job_id(key)
 
 
 def enqueue_clip(
@@ -144,115 +135,3 @@ def _delete_if_status(connection: Redis, job: Job, status: JobStatus) -> None:
             pipe.execute()
         except WatchError:
             return
-
-
-def job_status(
-    job_id: str, settings: Settings, connection: Redis | None = None, storage: Storage | None = None
-) -> dict[str, Any]:
-    """Status, stage, progress 0–100, a fresh link when finished, and a readable error when failed."""
-    match = JOB_ID.match(job_id)
-    if not match:
-        raise BadInput(f"job_id must look like clip-<32 hex digits>, got {job_id!r}")
-    key = match.group(1)
-    connection = connection or connect(settings)
-    storage = storage or open_storage(settings)
-    try:
-        job: Job | None = Job.fetch(job_id, connection=connection)
-    except NoSuchJobError:
-        job = None
-    body: dict[str, Any] = {"job_id": job_id}
-    if job is None or job.get_status(refresh=False) == JobStatus.FINISHED or _stale(job):
-        meta = storage.stat(key)
-        if meta is not None:  # finished, or stored by an earlier request (the job itself may have expired)
-            body.update(status="finished", stage="finished", progress=100, link=storage.link(key), error=None)
-            return body
-        if job is None:
-            body.update(status="unknown", stage=None, progress=0, link=None, error="no such job (or it expired)")
-            return body
-    assert job is not None
-    status = job.get_status(refresh=False)
-    stage = str(job.meta.get("stage") or Stage.QUEUED.value)
-    error = job.meta.get("error")
-    if status == JobStatus.FAILED:
-        stage = Stage.FAILED.value
-        error = error or _last_line(job)
-    elif status in {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED} and stage != Stage.QUEUED.value:
-        stage = Stage.QUEUED.value  # waiting for a retry
-    progress = int(job.meta.get("progress") or 0)
-    body.update(
-        status=status.value if status else "unknown",
-        stage=stage,
-        progress=progress,
-        link=None,
-        error=error or None,
-    )
-    if status == JobStatus.FINISHED:  # finished but the object is missing from the store
-        body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
-    return body
-
-
-STALE_AFTER = 60  # seconds without a heartbeat from a started job's worker
-
-
-def _stale(job: Job) -> bool:
-    """A started job whose worker stopped beating (killed, or cut off from Redis): its clip may be stored
-    already (ask the store), and if not, rq's maintenance requeues it once its heartbeat expires."""
-    if job.get_status(refresh=False) != JobStatus.STARTED or job.last_heartbeat is None:
-        return False
-    beat = job.last_heartbeat if job.last_heartbeat.tzinfo else job.last_heartbeat.replace(tzinfo=UTC)
-    return (datetime.now(UTC) - beat).total_seconds() > STALE_AFTER
-
-
-def _last_line(job: Job) -> str:
-    result = job.latest_result()
-    text = (result.exc_string or "") if result is not None else ""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "failed"
-
-
-def health(connection: Redis, storage: Storage) -> dict[str, str]:
-    """Whether Redis and the store answer: {"status": "ok"|"degraded", "redis": …, "storage": …}."""
-    checks: dict[str, str] = {}
-    try:
-        connection.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:
-        checks["redis"] = f"unreachable: {type(exc).__name__}"
-    try:
-        storage.stat("0" * 32)
-        checks["storage"] = "ok"
-    except Exception as exc:
-        checks["storage"] = f"unreachable: {exc}".splitlines()[0][:200]
-    return {"status": "ok" if all(v == "ok" for v in checks.values()) else "degraded", **checks}
-
-
-PENDING = redis_keys.PENDING
-LOST_AFTER = 120  # seconds a queued job may be missing from its queue before it is pushed again
-
-
-def mark_pending(connection: Redis, job_id: str) -> None:
-    connection.zadd(PENDING, {job_id: time.time()})
-
-
-def requeue_lost(connection: Redis) -> list[str]:
-    """Push back queued jobs that are in no queue: a worker that popped one and died (or lost Redis) before
-    starting it leaves it so (rq's pop from several queues at once is not atomic with the start). Run by
-    workers in their maintenance pass."""
-    pushed = []
-    for raw in connection.zrangebyscore(PENDING, 0, time.time() - LOST_AFTER):
-        job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-        try:
-            job = Job.fetch(job_id, connection=connection)
-        except NoSuchJobError:
-            connection.zrem(PENDING, job_id)
-            continue
-        if job.get_status(refresh=False) != JobStatus.QUEUED:
-            connection.zrem(PENDING, job_id)
-            continue
-        queue = Queue(job.origin, connection=connection)
-        if connection.lpos(queue.key, job_id) is None:
-            queue.enqueue_job(job)
-            pushed.append(job_id)
-            log.warning("requeued %s: it was queued but in no queue", job_id)
-        mark_pending(connection, job_id)
-    return pushed

@@ -13,9 +13,9 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import open_storage
 
+from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
 from .pipeline import Stage, produce_clip
-from .queue import PENDING
 
 log = logging.getLogger(__name__)
 

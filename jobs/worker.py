@@ -18,8 +18,9 @@ from rq import Queue, Worker
 
 from quoteclip.settings import Settings
 
+from .connection import bulk_queue_name, connect
+from .maintenance import requeue_lost
 from .pipeline import sweep_temp
-from .queue import bulk_queue_name, connect, requeue_lost
 
 log = logging.getLogger("quoteclip.worker")
 

@@ -1,0 +1,45 @@
+"""The files stored next to a clip: its captions (SRT, WebVTT), a poster and a manifest of what was cut."""
+
+from __future__ import annotations
+
+import hashlib
+
+from quoteclip import RENDERER_VERSION, __version__
+from quoteclip.spec import ClipSpec
+from renderer.ffmpeg import ffmpeg_version
+from renderer.render import RenderResult
+from renderer.sidecars import manifest, poster, sha256_file, to_srt, to_vtt
+
+
+def sidecar_files(
+    spec: ClipSpec, key: str, identity: str, title: str | None, result: RenderResult, ffmpeg_bin: str
+) -> dict[str, tuple[bytes, str]]:
+    """SRT and WebVTT of the captions (clip time), a poster JPEG and a JSON manifest, by file suffix."""
+    files: dict[str, tuple[bytes, str]] = {}
+    if result.captions is not None:
+        files[".srt"] = (to_srt(result.captions).encode(), "application/x-subrip")
+        files[".vtt"] = (to_vtt(result.captions).encode(), "text/vtt")
+    files[".jpg"] = (poster(result.path, min(result.duration * 0.4, 1.0)), "image/jpeg")
+    files[".manifest.json"] = (
+        manifest(
+            key=key,
+            source={"url": spec.source, "id": identity, "title": title},
+            quote={"start": spec.start, "end": spec.end},
+            source_times={"start": result.source_start, "end": round(result.source_start + result.duration, 3)},
+            spec=spec.model_dump(mode="json"),
+            versions={"quoteclip": __version__, "renderer": RENDERER_VERSION, "ffmpeg": ffmpeg_version(ffmpeg_bin)},
+            output={
+                "width": result.width,
+                "height": result.height,
+                "duration": result.duration,
+                "bytes": result.path.stat().st_size,
+                "sha256": sha256_file(result.path),
+            },
+            sidecars={
+                suffix: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                for suffix, (data, _) in files.items()
+            },
+        ),  # fmt: skip
+        "application/json",
+    )
+    return files

@@ -1,0 +1,45 @@
+"""What a clip job answers: the stored clip's link, size, duration and sidecar links."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from storage import Storage
+
+from .stages import Stage
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    status: str
+    link: str
+    key: str
+    width: int
+    height: int
+    duration: float
+    cached: bool
+    path: str | None = None
+    filename: str | None = None
+    source_bytes: int | None = None  # bytes fetched from a remote source for this render
+    sidecars: dict[str, str] | None = None  # srt, vtt, poster, manifest → links
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "path"}
+
+
+def stored_result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> ClipResult:
+    path = storage.local_path(key)
+    names = {".srt": "srt", ".vtt": "vtt", ".jpg": "poster", ".manifest.json": "manifest"}
+    suffixes = [x for x in meta.get("sidecars", "").split(",") if x in names]
+    return ClipResult(
+        status=Stage.FINISHED.value,
+        link=storage.link(key),
+        key=key,
+        width=int(meta.get("width", 0)),
+        height=int(meta.get("height", 0)),
+        duration=float(meta.get("duration", 0)),
+        cached=cached,
+        path=str(path) if path is not None else None,
+        filename=meta.get("filename"),
+        sidecars={names[x]: storage.link(key, x) for x in suffixes} or None,
+    )

@@ -1,0 +1,21 @@
+"""The progress protocol of a clip job: its stages, and where each starts on the 0–100 scale."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    QUEUED = "queued"
+    FETCHING = "fetching"
+    RENDERING = "rendering"
+    UPLOADING = "uploading"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+# Share of the overall progress at which each stage starts.
+STAGE_START = {Stage.FETCHING: 0, Stage.RENDERING: 5, Stage.UPLOADING: 95, Stage.FINISHED: 100}
+
+Reporter = Callable[[Stage, int], None]

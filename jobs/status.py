@@ -1,0 +1,81 @@
+"""A queued clip's status, stage, progress, fresh link or readable error."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from redis import Redis
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+from storage import Storage, open_storage
+
+from .connection import JOB_ID, connect
+from .stages import Stage
+
+
+def job_status(
+    job_id: str, settings: Settings, connection: Redis | None = None, storage: Storage | None = None
+) -> dict[str, Any]:
+    """Status, stage, progress 0–100, a fresh link when finished, and a readable error when failed."""
+    match = JOB_ID.match(job_id)
+    if not match:
+        raise BadInput(f"job_id must look like clip-<32 hex digits>, got {job_id!r}")
+    key = match.group(1)
+    connection = connection or connect(settings)
+    storage = storage or open_storage(settings)
+    try:
+        job: Job | None = Job.fetch(job_id, connection=connection)
+    except NoSuchJobError:
+        job = None
+    body: dict[str, Any] = {"job_id": job_id}
+    if job is None or job.get_status(refresh=False) == JobStatus.FINISHED or _stale(job):
+        meta = storage.stat(key)
+        if meta is not None:  # finished, or stored by an earlier request (the job itself may have expired)
+            body.update(status="finished", stage="finished", progress=100, link=storage.link(key), error=None)
+            return body
+        if job is None:
+            body.update(status="unknown", stage=None, progress=0, link=None, error="no such job (or it expired)")
+            return body
+    assert job is not None
+    status = job.get_status(refresh=False)
+    stage = str(job.meta.get("stage") or Stage.QUEUED.value)
+    error = job.meta.get("error")
+    if status == JobStatus.FAILED:
+        stage = Stage.FAILED.value
+        error = error or _last_line(job)
+    elif status in {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED} and stage != Stage.QUEUED.value:
+        stage = Stage.QUEUED.value  # waiting for a retry
+    progress = int(job.meta.get("progress") or 0)
+    body.update(
+        status=status.value if status else "unknown",
+        stage=stage,
+        progress=progress,
+        link=None,
+        error=error or None,
+    )
+    if status == JobStatus.FINISHED:  # finished but the object is missing from the store
+        body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
+    return body
+
+
+STALE_AFTER = 60  # seconds without a heartbeat from a started job's worker
+
+
+def _stale(job: Job) -> bool:
+    """A started job whose worker stopped beating (killed, or cut off from Redis): its clip may be stored
+    already (ask the store), and if not, rq's maintenance requeues it once its heartbeat expires."""
+    if job.get_status(refresh=False) != JobStatus.STARTED or job.last_heartbeat is None:
+        return False
+    beat = job.last_heartbeat if job.last_heartbeat.tzinfo else job.last_heartbeat.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - beat).total_seconds() > STALE_AFTER
+
+
+def _last_line(job: Job) -> str:
+    result = job.latest_result()
+    text = (result.exc_string or "") if result is not None else ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "failed"
