@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -124,27 +126,28 @@ class WatermarkSpec(BaseModel):
         return cls(text=brand, **options)
 
 
-class Word(BaseModel):
-    """One spoken word with its times in the source (seconds or timecodes)."""
+def _word_text(v: str) -> str:
+    if _CONTROL.search(v) or not v.strip():
+        raise ValueError(f"word text must be printable, got {v!r}")
+    return v.strip()
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    text: str = Field(min_length=1, max_length=64)
+@dataclass(frozen=True)
+class Word:
+    """One spoken word with its times, in seconds: source time in a spec or a transcript, clip time once cut.
+
+    The one word type of the project. A spec's words are validated (times or timecodes in, printable text of
+    at most 64 characters); words made by code are plain records."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    text: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_word_text)]
     start: Time
     end: Time
 
-    @field_validator("text")
-    @classmethod
-    def _text(cls, v: str) -> str:
-        if _CONTROL.search(v) or not v.strip():
-            raise ValueError(f"word text must be printable, got {v!r}")
-        return v.strip()
-
-    @model_validator(mode="after")
-    def _order(self) -> Word:
+    def __post_init__(self) -> None:
         if self.end < self.start:
             raise ValueError(f"word end must not be before its start, got start={self.start} end={self.end}")
-        return self
 
 
 class CaptionStyle(BaseModel):

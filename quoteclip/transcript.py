@@ -16,6 +16,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 from .errors import BadInput
+from .spec import Word
 
 _CUE_TIME = re.compile(r"^\s*((?:\d+:)?\d{1,2}:\d{2}[.,]\d{1,3})\s*-->\s*((?:\d+:)?\d{1,2}:\d{2}[.,]\d{1,3})")
 _INLINE = re.compile(r"<((?:\d+:)?\d{1,2}:\d{2}\.\d{3})>")
@@ -25,18 +26,11 @@ DEFAULT_THRESHOLD = 0.8
 
 
 @dataclass(frozen=True)
-class TWord:
-    text: str
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
 class Alignment:
     start: float
     end: float
     score: float
-    words: list[TWord]
+    words: list[Word]
 
 
 def _seconds(stamp: str) -> float:
@@ -47,19 +41,21 @@ def _seconds(stamp: str) -> float:
     return round(total, 3)
 
 
-def _share(text: str, start: float, end: float) -> list[TWord]:
+def spread(text: str, start: float, end: float) -> list[Word]:
+    """Times for words that have none: the span from ``start`` to ``end`` shared by character count (a syllable
+    proxy; a word weighs its letters plus one for the gap after it)."""
     tokens = text.split()
     weights = [len(t) + 1 for t in tokens]
     total = sum(weights) or 1
     out, t = [], start
     for token, w in zip(tokens, weights, strict=True):
         span = (end - start) * w / total
-        out.append(TWord(token, round(t, 3), round(t + span, 3)))
+        out.append(Word(token, round(t, 3), round(t + span, 3)))
         t += span
     return out
 
 
-def parse_cues(text: str) -> list[TWord]:
+def parse_cues(text: str) -> list[Word]:
     """Words with times from WebVTT or SRT text."""
     blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
     cues: list[tuple[float, float, list[str]]] = []
@@ -71,7 +67,7 @@ def parse_cues(text: str) -> list[TWord]:
                 cues.append((_seconds(match.group(1)), _seconds(match.group(2)), lines[n + 1 :]))
                 break
     word_timed = any(_INLINE.search(line) for _, _, lines in cues for line in lines)
-    words: list[TWord] = []
+    words: list[Word] = []
     for start, end, lines in cues:
         for line in lines:
             if word_timed and not _INLINE.search(line):
@@ -81,13 +77,13 @@ def parse_cues(text: str) -> list[TWord]:
             else:
                 clean = html.unescape(_TAG.sub("", line)).strip()
                 if clean:
-                    words += _share(clean, start, end)
+                    words += spread(clean, start, end)
     if not words:
         raise BadInput("transcript: no timed text found (expected WebVTT, SRT or a JSON word list)")
     return words
 
 
-def _inline_words(line: str, start: float, end: float) -> list[TWord]:
+def _inline_words(line: str, start: float, end: float) -> list[Word]:
     pieces = _INLINE.split(line)  # text, time, text, time, text …
     times = [start] + [_seconds(p) for p in pieces[1::2]]
     texts = [html.unescape(_TAG.sub("", p)).strip() for p in pieces[0::2]]
@@ -97,11 +93,11 @@ def _inline_words(line: str, start: float, end: float) -> list[TWord]:
             continue
         t0 = times[n]
         t1 = times[n + 1] if n + 1 < len(times) else end
-        out += _share(text, t0, max(t0, t1))
+        out += spread(text, t0, max(t0, t1))
     return out
 
 
-def parse_json(data: object) -> list[TWord]:
+def parse_json(data: object) -> list[Word]:
     items = data.get("words") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise BadInput('transcript: a JSON transcript is a list of {text, start, end} (or {"words": [...]})')
@@ -109,13 +105,13 @@ def parse_json(data: object) -> list[TWord]:
     for n, item in enumerate(items):
         try:
             text = str(item.get("text", item.get("word", ""))).strip()
-            words.append(TWord(text, float(item["start"]), float(item["end"])))
+            words.append(Word(text, float(item["start"]), float(item["end"])))
         except (AttributeError, KeyError, TypeError, ValueError):
             raise BadInput(f"transcript: word {n} needs text, start and end, got {str(item)[:80]!r}") from None
     return [w for w in words if w.text]
 
 
-def load_transcript(path: str | Path) -> list[TWord]:
+def load_transcript(path: str | Path) -> list[Word]:
     file = Path(path)
     try:
         if file.stat().st_size > MAX_TRANSCRIPT_BYTES:
@@ -171,7 +167,7 @@ def _fuzzy(window: list[str], wanted: list[str]) -> list[str]:
     return [t if t in vocabulary else next((q for q in wanted if _close(t, q)), t) for t in window]
 
 
-def align(quote: str, words: list[TWord], threshold: float = DEFAULT_THRESHOLD) -> Alignment:
+def align(quote: str, words: list[Word], threshold: float = DEFAULT_THRESHOLD) -> Alignment:
     """Find ``quote`` in ``words``: tolerant of case, punctuation and small transcription differences."""
     wanted = _parts(quote.split(), drop_fillers=False)[0]
     if not wanted:
@@ -220,7 +216,7 @@ def _parts(texts: list[str], drop_fillers: bool) -> tuple[list[str], list[int]]:
     return tokens, owner
 
 
-def retime(text: str, spoken: list[TWord]) -> list[TWord]:
+def retime(text: str, spoken: list[Word]) -> list[Word]:
     """The words of ``text`` (the quote as it should read) with times taken from the transcript words they
     match; words the transcript lacks get times between their neighbours'."""
     tokens = text.split()
@@ -236,12 +232,12 @@ def retime(text: str, spoken: list[TWord]) -> list[TWord]:
             old = times[n]
             times[n] = (w.start, w.end) if old is None else (min(old[0], w.start), max(old[1], w.end))
     start, end = spoken[0].start, spoken[-1].end
-    out: list[TWord] = []
+    out: list[Word] = []
     for n, token in enumerate(tokens):
         t = times[n]
         if t is None:
             prev_end = out[-1].end if out else start
             nxt = next((x for x in times[n + 1 :] if x is not None), None)
             t = (prev_end, nxt[0] if nxt is not None else end)
-        out.append(TWord(token, t[0], max(t[0], t[1])))
+        out.append(Word(token, t[0], max(t[0], t[1])))
     return out

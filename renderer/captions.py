@@ -12,9 +12,9 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from quoteclip.fonts import FontSet, font_set, is_rtl
-from quoteclip.spec import CaptionStyle
+from quoteclip.spec import CaptionStyle, Word
 
-from .timing import Page, TimedWord, paginate
+from .timing import Page, paginate
 
 MAX_WIDTH = 0.88  # of the frame width
 LINE_SPACING = 1.22
@@ -40,7 +40,7 @@ class CaptionTrack:
     x: int
     y: int
     pages: list[Page]
-    words: list[TimedWord]
+    words: list[Word]
 
 
 def _rgba(hex_color: str, alpha: int = 255) -> tuple[int, int, int, int]:
@@ -49,7 +49,7 @@ def _rgba(hex_color: str, alpha: int = 255) -> tuple[int, int, int, int]:
 
 
 def caption_track(
-    words: list[TimedWord],
+    words: list[Word],
     frame: tuple[int, int],
     profile: str,
     size: float,
@@ -85,7 +85,7 @@ def caption_track(
     return CaptionTrack(states, 0, max(0, y), pages, words)
 
 
-def _word_spans(page: Page, words: list[TimedWord]) -> list[tuple[int | None, float, float]]:
+def _word_spans(page: Page, words: list[Word]) -> list[tuple[int | None, float, float]]:
     indices = page.words
     out: list[tuple[int | None, float, float]] = []
     for n, i in enumerate(indices):
@@ -98,7 +98,7 @@ def _word_spans(page: Page, words: list[TimedWord]) -> list[tuple[int | None, fl
 
 def _draw(
     page: Page,
-    words: list[TimedWord],
+    words: list[Word],
     current: int | None,
     font: FontSet,
     style: CaptionStyle,

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quoteclip.errors import BadInput, QuoteclipError, RenderFailed
-from quoteclip.spec import ClipSpec, format_time
+from quoteclip.spec import ClipSpec, Word, format_time
+from quoteclip.transcript import spread
 from watermarks import watermark_image
 
 from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import Overlay, build_command
 from .probe import MediaInfo, Readable, probe
-from .timing import TimedWord, clip_words, spread
+from .timing import clip_words
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,13 @@ def cut_for(spec: ClipSpec, info: MediaInfo) -> tuple[float, float]:
     return spec.cut_start, round(end - spec.cut_start, 3)
 
 
-def timed_words(spec: ClipSpec, cut: tuple[float, float]) -> tuple[list[TimedWord], bool]:
+def timed_words(spec: ClipSpec, cut: tuple[float, float]) -> tuple[list[Word], bool]:
     """Clip-time words and whether they carry real timing (else the caption is spread over the quote)."""
     start, duration = cut
     if spec.words:
-        return clip_words([(w.text, w.start, w.end) for w in spec.words], start, start + duration), True
+        return clip_words(spec.words, start, start + duration), True
     offset = spec.start - start
-    spread_words = spread(spec.caption, spec.end - spec.start)
-    return [TimedWord(w.text, round(w.start + offset, 3), round(w.end + offset, 3)) for w in spread_words], False
+    return spread(spec.caption, round(offset, 3), round(offset + spec.end - spec.start, 3)), False
 
 
 def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tuple[list[Overlay], CaptionTrack | None]:

@@ -1,4 +1,4 @@
-"""Caption timing: words with times (given, or spread over the clip by length), grouped into short pages.
+"""Caption timing: words with clip times (given, or spread over the clip by length), grouped into short pages.
 
 Pure functions of text, times and a measuring function: no images here.
 """
@@ -9,17 +9,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from quoteclip.spec import Word
+
 PHRASE_END = re.compile(r"[,.;:!?…—–)\]\"'»”。、，！？；：]$")
 SENTENCE_END = re.compile(r"[.!?…。！？]$")
 GAP_HIDE = 1.0  # seconds of silence after which a page is taken off the screen
 HOLD = 0.6  # seconds a page stays after its last word when nothing follows
-
-
-@dataclass(frozen=True)
-class TimedWord:
-    text: str
-    start: float  # clip time, seconds
-    end: float
 
 
 @dataclass(frozen=True)
@@ -33,35 +28,19 @@ class Page:
         return tuple(i for line in self.lines for i in line)
 
 
-def spread(text: str, duration: float) -> list[TimedWord]:
-    """Word times for a caption without them: the clip's duration shared by character count (a syllable proxy)."""
-    tokens = text.split()
-    if not tokens:
-        return []
-    weights = [len(t) + 2 for t in tokens]
-    total = sum(weights)
-    out, t = [], 0.0
-    for token, w in zip(tokens, weights, strict=True):
-        span = duration * w / total
-        out.append(TimedWord(token, round(t, 3), round(t + span, 3)))
-        t += span
-    return out
-
-
-def clip_words(words: Sequence[tuple[str, float, float]], clip_start: float, clip_end: float) -> list[TimedWord]:
+def clip_words(words: Sequence[Word], clip_start: float, clip_end: float) -> list[Word]:
     """Source-time words → clip-time words, keeping those that overlap the clip."""
     out = []
-    for text, start, end in words:
-        if end <= clip_start or start >= clip_end or not text.strip():
+    for w in words:
+        if w.end <= clip_start or w.start >= clip_end or not w.text.strip():
             continue
-        out.append(
-            TimedWord(text.strip(), round(max(0.0, start - clip_start), 3), round(min(clip_end, end) - clip_start, 3))
-        )
+        start = round(max(0.0, w.start - clip_start), 3)
+        out.append(Word(w.text.strip(), start, max(start, round(min(clip_end, w.end) - clip_start, 3))))
     return out
 
 
 def paginate(
-    words: Sequence[TimedWord],
+    words: Sequence[Word],
     measure: Callable[[str], float],
     max_width: float,
     max_chars: int = 32,

@@ -13,9 +13,10 @@ from jobs.pipeline import produce_clip
 from quoteclip.errors import BadInput
 from quoteclip.fonts import font_set
 from quoteclip.settings import Settings
-from quoteclip.spec import CaptionStyle, build_spec
+from quoteclip.spec import CaptionStyle, Word, build_spec
+from quoteclip.transcript import spread
 from renderer.captions import caption_track
-from renderer.timing import TimedWord, paginate, spread
+from renderer.timing import paginate
 from storage import LocalStorage
 
 WORDS = [
@@ -66,7 +67,7 @@ def test_long_caption_without_times_is_paged(media, settings) -> None:
     out = render(settings, source=str(src), start=0, end=8, caption=text, profile="vertical", fades=False)
     first, last = rgb_frame(out, 0.5), rgb_frame(out, 7.5)
     assert np.abs(first - last)[700:1100].mean() > 2  # a different page is showing
-    words = spread(text, 8.0)
+    words = spread(text, 0.0, 8.0)
     pages = paginate(words, lambda s: len(s) * 20.0, 634, max_chars=22)
     assert all(len(p.lines) <= 2 for p in pages) and len(pages) >= 4
 
@@ -158,7 +159,7 @@ def test_missing_glyph_is_refused_before_rendering(media, settings) -> None:
 
 
 def test_caption_track_states_follow_the_words() -> None:
-    words = [TimedWord("alpha", 0.0, 0.4), TimedWord("beta", 0.4, 0.9), TimedWord("gamma.", 0.9, 1.5)]
+    words = [Word("alpha", 0.0, 0.4), Word("beta", 0.4, 0.9), Word("gamma.", 0.9, 1.5)]
     track = caption_track(words, (1280, 720), "landscape", 0.055, CaptionStyle(), None, True, 2.0)
     assert track is not None
     assert [(s.start, s.end) for s in track.states] == [(0.0, 0.4), (0.4, 0.9), (0.9, 2.0)]

@@ -71,7 +71,7 @@ def test_caption_text_of_every_kind(caption: str) -> None:
         ({"start": {"$gt": 0}}, "start must be seconds"),
         ({"words": "one two"}, "words: Input should be a valid tuple, got 'one two'"),
         ({"words": [{"text": "a", "start": 1}]}, "words.0.end: Field required"),
-        ({"words": [1]}, "words.0: Input should be a valid dictionary or instance of Word, got 1"),
+        ({"words": [1]}, "words.0: Input should be a dictionary or an instance of Word, got 1"),
     ],
 )
 def test_fixed_hostile_cases(fields: dict[str, object], message: str) -> None:

@@ -8,7 +8,8 @@ import pytest
 from conftest import run_cli
 
 from quoteclip.errors import BadInput
-from quoteclip.transcript import TWord, align, load_transcript, parse_cues, retime
+from quoteclip.spec import Word
+from quoteclip.transcript import align, load_transcript, parse_cues, retime
 
 YOUTUBE_VTT = """WEBVTT
 Kind: captions
@@ -133,5 +134,5 @@ def test_brand_style_file(media, tmp_path) -> None:
 
 
 def test_retime_keeps_every_quote_word() -> None:
-    spoken = [TWord("a", 0, 1), TWord("c", 2, 3)]
+    spoken = [Word("a", 0, 1), Word("c", 2, 3)]
     assert [(w.text, w.start, w.end) for w in retime("a b c", spoken)] == [("a", 0, 1), ("b", 1, 2), ("c", 2, 3)]
