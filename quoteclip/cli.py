@@ -11,13 +11,35 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
 from .errors import BadInput, QuoteclipError
 from .logs import setup_cli_logging
+from .options import (
+    CaptionOpt,
+    CaptionSizeOpt,
+    ClipOptions,
+    EndOpt,
+    FitOpt,
+    FontOpt,
+    NoFadesOpt,
+    PadAfterOpt,
+    PadBeforeOpt,
+    ProfileOpt,
+    QualityOpt,
+    StartOpt,
+    StyleFileOpt,
+    StyleOpt,
+    TranscriptOpt,
+    VideoFadesOpt,
+    WatermarkOpt,
+    WmOpacityOpt,
+    WmPosOpt,
+    WmSizeOpt,
+    spec_from_options,
+)
 from .settings import Settings
 from .spec import ClipSpec, build_spec
 
@@ -65,66 +87,6 @@ def _emit(payload: dict[str, Any], as_json: bool, human: str) -> None:
         typer.echo(human)
 
 
-BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
-                "pad_before", "pad_after"}  # fmt: skip
-
-
-def load_brand_style(path: str) -> dict[str, Any]:
-    """A brand style file: JSON with any of BRAND_FIELDS, reused across a batch of clips."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"style file not found: {path!r}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"style file cannot be read: {path!r} ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"style file is not valid JSON: {path!r} ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"style file must hold a JSON object, got {type(data).__name__}: {path!r}")
-    unknown = sorted(set(data) - BRAND_FIELDS)
-    if unknown:
-        raise BadInput(f"style file has unknown fields {unknown} (allowed: {sorted(BRAND_FIELDS)}): {path!r}")
-    return data
-
-
-def _spec_from_options(opts: dict[str, Any], settings: Settings) -> ClipSpec:
-    """Options → spec data: the brand style file first, explicit options over it, a transcript for the times."""
-    data: dict[str, Any] = load_brand_style(opts["style_file"]) if opts.get("style_file") else {}
-    data["source"] = opts["source"]
-    for name in ("caption", "font", "caption_size", "profile", "fit", "quality", "pad_before", "pad_after"):
-        if opts.get(name) is not None:
-            data[name] = opts[name]
-    if opts.get("no_fades"):
-        data["fades"] = False
-    if opts.get("video_fades"):
-        data["video_fades"] = True
-    if opts.get("style") is not None:
-        data["style"] = {**data.get("style", {}), "preset": opts["style"]}
-    if opts.get("watermark"):
-        kind = "logo" if opts["watermark"].lower().endswith(".png") else "text"
-        data["watermark"] = {kind: opts["watermark"]}
-    if data.get("watermark"):
-        for name in ("position", "opacity", "size"):
-            if opts.get(f"watermark_{name}") is not None:
-                data["watermark"] = {**data["watermark"], name: opts[f"watermark_{name}"]}
-    if opts.get("transcript"):
-        from .transcript import align, load_transcript, retime
-
-        if not opts.get("caption"):
-            raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
-        found = align(opts["caption"], load_transcript(opts["transcript"]))
-        data["start"] = opts.get("start") if opts.get("start") is not None else found.start
-        data["end"] = opts.get("end") if opts.get("end") is not None else found.end
-        data["words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(opts["caption"], found.words)]
-        logging.getLogger("quoteclip").info("quote found in the transcript, score %.2f", found.score)
-    else:
-        for name in ("start", "end"):
-            if opts.get(name) is None:
-                raise BadInput(f"{name}: required (or give --transcript and --caption to find the quote)")
-            data[name] = opts[name]
-    return build_spec(data, max_seconds=settings.max_clip_seconds)
-
-
 class _Progress:
     """A progress bar on stderr when it is a terminal; stage lines in the log otherwise."""
 
@@ -161,35 +123,6 @@ class _Progress:
             self._bar.__exit__(None, None, None)
 
 
-# Options shared by the commands that take a clip spec (None: the spec's default, or the style file's).
-StartOpt = Annotated[str | None, typer.Option("--start", help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
-EndOpt = Annotated[str | None, typer.Option("--end", help="Quote end, same forms as --start.")]
-CaptionOpt = Annotated[str | None, typer.Option("--caption", help="The quote's text, burned in as captions.")]
-WatermarkOpt = Annotated[str | None, typer.Option("--watermark", help="Brand text (e.g. StarZero) or a PNG logo path.")]
-WmPosOpt = Annotated[
-    str | None, typer.Option("--watermark-position", help="top-left|top-right|bottom-left|bottom-right")
-]
-WmOpacityOpt = Annotated[float | None, typer.Option("--watermark-opacity", help="0.05–1.0 (default 0.8)")]
-WmSizeOpt = Annotated[float | None, typer.Option("--watermark-size", help="Mark height / the frame's short side.")]
-FontOpt = Annotated[str | None, typer.Option("--font", help="A TTF/OTF file for captions and the text mark.")]
-CaptionSizeOpt = Annotated[float | None, typer.Option("--caption-size", help="Font size / the frame's short side.")]
-StyleOpt = Annotated[str | None, typer.Option("--style", help="clean | bold-outline | boxed | karaoke")]
-StyleFileOpt = Annotated[str | None, typer.Option("--style-file", help="A brand style JSON file (see README).")]
-ProfileOpt = Annotated[
-    str | None, typer.Option("--profile", help="landscape (1280x720) | vertical | square | portrait")
-]
-FitOpt = Annotated[str | None, typer.Option("--fit", help="pad (bars) | blur (blurred fill) | center (crop)")]
-QualityOpt = Annotated[str | None, typer.Option("--quality", help="final | preview (half size, fastest encode)")]
-PadBeforeOpt = Annotated[float | None, typer.Option("--pad-before", help="Seconds of source before the quote.")]
-PadAfterOpt = Annotated[float | None, typer.Option("--pad-after", help="Seconds of source after the quote.")]
-NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]
-VideoFadesOpt = Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")]
-TranscriptOpt = Annotated[
-    str | None,
-    typer.Option("--transcript", help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
-]
-
-
 def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callable[..., None]:
     """A command taking a clip spec from options; ``action`` does the rest (render inline, or enqueue)."""
 
@@ -218,11 +151,17 @@ def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callabl
         verbose: VerboseOpt = False,
     ) -> None:
         setup_cli_logging(verbose)
-        opts = dict(locals())
+        opts = ClipOptions(
+            source=source, start=start, end=end, caption=caption, watermark=watermark,
+            watermark_position=watermark_position, watermark_opacity=watermark_opacity, watermark_size=watermark_size,
+            font=font, caption_size=caption_size, style=style, style_file=style_file, profile=profile, fit=fit,
+            quality=quality, pad_before=pad_before, pad_after=pad_after, no_fades=no_fades, video_fades=video_fades,
+            transcript=transcript,
+        )  # fmt: skip
 
         def go() -> None:
             settings = Settings.from_env()
-            action(_spec_from_options(opts, settings), settings, as_json)
+            action(spec_from_options(opts, settings), settings, as_json)
 
         run_guarded(go)
 

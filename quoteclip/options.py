@@ -1,0 +1,131 @@
+"""The CLI's clip options: typed option declarations, one typed record of their values, and the one function
+that turns them (with a brand style file and a transcript) into a ClipSpec. The commands are in ``cli.py``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .errors import BadInput
+from .settings import Settings
+from .spec import ClipSpec, build_spec
+
+# Options shared by the commands that take a clip spec (None: the spec's default, or the style file's).
+StartOpt = Annotated[str | None, typer.Option("--start", help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
+EndOpt = Annotated[str | None, typer.Option("--end", help="Quote end, same forms as --start.")]
+CaptionOpt = Annotated[str | None, typer.Option("--caption", help="The quote's text, burned in as captions.")]
+WatermarkOpt = Annotated[str | None, typer.Option("--watermark", help="Brand text (e.g. StarZero) or a PNG logo path.")]
+WmPosOpt = Annotated[
+    str | None, typer.Option("--watermark-position", help="top-left|top-right|bottom-left|bottom-right")
+]
+WmOpacityOpt = Annotated[float | None, typer.Option("--watermark-opacity", help="0.05–1.0 (default 0.8)")]
+WmSizeOpt = Annotated[float | None, typer.Option("--watermark-size", help="Mark height / the frame's short side.")]
+FontOpt = Annotated[str | None, typer.Option("--font", help="A TTF/OTF file for captions and the text mark.")]
+CaptionSizeOpt = Annotated[float | None, typer.Option("--caption-size", help="Font size / the frame's short side.")]
+StyleOpt = Annotated[str | None, typer.Option("--style", help="clean | bold-outline | boxed | karaoke")]
+StyleFileOpt = Annotated[str | None, typer.Option("--style-file", help="A brand style JSON file (see README).")]
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", help="landscape (1280x720) | vertical | square | portrait")
+]
+FitOpt = Annotated[str | None, typer.Option("--fit", help="pad (bars) | blur (blurred fill) | center (crop)")]
+QualityOpt = Annotated[str | None, typer.Option("--quality", help="final | preview (half size, fastest encode)")]
+PadBeforeOpt = Annotated[float | None, typer.Option("--pad-before", help="Seconds of source before the quote.")]
+PadAfterOpt = Annotated[float | None, typer.Option("--pad-after", help="Seconds of source after the quote.")]
+NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]
+VideoFadesOpt = Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")]
+TranscriptOpt = Annotated[
+    str | None,
+    typer.Option("--transcript", help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
+]
+
+
+@dataclass(frozen=True)
+class ClipOptions:
+    """The values of a clip command's options (None: the spec's default, or the style file's)."""
+
+    source: str
+    start: str | None = None
+    end: str | None = None
+    caption: str | None = None
+    watermark: str | None = None
+    watermark_position: str | None = None
+    watermark_opacity: float | None = None
+    watermark_size: float | None = None
+    font: str | None = None
+    caption_size: float | None = None
+    style: str | None = None
+    style_file: str | None = None
+    profile: str | None = None
+    fit: str | None = None
+    quality: str | None = None
+    pad_before: float | None = None
+    pad_after: float | None = None
+    no_fades: bool = False
+    video_fades: bool = False
+    transcript: str | None = None
+
+
+BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
+                "pad_before", "pad_after"}  # fmt: skip
+
+
+def load_brand_style(path: str) -> dict[str, Any]:
+    """A brand style file: JSON with any of BRAND_FIELDS, reused across a batch of clips."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"style file not found: {path!r}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"style file cannot be read: {path!r} ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"style file is not valid JSON: {path!r} ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"style file must hold a JSON object, got {type(data).__name__}: {path!r}")
+    unknown = sorted(set(data) - BRAND_FIELDS)
+    if unknown:
+        raise BadInput(f"style file has unknown fields {unknown} (allowed: {sorted(BRAND_FIELDS)}): {path!r}")
+    return data
+
+
+def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
+    """Options → spec data: the brand style file first, explicit options over it, a transcript for the times."""
+    data: dict[str, Any] = load_brand_style(opts.style_file) if opts.style_file else {}
+    data["source"] = opts.source
+    given = {
+        "caption": opts.caption, "font": opts.font, "caption_size": opts.caption_size, "profile": opts.profile,
+        "fit": opts.fit, "quality": opts.quality, "pad_before": opts.pad_before, "pad_after": opts.pad_after,
+    }  # fmt: skip
+    data.update({name: value for name, value in given.items() if value is not None})
+    if opts.no_fades:
+        data["fades"] = False
+    if opts.video_fades:
+        data["video_fades"] = True
+    if opts.style is not None:
+        data["style"] = {**data.get("style", {}), "preset": opts.style}
+    if opts.watermark:
+        kind = "logo" if opts.watermark.lower().endswith(".png") else "text"
+        data["watermark"] = {kind: opts.watermark}
+    if data.get("watermark"):
+        placing = {"position": opts.watermark_position, "opacity": opts.watermark_opacity, "size": opts.watermark_size}
+        data["watermark"] = {**data["watermark"], **{k: v for k, v in placing.items() if v is not None}}
+    if opts.transcript:
+        from .transcript import align, load_transcript, retime
+
+        if not opts.caption:
+            raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
+        found = align(opts.caption, load_transcript(opts.transcript))
+        data["start"] = opts.start if opts.start is not None else found.start
+        data["end"] = opts.end if opts.end is not None else found.end
+        data["words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(opts.caption, found.words)]
+        logging.getLogger("quoteclip").info("quote found in the transcript, score %.2f", found.score)
+    else:
+        for name, value in (("start", opts.start), ("end", opts.end)):
+            if value is None:
+                raise BadInput(f"{name}: required (or give --transcript and --caption to find the quote)")
+            data[name] = value
+    return build_spec(data, max_seconds=settings.max_clip_seconds)
