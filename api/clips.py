@@ -1,0 +1,96 @@
+"""Clips and batches: create (or find) clips, read their status, download them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+
+from jobs.queue import JOB_ID, enqueue_clip, job_status
+from quoteclip.errors import BadInput
+from quoteclip.spec import ClipSpec, build_spec
+from storage import LocalStorage
+
+from .deps import RateLimited, Services, ServicesDep
+from .errors import APIError
+from .models import BatchRequest, ClipAccepted, ClipRequest, ClipStatus
+
+router = APIRouter()
+RETRY_AFTER = "2"
+
+
+def _accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
+    queued = enqueue_clip(spec, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
+    body = ClipAccepted(
+        id=queued.job_id, status=queued.status, status_url=f"/clips/{queued.job_id}",
+        download_url=f"/clips/{queued.job_id}/download", link=svc.link_for(queued.job_id, queued.link),
+        cached=queued.link is not None,
+    )  # fmt: skip
+    return body, 200 if queued.link else 202
+
+
+def _status(svc: Services, clip_id: str) -> dict[str, Any]:
+    if not JOB_ID.match(clip_id):
+        raise APIError(404, f"no such clip: {clip_id[:80]!r}")
+    body = job_status(clip_id, svc.settings, svc.connection, svc.storage)
+    if body["status"] == "unknown":
+        raise APIError(404, "no such clip (or it expired)")
+    return body
+
+
+@router.post("/clips", response_model=ClipAccepted, responses={200: {"model": ClipAccepted}, 422: {}, 429: {}})
+def create_clip(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> JSONResponse:
+    """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise."""
+    spec = build_spec(request.model_dump(exclude={"callback_url"}), max_seconds=svc.settings.max_clip_seconds)
+    body, status = _accepted(svc, spec, request.callback_url)
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+@router.post("/batches", responses={422: {}, 429: {}})
+def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dict[str, Any]:
+    """One source, many quotes: one id per clip (identical quotes share one), queued behind on-demand clicks."""
+    common = dict(request.model_extra or {})
+    specs = []
+    for i, quote in enumerate(request.quotes):
+        data = {**common, "source": request.source, **quote.model_dump()}
+        try:
+            specs.append(build_spec(data, max_seconds=svc.settings.max_clip_seconds))
+        except BadInput as exc:
+            raise BadInput(f"quotes[{i}].{exc}") from None
+    return {"clips": [_accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]}
+
+
+@router.get("/clips/{clip_id}", response_model=ClipStatus, responses={404: {}})
+def get_clip(clip_id: str, svc: ServicesDep) -> ClipStatus:
+    body = _status(svc, clip_id)
+    return ClipStatus(
+        id=clip_id, status=body["status"], stage=body["stage"], progress=body["progress"],
+        link=svc.link_for(clip_id, body["link"]), error=body["error"],
+    )  # fmt: skip
+
+
+@router.get("/clips/{clip_id}/download", responses={302: {}, 202: {}, 404: {}, 410: {}})
+def download(clip_id: str, svc: ServicesDep) -> Response:
+    """For a plain <a href>: 302 to the clip when ready, 202 + Retry-After while rendering, 410 if failed."""
+    body = _status(svc, clip_id)
+    if body["status"] == "finished":
+        return RedirectResponse(str(svc.link_for(clip_id, body["link"])), status_code=302)
+    if body["status"] in ("failed", "stopped", "canceled"):
+        return JSONResponse({"detail": body["error"] or "failed"}, status_code=410)
+    return JSONResponse(
+        {"status": body["status"], "stage": body["stage"], "progress": body["progress"]},
+        status_code=202, headers={"Retry-After": RETRY_AFTER},
+    )  # fmt: skip
+
+
+@router.get("/clips/{clip_id}/file", include_in_schema=False)
+def local_file(clip_id: str, svc: ServicesDep) -> Response:
+    """The clip from the local-folder store (S3 links point at the bucket instead)."""
+    match = JOB_ID.match(clip_id)
+    meta = svc.storage.stat(match.group(1)) if match and isinstance(svc.storage, LocalStorage) else None
+    path = svc.storage.local_path(match.group(1)) if match and meta is not None else None
+    if meta is None or path is None:
+        return JSONResponse({"detail": "no such clip"}, status_code=404)
+    return FileResponse(path, media_type="video/mp4", filename=meta.get("filename", "clip.mp4"),
+                        content_disposition_type="inline")  # fmt: skip

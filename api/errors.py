@@ -1,0 +1,72 @@
+"""How the API answers errors: one line naming the field and value (as the CLI words it), and body limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+
+from quoteclip.errors import BadInput, QuoteclipError
+from quoteclip.spec import describe_errors
+
+MAX_BODY = 256 * 1024
+
+
+class APIError(Exception):
+    """An answer other than 2xx that a route decides on (404, 401, 429, …)."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers
+
+
+class BodyLimit(BaseHTTPMiddleware):
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+            return JSONResponse({"detail": f"request body over {MAX_BODY} bytes"}, status_code=413)
+        if request.method in ("POST", "PUT") and length is None:
+            body = await request.body()
+            if len(body) > MAX_BODY:
+                return JSONResponse({"detail": f"request body over {MAX_BODY} bytes"}, status_code=413)
+        return await call_next(request)
+
+
+def install(app: FastAPI) -> None:
+    """The exception handlers: APIError as itself, bad input 422, other project errors 503, validation 422."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(BadInput)
+    async def _bad_input(request: Request, exc: BadInput) -> JSONResponse:
+        return JSONResponse({"detail": f"{exc.kind}: {exc}"}, status_code=422)
+
+    @app.exception_handler(QuoteclipError)
+    async def _failure(request: Request, exc: QuoteclipError) -> JSONResponse:
+        return JSONResponse({"detail": f"{exc.kind}: {exc}".splitlines()[0]}, status_code=503)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """The same one-line message as the CLI's (field named, value shown, no validator prefixes)."""
+        errors = [
+            {"field": ".".join(str(p) for p in e["loc"] if p != "body"),
+             "message": str(e["msg"]).removeprefix("Value error, "), "value": e.get("input")}
+            for e in exc.errors()
+        ]  # fmt: skip
+        detail = f"{BadInput.kind}: {describe_errors(exc.errors(), skip=('body',)) or 'the request body is invalid'}"
+        return JSONResponse({"detail": detail, "errors": jsonable(errors)}, status_code=422)
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return repr(value)

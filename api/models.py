@@ -1,0 +1,50 @@
+"""Request and answer bodies of the API (the OpenAPI schema is built from these)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quoteclip.spec import ClipSpec
+
+MAX_BATCH = 100
+
+
+class ClipRequest(ClipSpec):
+    """A clip spec, plus where to POST when it is done."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+
+class Quote(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    start: float | str
+    end: float | str
+    caption: str = ""
+
+
+class BatchRequest(BaseModel):
+    """One source, many quotes; every other field applies to each clip."""
+
+    model_config = ConfigDict(extra="allow")
+    source: str
+    quotes: list[Quote] = Field(min_length=1, max_length=MAX_BATCH)
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+
+class ClipAccepted(BaseModel):
+    id: str
+    status: str
+    status_url: str
+    download_url: str
+    link: str | None = None
+    cached: bool = False
+
+
+class ClipStatus(BaseModel):
+    id: str
+    status: str
+    stage: str | None
+    progress: int
+    link: str | None
+    error: str | None
