@@ -38,6 +38,18 @@ def test_dockerfile_mirrors_the_pip_only_install() -> None:
     assert ".venv" in ignored and "tests" in ignored
 
 
+def test_the_wheel_ships_no_test_launcher(tmp_path) -> None:
+    """The installed package (and so the image) holds the product only: no Redis/SeaweedFS/origin launchers."""
+    import zipfile
+
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    names = zipfile.ZipFile(next(tmp_path.glob("quoteclip-*.whl"))).namelist()
+    assert "quoteclip/embedded.py" in names and "sources/ranges.py" in names  # the product's own server pieces
+    assert not [n for n in names if "devservices" in n or n.startswith(("tests/", "bench/")) or "services.py" in n]
+
+
 def test_compose_file() -> None:
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     services = compose["services"]
