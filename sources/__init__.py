@@ -114,7 +114,7 @@ def open_source(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: s
     else:
         from .ytdlp import extract
 
-        found = extract(ref.input, workdir, ffmpeg_bin)
+        found = extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses)
         urls = [found.video_url] + ([found.audio_url] if found.audio_url else [])
         check_hosts = False  # media hosts (CDNs) come from the extractor; the address rules still apply
         fetcher.headers = found.headers

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from quoteclip.errors import SourceTransient, SourceUnavailable
+from quoteclip.errors import SourceRefused, SourceTransient, SourceUnavailable
+
+from .egress import EgressProxy
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +60,12 @@ def deno_path() -> str | None:
         return None
 
 
-def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False) -> dict[str, Any]:
+def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False, proxy: str | None = None) -> dict[str, Any]:
     deno = deno_path()
     return {
+        # Every request yt-dlp makes goes through the egress proxy (sources.egress): the address rules apply to
+        # pages, scripts, manifests and every redirect, not only to the first URL.
+        **({"proxy": proxy} if proxy else {}),
         "quiet": not verbose,
         "verbose": verbose,
         "no_warnings": not verbose,
@@ -91,18 +96,33 @@ def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False) -> dict[s
     }
 
 
-def extract(url: str, workdir: Path, ffmpeg_bin: str) -> Extracted:
+def extract(url: str, workdir: Path, ffmpeg_bin: str, allowed_networks: tuple[str, ...] = ()) -> Extracted:
     import yt_dlp
     from yt_dlp.utils import DownloadError, ExtractorError
 
-    try:
-        with yt_dlp.YoutubeDL(ydl_options(workdir, ffmpeg_bin)) as ydl:
-            info = ydl.extract_info(url, download=False)
-    except (DownloadError, ExtractorError) as exc:
-        message = str(exc).removeprefix("ERROR: ").splitlines()[0][:300]
-        if any(s in message for s in ("HTTP Error 5", "timed out", "Temporary failure", "Connection reset")):
-            raise SourceTransient(f"source page could not be read ({message})") from None
-        raise SourceUnavailable(f"source could not be extracted: {message}") from None
+    with EgressProxy(allowed_networks) as egress:
+        try:
+            with yt_dlp.YoutubeDL(ydl_options(workdir, ffmpeg_bin, proxy=egress.url)) as ydl:
+                info = ydl.extract_info(url, download=False)
+        except (DownloadError, ExtractorError) as exc:
+            if egress.refused:  # decided by the address rules alone, before any connection: nothing to probe
+                raise SourceRefused(
+                    "source page leads to an address that is not allowed for sources (private, loopback or metadata)"
+                ) from None
+            if egress.failed:  # one answer whatever the cause: no port or host scan through extraction
+                raise SourceTransient("source page could not be read (a host it needs did not answer)") from None
+            _raise_extraction_error(exc)
+    return _extracted(url, info)
+
+
+def _raise_extraction_error(exc: Exception) -> NoReturn:
+    message = str(exc).removeprefix("ERROR: ").splitlines()[0][:300]
+    if any(s in message for s in ("HTTP Error 5", "timed out", "Temporary failure", "Connection reset")):
+        raise SourceTransient(f"source page could not be read ({message})") from None
+    raise SourceUnavailable(f"source could not be extracted: {message}") from None
+
+
+def _extracted(url: str, info: dict[str, Any] | None) -> Extracted:
     if info is None:
         raise SourceUnavailable(f"source has no video: {url}")
     if info.get("_type") == "playlist":

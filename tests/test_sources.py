@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mediacheck import gray_frames, streams
+from services import free_port
 
 from jobs.pipeline import produce_clip
 from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
@@ -329,3 +330,40 @@ def test_origin_answers_416_past_the_end(http_source, media) -> None:
         urllib.request.urlopen(request, timeout=5)
     info.value.close()
     assert info.value.code == 416 and info.value.headers["Content-Range"] == f"bytes */{size}"
+
+
+@pytest.mark.parametrize("how", ["redirect", "meta-refresh", "source-element-hls", "source-element-dash"])
+def test_extraction_never_reaches_a_private_address(settings, http_source, canary, how) -> None:
+    """What yt-dlp fetches itself (pages, what they name, redirects) passes the address rules: a page leading to
+    the canary on 127.0.0.2 (loopback, not an allowed address) fails, and the canary receives nothing."""
+    target = canary.url("secret.html")
+    pages = {
+        "meta-refresh": f'<html><head><meta http-equiv="refresh" content="0;url={target}"></head><body>x</body></html>',
+        "source-element-hls": f'<html><body><video><source src="{canary.url("v.m3u8")}" '
+        'type="application/x-mpegURL"></video></body></html>',
+        "source-element-dash": f'<html><body><video><source src="{canary.url("v.mpd")}" '
+        'type="application/dash+xml"></video></body></html>',
+    }
+    if how == "redirect":
+        http_source.redirects["page.html"] = target
+    else:
+        (http_source.root / "page.html").write_text(pages[how])
+    with pytest.raises((SourceRefused, SourceUnavailable)) as info:
+        clip(settings, http_source.url("page.html"), 1, 2)
+    assert canary.requests == {}, canary.requests
+    assert "127.0.0.2" not in str(info.value) or "not allowed" in str(info.value)
+
+
+def test_extraction_errors_do_not_tell_open_and_closed_ports_apart(settings, http_source, canary) -> None:
+    """A page redirecting into the worker's network gets one answer whether the port there is open or closed."""
+    closed = free_port()
+    answers = []
+    for name, target in (("open.html", canary.url("secret.html")), ("closed.html", f"http://127.0.0.2:{closed}/x")):
+        http_source.redirects[name] = target
+        with pytest.raises(SourceRefused) as info:
+            clip(settings, http_source.url(name), 1, 2)
+        answers.append(str(info.value))
+    assert answers[0] == answers[1] and canary.requests == {}
+    with pytest.raises(SourceRefused):  # the cloud metadata address: refused before any connection
+        http_source.redirects["meta.html"] = "http://169.254.169.254/latest/meta-data/"
+        clip(settings, http_source.url("meta.html"), 1, 2)

@@ -1,0 +1,193 @@
+"""The outbound policy for what yt-dlp fetches itself (pages, player scripts, manifests, redirects, API calls).
+
+yt-dlp is given this loopback forward proxy as its ``proxy``: every request it makes — whatever extractor,
+whatever redirect or ``<source>`` a page names — arrives here as ``CONNECT host:port`` (https) or an
+absolute-form request (http). The host is resolved and its address checked by the same rules as every other
+source request (``sources.safety.check_url``: no loopback, private, link-local or metadata address unless
+allowed), and the connection goes to the vetted address, so a name cannot be re-resolved elsewhere.
+
+A refused address is never connected to, and a refusal and a failed connection get the same answer (``403``
+with one fixed text): what a client learns cannot tell closed ports, open ports and live hosts of the worker's
+network apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from quoteclip.errors import QuoteclipError
+
+from .safety import check_url
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0
+IDLE_TIMEOUT = 30.0  # a tunnel with no traffic either way for this long is closed
+MAX_BYTES = 256 * 1024**2  # per tunnel or request: extraction reads pages and scripts, not media
+HOP_HEADERS = (b"connection:", b"keep-alive:", b"proxy-connection:")
+REFUSED = b"quoteclip: this address is not reachable for sources"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        log.debug("egress connection from %s ended", client_address, exc_info=True)
+
+
+class EgressProxy:
+    """A loopback forward proxy that lets through only connections the address rules allow."""
+
+    def __init__(self, allowed_networks: tuple[str, ...] = ()) -> None:
+        self.allowed_networks = allowed_networks
+        self.refused: list[str] = []  # host:port refused by the address rules (never connected to)
+        self.failed: list[str] = []  # host:port allowed, but the connection failed
+        self.server = _Server(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, name="egress-proxy", daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> EgressProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connect(self, scheme: str, host: str, port: int) -> socket.socket | None:
+        """A socket to the vetted address of host:port, or None (refused, or the connection failed)."""
+        bracketed = f"[{host}]" if ":" in host else host
+        try:
+            target = check_url(f"{scheme}://{bracketed}:{port}/", None, self.allowed_networks)
+        except (QuoteclipError, ValueError) as exc:
+            log.info("egress refused %s:%s (%s)", host, port, str(exc).splitlines()[0] if str(exc) else "")
+            self.refused.append(f"{host}:{port}")
+            return None
+        try:
+            return socket.create_connection((target.address, target.port), timeout=CONNECT_TIMEOUT)
+        except OSError:
+            self.failed.append(f"{host}:{port}")
+            return None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("egress: " + format, *args)
+
+            def refuse(self) -> None:
+                self.send_response(403)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(REFUSED)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(REFUSED)
+                self.close_connection = True
+
+            def do_CONNECT(self) -> None:
+                host, _, port = self.path.rpartition(":")
+                host = host.strip("[]")
+                if not host or not port.isdigit():
+                    self.refuse()
+                    return
+                upstream = proxy.connect("https", host, int(port))
+                if upstream is None:
+                    self.refuse()
+                    return
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                self.wfile.flush()
+                _pipe(self.connection, upstream)
+                self.close_connection = True
+
+            def forward(self) -> None:
+                parts = urlsplit(self.path)
+                if parts.scheme != "http" or not parts.hostname:
+                    self.refuse()
+                    return
+                upstream = proxy.connect("http", parts.hostname, parts.port or 80)
+                if upstream is None:
+                    self.refuse()
+                    return
+                path = parts.path or "/"
+                if parts.query:
+                    path += "?" + parts.query
+                head = [f"{self.command} {path} HTTP/1.1"]
+                for name, value in self.headers.items():
+                    if name.lower() not in {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}:
+                        head.append(f"{name}: {value}")
+                head.append("Connection: close")
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(min(length, MAX_BYTES)) if length else b""
+                try:
+                    upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+                    _copy(upstream, self.connection, closing=True)
+                finally:
+                    upstream.close()
+                self.close_connection = True
+
+            do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = forward  # noqa: N815
+
+        return Handler
+
+
+def _copy(src: socket.socket, dst: socket.socket, closing: bool = False) -> None:
+    """One direction until EOF, the byte cap or an idle timeout. ``closing``: the bytes are an HTTP response,
+    marked ``Connection: close`` so the client opens a new connection (and a new check) for its next request."""
+    sent = 0
+    head: bytes | None = b"" if closing else None  # the response's header block, until it is complete
+    src.settimeout(IDLE_TIMEOUT)
+    try:
+        while sent < MAX_BYTES:
+            data = src.recv(65536)
+            if not data:
+                return
+            if head is not None:
+                head += data
+                end = head.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(head) > 64 * 1024:
+                        return  # no end of headers in 64 KiB: not an HTTP response
+                    continue
+                kept = [h for h in head[:end].split(b"\r\n") if not h.lower().startswith(HOP_HEADERS)]
+                data, head = b"\r\n".join([*kept, b"Connection: close"]) + head[end:], None
+            dst.sendall(data)
+            sent += len(data)
+    except OSError:
+        return
+
+
+def _pipe(client: socket.socket, upstream: socket.socket) -> None:
+    """Both directions of a CONNECT tunnel until either side closes, the byte cap or an idle timeout."""
+    sent = 0
+    last = time.monotonic()
+    try:
+        while sent < MAX_BYTES and time.monotonic() - last < IDLE_TIMEOUT:
+            ready, _, _ = select.select([client, upstream], [], [], 1.0)
+            for sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                (upstream if sock is client else client).sendall(data)
+                sent += len(data)
+                last = time.monotonic()
+    except OSError:
+        return
+    finally:
+        upstream.close()
