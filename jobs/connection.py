@@ -9,7 +9,7 @@ from redis import Redis
 from quoteclip import redis_keys
 from quoteclip.settings import Settings
 
-JOB_ID = re.compile(r"^clip-([0-9a-f]{32})$")
+JOB_ID = re.compile(r"\Aclip-([0-9a-f]{32})\Z")  # \Z: no trailing newline
 
 
 def bulk_queue_name(settings: Settings) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from redis import Redis, WatchError
 from rq import Callback, Queue, Retry
@@ -73,7 +74,7 @@ def enqueue_clip(
     connection = connection or connect(settings)
     storage = storage or open_storage(settings)
     key, cached = lookup(spec, settings, storage)
-    if spec.source.startswith(("http://", "https://")):
+    if urlsplit(spec.source).scheme in ("http", "https"):  # (lower-cased by urlsplit: HTTP:// too)
         check_url(spec.source, allowed_hosts(settings), settings.allow_addresses)  # refuse now, not in a worker
     job_id = job_id_for(key)
     if cached is not None:

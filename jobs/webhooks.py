@@ -1,7 +1,10 @@
 """Webhooks: a POST to each ``callback_url`` when a clip finishes or fails, signed, retried, never to a
-private address.
+private address, delivered from their own queue by their own workers (``quoteclip worker --webhooks``), so a
+slow receiver never holds a render.
 
-Signature header: ``X-Quoteclip-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>``.
+Signatures follow Standard Webhooks (``webhook-id``, ``webhook-timestamp``, ``webhook-signature: v1,<base64>``;
+verify with the ``standardwebhooks`` library and the same secret). The older ``X-Quoteclip-Signature:
+t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`` is sent too, for one more release.
 """
 
 from __future__ import annotations
@@ -11,21 +14,24 @@ import hmac
 import json
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
 from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job
+from standardwebhooks.webhooks import Webhook
 
 from quoteclip import redis_keys
-from quoteclip.errors import DeliveryFailed, QuoteclipError
+from quoteclip.errors import BadInput, DeliveryFailed, QuoteclipError
 from quoteclip.settings import Settings
 from sources.safety import check_url, connection_pool, host_header
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_HEADER = "X-Quoteclip-Signature"
+SIGNATURE_HEADER = "X-Quoteclip-Signature"  # the older header, kept for one release
+MAX_CALLBACKS = 5  # callback URLs one clip job may carry
 CALLBACK_TTL = 2 * 24 * 3600
 DELIVERY_RETRY = Retry(max=5, interval=[2, 10, 30, 120, 600])
 CONNECT_TIMEOUT = 5.0
@@ -38,9 +44,29 @@ def callbacks_key(job_id: str) -> str:
 
 
 def add_callback(connection: Redis, job_id: str, url: str) -> None:
+    """Remember ``url`` for the job; at most MAX_CALLBACKS distinct URLs a job (each costs a delivery)."""
     key = callbacks_key(job_id)
+    if not connection.sismember(key, url) and int(connection.scard(key)) >= MAX_CALLBACKS:
+        raise BadInput(f"callback_url: this clip already has {MAX_CALLBACKS} callbacks, the most one clip takes")
     connection.sadd(key, url)
     connection.expire(key, CALLBACK_TTL)
+
+
+def standard_webhook(secret: str) -> Webhook:
+    """The Standard Webhooks signer for ``QUOTECLIP_WEBHOOK_SECRET`` (``whsec_<base64>``, or any other text,
+    used as its bytes)."""
+    return Webhook(secret if secret.startswith("whsec_") else secret.encode())
+
+
+def signed_headers(body: bytes, secret: str, message_id: str, timestamp: int | None = None) -> dict[str, str]:
+    ts = int(time.time()) if timestamp is None else timestamp
+    when = datetime.fromtimestamp(ts, tz=UTC)
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(ts),
+        "webhook-signature": standard_webhook(secret).sign(message_id, when, body.decode()),
+        SIGNATURE_HEADER: sign(body, secret, ts),
+    }
 
 
 def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -59,7 +85,7 @@ def verify(body: bytes, header: str, secret: str, tolerance: int = 300) -> bool:
     if abs(time.time() - ts) > tolerance:
         return False
     expected = sign(body, secret, ts).split("v1=", 1)[1]
-    return hmac.compare_digest(expected, parts.get("v1", ""))
+    return hmac.compare_digest(expected.encode(), parts.get("v1", "").encode("utf-8", "replace"))
 
 
 def post(url: str, body: bytes, headers: dict[str, str], allowed_networks: tuple[str, ...]) -> int:
@@ -90,7 +116,8 @@ def deliver(url: str, payload: dict[str, Any]) -> int:
     body = json.dumps(payload, sort_keys=True).encode()
     headers = {"Content-Type": "application/json"}
     if settings.webhook_secret:
-        headers[SIGNATURE_HEADER] = sign(body, settings.webhook_secret)
+        message_id = f"msg_{payload.get('id')}_{payload.get('status')}"  # the same across retries
+        headers.update(signed_headers(body, settings.webhook_secret, message_id))
     status = post(url, body, headers, settings.allow_addresses)
     if not 200 <= status < 300:
         raise DeliveryFailed(f"webhook receiver {url} answered HTTP {status}")
@@ -103,18 +130,22 @@ def _send_all(job: Job, connection: Redis, payload: dict[str, Any]) -> None:
     if not urls:
         return
     connection.delete(callbacks_key(job.id))
-    queue = Queue(job.origin, connection=connection)
+    queue = Queue(redis_keys.webhook_queue(job.origin), connection=connection)  # webhook workers only
     for url in urls:
-        queue.enqueue("jobs.webhooks.deliver", url, payload, retry=DELIVERY_RETRY, job_timeout=60, result_ttl=3600)
+        queue.enqueue("jobs.webhooks.deliver", url, payload, retry=DELIVERY_RETRY, job_timeout=30, result_ttl=3600)
 
 
 def on_success(job: Job, connection: Redis, result: Any, *args: Any, **kwargs: Any) -> None:
     link = result.get("link") if isinstance(result, dict) else None
-    _send_all(job, connection, {"id": job.id, "status": "finished", "link": link, "error": None})
+    if not (isinstance(link, str) and link.startswith(("https://", "http://"))):
+        link = None  # a local-folder store's file:// link names a server path: receivers use download_url
+    _send_all(job, connection, {"id": job.id, "status": "finished", "link": link, "error": None,
+                                "download_url": f"/clips/{job.id}/download"})  # fmt: skip
 
 
 def on_failure(job: Job, connection: Redis, *exc_info: Any, **kwargs: Any) -> None:
     if job.should_retry:  # a transient failure that will be retried: not final yet
         return
     error = job.meta.get("error") or (str(exc_info[1]) if len(exc_info) > 1 else "failed")
-    _send_all(job, connection, {"id": job.id, "status": "failed", "link": None, "error": error})
+    _send_all(job, connection, {"id": job.id, "status": "failed", "link": None, "error": error,
+                                "download_url": f"/clips/{job.id}/download"})  # fmt: skip

@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Worker
 
+from quoteclip import redis_keys
 from quoteclip.settings import Settings
 
 from .connection import bulk_queue_name, connect
@@ -61,8 +62,9 @@ class ClipWorker(Worker):
                 pass
 
 
-def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
-    """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty).
+def run_worker(settings: Settings, burst: bool = False, name: str | None = None, webhooks: bool = False) -> bool:
+    """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty); with
+    ``webhooks``, on the webhook delivery queue instead (short jobs, kept apart from renders).
 
     When Redis goes away (a restart, a failover) the worker waits and reconnects, with backoff up to 30 s,
     instead of exiting: queued jobs are picked up again once Redis is back (with persistence on, none is lost).
@@ -73,7 +75,11 @@ def run_worker(settings: Settings, burst: bool = False, name: str | None = None)
     while True:
         try:
             connection = connect(settings)
-            queues = [Queue(q, connection=connection) for q in (settings.queue_name, bulk_queue_name(settings))]
+            names = (
+                [redis_keys.webhook_queue(settings.queue_name)] if webhooks
+                else [settings.queue_name, bulk_queue_name(settings)]
+            )  # fmt: skip
+            queues = [Queue(q, connection=connection) for q in names]
             # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to requeue
             # jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after a worker dies.
             worker = ClipWorker(

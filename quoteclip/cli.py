@@ -221,6 +221,7 @@ def status(
 def worker(
     burst: Annotated[bool, typer.Option("--burst", help="Exit when the queue is empty.")] = False,
     name: Annotated[str | None, typer.Option("--name", help="Worker name (default: rq's).")] = None,
+    webhooks: Annotated[bool, typer.Option("--webhooks", help="Deliver webhooks instead of rendering.")] = False,
 ) -> None:
     """Run a queue worker (rq) that renders clips and stores them (local folder or S3)."""
 
@@ -230,7 +231,7 @@ def worker(
         from .logs import setup_service_logging
 
         setup_service_logging()
-        run_worker(Settings.from_env(), burst=burst, name=name)
+        run_worker(Settings.from_env(), burst=burst, name=name, webhooks=webhooks)
 
     run_guarded(go)
 

@@ -25,6 +25,11 @@ def job_id(key: str) -> str:
     return f"clip-{key}"
 
 
+def webhook_queue(queue_name: str) -> str:
+    """Where webhook deliveries wait, served by ``quoteclip worker --webhooks`` only (never by render workers)."""
+    return f"{queue_name.removesuffix('-bulk')}-webhooks"
+
+
 def bulk_queue(queue_name: str) -> str:
     """Bulk work (batches) waits behind on-demand clicks: workers listen to the main queue first."""
     return f"{queue_name}-bulk"

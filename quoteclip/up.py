@@ -75,6 +75,7 @@ def start(settings: Settings, host: str, port: int, workers: int, choice: RedisC
     children = [("api", subprocess.Popen([*python, "serve", "--host", host, "--port", str(port)], env=env))]
     for n in range(workers):
         children.append((f"worker {n + 1}", subprocess.Popen([*python, "worker"], env=env)))
+    children.append(("webhook worker", subprocess.Popen([*python, "worker", "--webhooks"], env=env)))
     return Running(url, server, children)
 
 

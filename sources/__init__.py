@@ -65,10 +65,16 @@ def allowed_hosts(settings: Settings) -> tuple[str, ...] | None:
 
 def resolve_source(source: str, allow_local: bool) -> SourceRef:
     """Check and resolve ``source``: an http(s) URL, or a local path when local sources are allowed."""
-    parts = urlsplit(source)
+    try:
+        parts = urlsplit(source)
+        hostname = parts.hostname
+    except ValueError:  # bad IPv6 brackets, and the like
+        raise BadInput(f"source URL is malformed: {source[:200]!r}") from None
     if parts.scheme in {"http", "https"}:
-        if not parts.hostname:
+        if not hostname:
             raise BadInput(f"source URL has no host: {source!r}")
+        if not hostname.isascii():
+            raise BadInput(f"source URL host must be ASCII (IDNA-encoded), got {hostname[:100]!r}")
         return SourceRef(input=source, identity=f"url:{source}", remote=True)
     if parts.scheme and len(parts.scheme) > 1:  # a Windows drive letter is not a scheme
         raise BadInput(f"source scheme {parts.scheme!r} is not supported (use http, https or a local path)")

@@ -53,12 +53,34 @@ def host_allowed(host: str, allowed: Iterable[str]) -> bool:
     return any(host == a or host.endswith("." + a) for a in allowed)
 
 
+# IPv6 ranges that carry an IPv4 address inside (NAT64, 6to4, Teredo, IPv4-mapped/compatible): the address
+# they reach is the embedded one, so it is checked too.
+NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if any(address in net for net in NAT64) or int(address) >> 32 == 0:  # NAT64, or IPv4-compatible ::a.b.c.d
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_allowed(address: IPAddress, allowed_networks: Iterable[str]) -> bool:
-    if address in METADATA:
+    inner = embedded_ipv4(address)
+    if address in METADATA or (inner is not None and inner in METADATA):
         return False
     for net in allowed_networks:
         if address in ipaddress.ip_network(net, strict=False):
             return True
+    if inner is not None:
+        return address_allowed(inner, allowed_networks)
     return address.is_global and not address.is_multicast
 
 
@@ -68,10 +90,16 @@ def check_url(
     allowed_networks: Iterable[str] = (),
 ) -> CheckedURL:
     """Refuse what is not http(s), not on the allowlist (when one is given) or resolves to a refused address."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # bad IPv6 brackets, and the like
+        raise BadInput(f"source URL is malformed: {url[:200]!r}") from None
     if parts.scheme not in {"http", "https"}:
         raise SourceRefused(f"source scheme {parts.scheme!r} is not allowed (http and https only): {url}")
-    host = (parts.hostname or "").lower()
+    host = (hostname or "").lower()
+    if host and not host.isascii():
+        raise BadInput(f"source URL host must be ASCII (IDNA-encoded), got {host[:100]!r}")
     if not host:
         raise BadInput(f"source URL has no host: {url!r}")
     if parts.username or parts.password:

@@ -220,16 +220,18 @@ class Workers:
         env.update(extra or {})
         return env
 
-    def start(self, burst: bool = True, name: str | None = None) -> subprocess.Popen[str]:
+    def start(self, burst: bool = True, name: str | None = None, webhooks: bool = False) -> subprocess.Popen[str]:
         args = [sys.executable, "-m", "quoteclip", "worker"] + (["--burst"] if burst else [])
+        args += ["--webhooks"] if webhooks else []
         args += ["--name", name] if name else []
         return subprocess.Popen(
             args, env=self.full_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.tmp
         )
 
-    def burst(self, count: int = 1, timeout: float = 180) -> list[str]:
+    def burst(self, count: int = 1, timeout: float = 180, webhooks: bool = False) -> list[str]:
         """Run ``count`` burst workers side by side until the queue is empty; return their logs."""
-        procs = [self.start(burst=True, name=f"w{i}-{os.getpid()}-{id(self)}") for i in range(count)]
+        procs = [self.start(burst=True, name=f"w{i}-{os.getpid()}-{id(self)}", webhooks=webhooks)
+                 for i in range(count)]  # fmt: skip
         logs = []
         for proc in procs:
             out, _ = proc.communicate(timeout=timeout)

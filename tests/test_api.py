@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from api import create_app
 from jobs.webhooks import SIGNATURE_HEADER, verify
@@ -209,8 +210,13 @@ class Receiver:
                     receiver.fail_first -= 1
                     self.send_response(500)
                 else:
-                    ok = verify(body, self.headers.get(SIGNATURE_HEADER, ""), SECRET)
-                    receiver.calls.append((json.loads(body), ok))
+                    legacy = verify(body, self.headers.get(SIGNATURE_HEADER, ""), SECRET)
+                    try:  # the Standard Webhooks reference library, as a receiver would use it
+                        Webhook(SECRET.encode()).verify(body, dict(self.headers))
+                        standard = True
+                    except WebhookVerificationError:
+                        standard = False
+                    receiver.calls.append((json.loads(body), legacy and standard))
                     self.send_response(204)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -233,11 +239,16 @@ def test_webhooks_signed_on_finish_and_failure(client, workers, source_url, http
     bad = client.post("/clips", json={"source": http_source.url("gone.mp4"), "start": 1, "end": 2,
                                        "callback_url": hook.url}).json()  # fmt: skip
     workers.burst(1)
+    assert hook.calls == []  # render workers never deliver webhooks: they wait on their own queue
+    workers.burst(1, webhooks=True)
     calls = {c["id"]: (c, signed) for c, signed in hook.calls}
-    assert calls[ok["id"]][1] and calls[ok["id"]][0]["status"] == "finished" and calls[ok["id"]][0]["link"]
+    assert calls[ok["id"]][1] and calls[ok["id"]][0]["status"] == "finished"
+    assert calls[ok["id"]][0]["download_url"] == f"/clips/{ok['id']}/download"
+    assert calls[ok["id"]][0]["link"] is None  # a local-folder store's file:// link never leaves the server
     assert calls[bad["id"]][1] and calls[bad["id"]][0]["status"] == "failed"
     assert "HTTP 404" in str(calls[bad["id"]][0]["error"])
     assert not verify(b"{}", "t=1,v1=00", SECRET)
+    assert not verify(b"{}", f"t={int(time.time())},v1=\u00e9\u00e9", SECRET)  # non-ASCII: rejected, no exception
 
 
 def test_webhook_to_private_address_is_refused(client, source_url) -> None:
@@ -246,6 +257,15 @@ def test_webhook_to_private_address_is_refused(client, source_url) -> None:
     )
     assert response.status_code == 422
     assert response.json()["detail"].startswith("bad input: callback_url: source address not allowed")
+
+
+def test_callbacks_per_clip_are_capped(client, source_url) -> None:
+    body = {"source": source_url, "start": 1, "end": 2}
+    codes = [client.post("/clips", json={**body, "callback_url": f"http://127.0.0.1:9/{n}"}).status_code
+             for n in range(7)]  # fmt: skip
+    assert codes[:5] == [202] * 5 and codes[5:] == [422, 422]
+    again = client.post("/clips", json={**body, "callback_url": "http://127.0.0.1:9/0"})
+    assert again.status_code == 202  # one already listed costs nothing
 
 
 def test_demo_page_served(client) -> None:
@@ -265,7 +285,8 @@ def test_serve_command_help() -> None:
 def test_webhook_delivery_is_retried_until_the_receiver_answers(client, workers, source_url, hook) -> None:
     hook.fail_first = 1  # the receiver answers 500 once
     job = client.post("/clips", json={"source": source_url, "start": 1, "end": 2, "callback_url": hook.url}).json()
-    worker = workers.start(burst=False)
+    workers.burst(1)
+    worker = workers.start(burst=False, webhooks=True)
     try:
         deadline = time.monotonic() + 60
         while not hook.calls and time.monotonic() < deadline:

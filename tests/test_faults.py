@@ -126,8 +126,9 @@ def test_killed_work_horse_is_retried_and_leaves_nothing(media, queue_env, worke
     spec = long_spec(media)
     job_id = enqueue_clip(spec, settings).job_id  # type: ignore[arg-type]
     wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
-    horse = next(c for c in psutil.Process(worker_proc.pid).children() if "python" in c.name().lower())
-    wait_for(lambda: bool(ffmpegs(horse)), 30, "the horse's ffmpeg")
+    # The work-horse is the worker's child that runs ffmpeg (another child is rq's scheduler).
+    wait_for(lambda: any(ffmpegs(c) for c in psutil.Process(worker_proc.pid).children()), 30, "the horse's ffmpeg")
+    horse = next(c for c in psutil.Process(worker_proc.pid).children() if ffmpegs(c))
     renders = ffmpegs(horse)
     horse.send_signal(signal.SIGKILL)  # as the kernel's OOM killer would
     wait_for(lambda: not any(_alive(p) for p in renders), 10, "ffmpeg to die with its work-horse")
