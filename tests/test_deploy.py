@@ -57,6 +57,7 @@ def test_compose_file() -> None:
     assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
     assert services["worker"]["deploy"]["replicas"] == 2
     assert services["worker"]["command"] == ["quoteclip", "worker"]
+    assert services["webhooks"]["command"] == ["quoteclip", "worker", "--webhooks"]
     env = services["worker"]["environment"]
     for name in ("QUOTECLIP_REDIS_URL", "QUOTECLIP_S3_ENDPOINT", "QUOTECLIP_S3_BUCKET", "AWS_ACCESS_KEY_ID"):
         assert name in env
