@@ -99,7 +99,7 @@ Time = Annotated[float, BeforeValidator(_time_field)]
 class WatermarkSpec(BaseModel):
     """A brand mark: text drawn with the caption font, or a PNG logo path."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     text: str | None = Field(default=None, max_length=64)
     logo: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
@@ -153,7 +153,7 @@ class Word:
 class CaptionStyle(BaseModel):
     """How captions look: a preset plus brand colours and placement."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     preset: Literal["clean", "bold-outline", "boxed", "karaoke"] = "boxed"
     color: str = Field(default="#FFFFFF", pattern=_HEX)
@@ -171,7 +171,7 @@ class ClipSpec(BaseModel):
     a model validated without that context applies none.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
     start: Time

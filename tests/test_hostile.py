@@ -119,3 +119,43 @@ def test_download_names_never_escape_the_storage_prefix(media, settings) -> None
     name = download_name(spec, "a" * 32)
     assert "/" not in name and ".." not in name and '"' not in name
     assert content_disposition('../"evil"\r\nX-Header: 1.mp4') == 'attachment; filename="evilX-Header1.mp4"'
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"source": "http://127.0.0.1/x.mp4", "start": NaN, "end": 2}', "start"),
+        (b'{"source": "http://127.0.0.1/x.mp4", "start": 1, "end": Infinity}', "end"),
+        (
+            b'{"source": "http://127.0.0.1/x.mp4", "start": 1, "end": 2, "watermark": {"text": "a", "opacity": NaN}}',
+            "watermark.opacity",
+        ),
+        (b'{"source": "http://[::1/x.mp4", "start": 1, "end": 2}', "source URL is malformed"),
+        ('{"source": "http://ｅｘａｍｐｌｅ.com/x.mp4", "start": 1, "end": 2}'.encode(), "must be ASCII"),
+        (b'{"source": "HTTP://evil.example/x.mp4", "start": 1, "end": 2}', "source host not allowed"),
+    ],
+)
+def test_malformed_api_input_is_a_422_naming_the_field(queue_env, raw: bytes, field: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from api import create_app
+    from quoteclip.settings import Settings
+
+    client = TestClient(create_app(Settings.from_env(queue_env)))
+    response = client.post("/clips", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert field in response.json()["detail"]
+
+
+def test_job_ids_with_trailing_newlines_are_unknown(queue_env) -> None:
+    from fastapi.testclient import TestClient
+
+    from api import create_app
+    from quoteclip.settings import Settings
+
+    client = TestClient(create_app(Settings.from_env(queue_env)))
+    assert client.get("/clips/clip-" + "0" * 32 + "%0A").status_code == 404
+    from jobs.queue import job_status
+
+    with pytest.raises(BadInput, match="job_id must look like"):
+        job_status("clip-" + "0" * 32 + "\n", Settings.from_env(queue_env))

@@ -367,3 +367,23 @@ def test_extraction_errors_do_not_tell_open_and_closed_ports_apart(settings, htt
     with pytest.raises(SourceRefused):  # the cloud metadata address: refused before any connection
         http_source.redirects["meta.html"] = "http://169.254.169.254/latest/meta-data/"
         clip(settings, http_source.url("meta.html"), 1, 2)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254 (metadata)
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "2002:c0a8:0101::1",  # 6to4 of 192.168.1.1
+        "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo, client 10.0.0.1
+        "::ffff:10.0.0.1",  # IPv4-mapped
+        "::127.0.0.1",  # IPv4-compatible
+    ],
+)
+def test_ipv6_transition_ranges_reaching_private_networks_are_refused(address: str) -> None:
+    with pytest.raises(SourceRefused, match="not allowed"):
+        check_url(f"http://[{address}]/x.mp4", None)
+
+
+def test_ipv6_transition_ranges_to_public_addresses_pass() -> None:
+    assert check_url("http://[64:ff9b::808:808]/x.mp4", None).address == "64:ff9b::808:808"  # NAT64 of 8.8.8.8
