@@ -12,6 +12,7 @@ from quoteclip.errors import BadInput
 from quoteclip.spec import ClipSpec, build_spec
 from storage import LocalStorage
 
+from .auth import sign_path
 from .deps import RateLimited, Services, ServicesDep
 from .errors import APIError
 from .models import BatchRequest, ClipAccepted, ClipRequest, ClipStatus
@@ -24,7 +25,8 @@ def _accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: boo
     queued = enqueue_clip(spec, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
     body = ClipAccepted(
         id=queued.job_id, status=queued.status, status_url=f"/clips/{queued.job_id}",
-        download_url=f"/clips/{queued.job_id}/download", link=svc.link_for(queued.job_id, queued.link),
+        download_url=sign_path(f"/clips/{queued.job_id}/download", svc.settings),
+        link=svc.link_for(queued.job_id, queued.link),
         cached=queued.link is not None,
     )  # fmt: skip
     return body, 200 if queued.link else 202

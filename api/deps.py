@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from limits import RateLimitItem, RateLimitItemPerMinute
+from limits.storage import RedisStorage
+from limits.strategies import FixedWindowRateLimiter
 from redis import Redis
 
+from jobs.queue import connect
 from quoteclip import redis_keys
 from quoteclip.settings import Settings
-from storage import LocalStorage, Storage
+from storage import LocalStorage, Storage, open_storage
 
+from .auth import given_key, sign_path
 from .errors import APIError
 
 
@@ -22,12 +27,22 @@ class Services:
     settings: Settings
     connection: Redis
     storage: Storage
+    limiter: FixedWindowRateLimiter
+    limit: RateLimitItem
 
     def link_for(self, job_id: str, link: str | None) -> str | None:
-        """Local-folder links are file:// URIs a browser cannot open: serve them through the API instead."""
+        """Local-folder links are file:// URIs a browser cannot open: served through the API instead (signed,
+        when keys are required)."""
         if link and isinstance(self.storage, LocalStorage):
-            return f"/clips/{job_id}/file"
+            return sign_path(f"/clips/{job_id}/file", self.settings)
         return link
+
+
+def open_services(settings: Settings) -> Services:
+    connection = connect(settings)
+    storage = RedisStorage(settings.redis_url, key_prefix=redis_keys.RATE_LIMITS)
+    limit = RateLimitItemPerMinute(settings.rate_limit_per_minute)
+    return Services(settings, connection, open_storage(settings), FixedWindowRateLimiter(storage), limit)
 
 
 def services(request: Request) -> Services:
@@ -39,27 +54,20 @@ ServicesDep = Annotated[Services, Depends(services)]
 
 
 def client_key(request: Request, svc: ServicesDep) -> str:
-    """The API key given (``Authorization: Bearer`` or ``X-API-Key``), checked in constant time when keys are
-    configured; else the client's address."""
-    header = request.headers.get("authorization", "")
-    given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
-    given = given or request.headers.get("x-api-key", "")
-    if svc.settings.api_keys:
-        if not any(hmac.compare_digest(given.encode(), key.encode()) for key in svc.settings.api_keys):
-            raise APIError(401, "a valid API key is required (Authorization: Bearer KEY or X-API-Key)")
-        return "key:" + given[-6:]
+    """Who is calling, for the rate limit: the whole API key (hashed; the middleware has checked it), else the
+    client's address (forwarded headers count only from QUOTECLIP_TRUSTED_PROXIES)."""
+    key = given_key({k.lower().encode(): v.encode() for k, v in request.headers.items()})
+    if svc.settings.api_keys and key:
+        return "key:" + hashlib.sha256(key.encode()).hexdigest()
     return "ip:" + (request.client.host if request.client else "unknown")
 
 
 def rate_limited(who: Annotated[str, Depends(client_key)], svc: ServicesDep) -> str:
-    """Each client gets ``QUOTECLIP_RATE_LIMIT`` requests a minute, counted in Redis, then 429."""
-    window = int(time.time() // 60)
-    key = redis_keys.rate(who, window)
-    count = svc.connection.incr(key)
-    if count == 1:
-        svc.connection.expire(key, 120)
-    if int(count) > svc.settings.rate_limit_per_minute:
-        raise APIError(429, f"over {svc.settings.rate_limit_per_minute} requests a minute", {"Retry-After": "60"})
+    """Each client gets ``QUOTECLIP_RATE_LIMIT`` requests a minute (the ``limits`` library, counted in Redis)."""
+    if not svc.limiter.hit(svc.limit, who):
+        reset = svc.limiter.get_window_stats(svc.limit, who).reset_time
+        wait = max(1, int(reset - time.time() + 0.999))
+        raise APIError(429, f"over {svc.settings.rate_limit_per_minute} requests a minute", {"Retry-After": str(wait)})
     return who
 
 

@@ -7,8 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from fastapi.responses import JSONResponse
 
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.spec import describe_errors
@@ -22,18 +21,6 @@ class APIError(Exception):
     def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status, self.detail, self.headers = status, detail, headers
-
-
-class BodyLimit(BaseHTTPMiddleware):
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            return JSONResponse({"detail": f"request body over {MAX_BODY} bytes"}, status_code=413)
-        if request.method in ("POST", "PUT") and length is None:
-            body = await request.body()
-            if len(body) > MAX_BODY:
-                return JSONResponse({"detail": f"request body over {MAX_BODY} bytes"}, status_code=413)
-        return await call_next(request)
 
 
 def install(app: FastAPI) -> None:

@@ -288,7 +288,10 @@ def serve(
         from .logs import setup_service_logging
 
         setup_service_logging()
-        uvicorn.run(create_app(Settings.from_env()), host=host, port=port, log_config=None)
+        settings = Settings.from_env()
+        trusted = ",".join(settings.trusted_proxies)  # forwarded headers only from these (none by default)
+        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, proxy_headers=bool(trusted),
+                    forwarded_allow_ips=trusted or None)  # fmt: skip
 
     run_guarded(go)
 

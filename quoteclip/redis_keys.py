@@ -11,14 +11,13 @@ PENDING = f"{PREFIX}:pending"
 METRICS = f"{PREFIX}:metrics"
 
 
+# Prefix of the rate-limit counters (kept by the ``limits`` library, one per client and window).
+RATE_LIMITS = f"{PREFIX}:rate"
+
+
 def callbacks(job_id: str) -> str:
     """Set of callback URLs to POST when the job ends."""
     return f"{PREFIX}:callbacks:{job_id}"
-
-
-def rate(client: str, window: int) -> str:
-    """Request counter of one API client in one minute."""
-    return f"{PREFIX}:rate:{client}:{window}"
 
 
 def job_id(key: str) -> str:

@@ -51,7 +51,7 @@ def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in env.get(name, "").split(",") if item.strip())
 
 
-def parse_networks(text: str) -> tuple[str, ...]:
+def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[str, ...]:
     nets = []
     for item in (t.strip() for t in text.split(",")):
         if not item:
@@ -59,7 +59,7 @@ def parse_networks(text: str) -> tuple[str, ...]:
         try:
             nets.append(str(ipaddress.ip_network(item, strict=False)))
         except ValueError:
-            raise BadInput(f"QUOTECLIP_ALLOW_ADDRESSES has {item!r}, which is not an IP address or network") from None
+            raise BadInput(f"{name} has {item!r}, which is not an IP address or network") from None
     return tuple(nets)
 
 
@@ -110,6 +110,10 @@ class Settings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     rate_limit_per_minute: int = 120  # per API key (or per client address without keys)
     cors_origins: tuple[str, ...] = ()
+    # Signs the expiring ?token= of links a browser opens (download, file). Unset: derived from the API keys.
+    link_secret: str | None = field(default=None, repr=False)
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto the API trusts (addresses or networks); none by default.
+    trusted_proxies: tuple[str, ...] = ()
     webhook_secret: str | None = field(default=None, repr=False)
     shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
     maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs
@@ -143,6 +147,8 @@ class Settings:
             api_keys=_list(env, "QUOTECLIP_API_KEYS"),
             rate_limit_per_minute=int(_float(env, "QUOTECLIP_RATE_LIMIT", cls.rate_limit_per_minute, 1)),
             cors_origins=_list(env, "QUOTECLIP_CORS_ORIGINS"),
+            link_secret=env.get("QUOTECLIP_LINK_SECRET") or None,
+            trusted_proxies=parse_networks(env.get("QUOTECLIP_TRUSTED_PROXIES", ""), "QUOTECLIP_TRUSTED_PROXIES"),
             webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
             maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),

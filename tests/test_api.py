@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -141,14 +142,106 @@ def test_body_size_limit(client) -> None:
 
 
 def test_api_keys_and_rate_limit(api_env, source_url) -> None:
-    api_env.update({"QUOTECLIP_API_KEYS": "k-one,k-two", "QUOTECLIP_RATE_LIMIT": "3"})
+    api_env.update({"QUOTECLIP_API_KEYS": "k-one-shared,k-two-shared", "QUOTECLIP_RATE_LIMIT": "3"})
     app = TestClient(create_app(Settings.from_env(api_env)))
     body = {"source": source_url, "start": 1, "end": 2}
     assert app.post("/clips", json=body).status_code == 401
     assert app.post("/clips", json=body, headers={"Authorization": "Bearer wrong"}).status_code == 401
-    codes = [app.post("/clips", json=body, headers={"X-API-Key": "k-two"}).status_code for _ in range(4)]
+    codes = [app.post("/clips", json=body, headers={"X-API-Key": "k-two-shared"}).status_code for _ in range(4)]
     assert codes == [202, 202, 202, 429]
-    assert app.post("/clips", json=body, headers={"Authorization": "Bearer k-one"}).status_code == 202
+    # Keys are counted by the whole key: another key ending in the same characters has its own allowance.
+    assert app.post("/clips", json=body, headers={"Authorization": "Bearer k-one-shared"}).status_code == 202
+
+
+def test_every_route_needs_a_key_but_health(api_env, source_url, workers) -> None:
+    api_env["QUOTECLIP_API_KEYS"] = "k-secret"
+    app = TestClient(create_app(Settings.from_env(api_env)), follow_redirects=False)
+    key = {"X-API-Key": "k-secret"}
+    job = app.post("/clips", json={"source": source_url, "start": 1, "end": 2}, headers=key).json()
+    workers.burst(1)
+    clip = job["id"]
+    for path in ("/", "/docs", "/openapi.json", "/metrics", f"/clips/{clip}", f"/clips/{clip}/download",
+                 f"/clips/{clip}/file", "/clips/clip-" + "0" * 32):  # fmt: skip
+        assert app.get(path).status_code == 401, path
+        assert app.get(path, headers=key).status_code != 401, path
+    assert app.get("/healthz").status_code == 200  # the one public route
+    # Links a browser opens carry a signed, expiring token: they work without the key, and only for that clip.
+    download = job["download_url"]
+    assert download.startswith(f"/clips/{clip}/download?token=")
+    found = app.get(download)
+    assert found.status_code == 302 and "?token=" in found.headers["location"]
+    assert app.get(found.headers["location"]).status_code == 200
+    forged = download.replace(clip, "clip-" + "1" * 32)
+    assert app.get(forged).status_code == 401
+    expires, _, mac = download.split("token=")[1].partition(".")
+    assert app.get(f"/clips/{clip}/download?token={int(expires) - 10**6}.{mac}").status_code == 401
+    assert app.get(f"/clips/{clip}/file?token={expires}.{mac}").status_code == 401  # a token is for one path
+    status = app.get(f"/clips/{clip}", headers=key).json()
+    assert status["link"].startswith(f"/clips/{clip}/file?token=")
+
+
+@pytest.mark.slow
+def test_streamed_oversize_body_is_refused_without_reading_it_whole(api_env, tmp_path) -> None:
+    """Against a running ``quoteclip serve``: a chunked body (no Content-Length) of up to 200 MB gets 413 once
+    256 KiB have passed; the server stops reading and its memory stays flat (measured)."""
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+    from services import free_port, wait_for
+
+    api_env["QUOTECLIP_API_KEYS"] = "k-secret"
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **api_env}
+    server = subprocess.Popen([sys.executable, "-m", "quoteclip", "serve", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: _answers(port), 30, "quoteclip serve")
+        before = psutil.Process(server.pid).memory_info().rss
+        sent, answer = 0, b""
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"POST /clips HTTP/1.1\r\nHost: x\r\nX-API-Key: k-secret\r\n"
+                         b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+            chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+            try:
+                while sent < 200 * 1024**2:  # bounded: 200 MB at most
+                    conn.sendall(chunk)
+                    sent += 0x10000
+                    if sent % (4 * 1024**2) == 0 and select_readable(conn):
+                        break
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            try:
+                answer = conn.recv(4096)
+            except (ConnectionResetError, TimeoutError):
+                pass
+        after = psutil.Process(server.pid).memory_info().rss
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(
+        f"\nstreamed body: {sent / 1024**2:.0f} MB sent before the server stopped reading; "
+        f"API memory {before / 1024**2:.0f} MB before, {after / 1024**2:.0f} MB after"
+    )  # RELIABILITY.md quotes it
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert after - before < 30 * 1024**2
+
+
+def select_readable(conn: object) -> bool:
+    import select
+
+    return bool(select.select([conn], [], [], 0)[0])
+
+
+def _answers(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 def test_cors_for_the_sites_origin(api_env) -> None:
