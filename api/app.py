@@ -6,11 +6,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CollectorRegistry
 
+from jobs.assets import MAX_FONT_BYTES
 from jobs.metrics import QueueCollector
 from jobs.queue import bulk_queue_name
 from quoteclip.settings import Settings
 
-from . import clips, errors, ops, page
+from . import assets, clips, errors, ops, page
 from .auth import BodyLimit, RequireKey
 from .deps import open_services
 from .errors import MAX_BODY
@@ -30,8 +31,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
         )  # fmt: skip
-    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
     errors.install(app)
-    for router in (clips.router, ops.router, page.router):
+    for router in (clips.router, assets.router, ops.router, page.router):
         app.include_router(router)
     return app

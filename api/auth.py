@@ -89,17 +89,21 @@ class BodyLimit:
     """ASGI middleware: a body over ``limit`` bytes gets 413 as soon as it is seen, declared or streamed (chunked),
     before authentication and before anything parses it. At most ``limit`` bytes (and one chunk) are held."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int) -> None:
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int, larger: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.larger = larger or {}  # paths that take more (uploads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope["path"], self.limit)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _answer(send, 413, f"request body over {self.limit} bytes")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await _answer(send, 413, f"request body over {limit} bytes")
             return
         held: list[Message] = []
         seen = 0
@@ -109,8 +113,8 @@ class BodyLimit:
             if message["type"] != "http.request":
                 break
             seen += len(message.get("body", b""))
-            if seen > self.limit:
-                await _answer(send, 413, f"request body over {self.limit} bytes")
+            if seen > limit:
+                await _answer(send, 413, f"request body over {limit} bytes")
                 return
             if not message.get("more_body", False):
                 break

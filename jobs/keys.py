@@ -6,28 +6,19 @@ import hashlib
 import json
 import re
 import unicodedata
-from pathlib import Path
+from collections.abc import Callable
 
 from quoteclip import RENDERER_VERSION
 from quoteclip.spec import ClipSpec
 
 
-def _file_identity(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        st = Path(path).stat()
-    except OSError:
-        return path
-    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def clip_key(spec: ClipSpec, source_identity: str) -> str:
-    """32 hex characters of SHA-256 over the source identity, the spec's render fields and the renderer version."""
+def clip_key(spec: ClipSpec, source_identity: str, asset_identity: Callable[[str | None], str | None]) -> str:
+    """32 hex characters of SHA-256 over the source identity, the spec's render fields (brand files by what they
+    are: ``asset_identity``) and the renderer version."""
     fields = spec.model_dump(exclude={"source"})
-    fields["font"] = _file_identity(spec.font)
+    fields["font"] = asset_identity(spec.font)
     if spec.watermark is not None and spec.watermark.logo is not None:
-        fields["watermark"]["logo"] = _file_identity(spec.watermark.logo)
+        fields["watermark"]["logo"] = asset_identity(spec.watermark.logo)
     payload = {"renderer": RENDERER_VERSION, "source": source_identity, "spec": fields}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]

@@ -20,6 +20,7 @@ from renderer.render import render_clip
 from sources import SourceRef, open_source, resolve_source
 from storage import Storage
 
+from .assets import identities, localize
 from .keys import clip_key, download_name
 from .manifest import sidecar_files
 from .results import ClipResult, stored_result
@@ -39,7 +40,7 @@ def lookup(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[str, C
 
 def _find(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[SourceRef, str, ClipResult | None]:
     source = resolve_source(spec.source, allow_local=settings.allow_local_sources is True)
-    key = clip_key(spec, source.identity)
+    key = clip_key(spec, source.identity, identities(settings))
     meta = storage.stat(key)
     return source, key, stored_result(storage, key, meta, cached=True) if meta is not None else None
 
@@ -68,6 +69,7 @@ def produce_clip(
     with _machine_errors(), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
+        drawn = localize(spec, settings, storage, Path(tmp))  # brand files as local paths (assets fetched)
         with open_source(source, settings, Path(tmp), binary) as opened:
             info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
             if opened.probe_audio is not None:
@@ -80,7 +82,7 @@ def produce_clip(
             span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
             try:
                 result = render_clip(
-                    spec,
+                    drawn,
                     opened.video,
                     info,
                     Path(tmp),

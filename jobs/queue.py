@@ -21,6 +21,7 @@ from sources import allowed_hosts
 from sources.safety import check_url
 from storage import Storage, open_storage
 
+from .assets import check_allowed
 from .connection import JOB_ID, bulk_queue_name, connect, job_id_for
 from .maintenance import PENDING, health, mark_pending, requeue_lost
 from .metrics import record_cache_hit
@@ -73,6 +74,7 @@ def enqueue_clip(
     settings = settings.for_queue()
     connection = connection or connect(settings)
     storage = storage or open_storage(settings)
+    check_allowed(spec, settings.allow_local_sources is True)  # no path on a worker's disk from a request
     key, cached = lookup(spec, settings, storage)
     if urlsplit(spec.source).scheme in ("http", "https"):  # (lower-cased by urlsplit: HTTP:// too)
         check_url(spec.source, allowed_hosts(settings), settings.allow_addresses)  # refuse now, not in a worker

@@ -181,9 +181,12 @@ def _render_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None
 
 
 def _enqueue_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None:
+    from jobs.assets import upload_paths
     from jobs.queue import enqueue_clip
+    from storage import open_storage
 
-    queued = enqueue_clip(spec, settings)
+    storage = open_storage(settings)
+    queued = enqueue_clip(upload_paths(spec, storage), settings, storage=storage)  # local files uploaded first
     _emit(queued.to_json(), as_json, f"{queued.job_id} {queued.status}" + (f" {queued.link}" if queued.link else ""))
 
 

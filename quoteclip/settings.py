@@ -91,6 +91,8 @@ class Settings:
     source_hosts: tuple[str, ...] | None = None
     # None: allowed for the CLI, refused for queued jobs (a website must not make a worker read its disk).
     allow_local_sources: bool | None = None
+    # The operator's brand files (logos, fonts), named in specs as brand:NAME. None: no brand files.
+    brand_dir: Path | None = None
     # Networks a source may resolve to although private or loopback (tests: 127.0.0.1/32). Never metadata.
     allow_addresses: tuple[str, ...] = ()
     cache_dir: Path = field(default_factory=lambda: default_cache_dir() / "sources")
@@ -136,6 +138,7 @@ class Settings:
             public_base_url=(env.get("QUOTECLIP_PUBLIC_BASE_URL") or "").rstrip("/") or None,
             source_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip()) if hosts else None,
             allow_local_sources=_optional_bool(env, "QUOTECLIP_ALLOW_LOCAL_SOURCES"),
+            brand_dir=Path(env["QUOTECLIP_BRAND_DIR"]) if env.get("QUOTECLIP_BRAND_DIR") else None,
             allow_addresses=parse_networks(env.get("QUOTECLIP_ALLOW_ADDRESSES", "")),
             cache_dir=Path(env.get("QUOTECLIP_CACHE_DIR") or default_cache_dir(env) / "sources"),
             cache_max_bytes=int(_float(env, "QUOTECLIP_CACHE_MAX_MB", cls.cache_max_bytes / 1024**2, 1) * 1024**2),

@@ -6,7 +6,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from . import assets
 from .errors import BadInput
 
 DEFAULT_MAX_SECONDS = 180.0
@@ -97,7 +97,7 @@ Time = Annotated[float, BeforeValidator(_time_field)]
 
 
 class WatermarkSpec(BaseModel):
-    """A brand mark: text drawn with the caption font, or a PNG logo path."""
+    """A brand mark: text drawn with the caption font, or a PNG logo (see ``quoteclip.assets`` for its forms)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -114,8 +114,8 @@ class WatermarkSpec(BaseModel):
             raise ValueError("watermark needs exactly one of text or logo")
         if self.text is not None and (not self.text.strip() or _CONTROL.search(self.text)):
             raise ValueError(f"watermark.text must be printable text, got {self.text!r}")
-        if self.logo is not None and not self.logo.lower().endswith(".png"):
-            raise ValueError(f"watermark.logo must be a .png file, got {self.logo!r}")
+        if self.logo is not None:
+            assets.check_ref(self.logo, "watermark.logo", (".png",))
         return self
 
     @classmethod
@@ -220,11 +220,7 @@ class ClipSpec(BaseModel):
     def _font(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        if not v.lower().endswith((".ttf", ".otf", ".ttc")):
-            raise ValueError(f"font must be a .ttf, .otf or .ttc file, got {v!r}")
-        if not Path(v).is_file():
-            raise ValueError(f"font file not found: {v!r}")
-        return v
+        return assets.check_ref(v, "font", assets.FONT_SUFFIXES)  # (whether it exists is checked where it is read)
 
     @model_validator(mode="after")
     def _span(self, info: ValidationInfo) -> ClipSpec:

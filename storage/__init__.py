@@ -24,6 +24,12 @@ class Storage(Protocol):
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         """Store a file that goes with the clip (``.srt``, ``.vtt``, ``.jpg``, ``.manifest.json``)."""
 
+    def put_asset(self, name: str, data: bytes, content_type: str) -> None:
+        """Store an uploaded brand file (``<sha256>.<ext>``) under ``assets/``."""
+
+    def get_asset(self, name: str) -> bytes | None:
+        """An uploaded brand file's bytes, or None when there is none by that name."""
+
     def link(self, key: str, suffix: str = ".mp4") -> str:
         """A link to download the clip or one of its sidecars (file://, presigned or public https)."""
 

@@ -35,11 +35,24 @@ class LocalStorage:
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         self._write(self._file(key, suffix), data=data)
 
+    def put_asset(self, name: str, data: bytes, content_type: str) -> None:
+        (self.root / "assets").mkdir(parents=True, exist_ok=True)
+        self._write(self.root / "assets" / name, data=data)
+
+    def get_asset(self, name: str) -> bytes | None:
+        try:
+            return (self.root / "assets" / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageFailed(f"could not read asset {name} in {self.root}: {exc}") from exc
+
     def _write(self, final: Path, data: bytes | None = None, source: Path | None = None) -> None:
         """Atomically: a temp file in the same folder, synced, then renamed over ``final``."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".incoming-", suffix=final.suffix)
+            fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".incoming-", suffix=final.suffix)
+            os.fchmod(fd, 0o644)  # readable by a separate web server serving the folder (mkstemp makes 0600)
             try:
                 with os.fdopen(fd, "wb") as out:
                     if source is not None:

@@ -23,6 +23,7 @@ PREFIX = "clips/"
 # Below this size a clip goes up in one PUT with Content-MD5 (the store verifies it); above, multipart with
 # a SHA-256 checksum per part. Either way the object appears under its key only once complete.
 SINGLE_PUT_LIMIT = 64 * 1024 * 1024
+ASSETS = "assets/"  # uploaded brand files (logos, fonts), by content hash
 CACHE_CONTROL = "public, max-age=31536000, immutable"  # content-addressed: a key's bytes never change
 
 
@@ -105,6 +106,24 @@ class S3Storage:
             )  # fmt: skip
         except (ClientError, BotoCoreError) as exc:
             raise StorageFailed(f"upload of {name} to bucket {self.bucket} failed: {exc}") from exc
+
+    def put_asset(self, name: str, data: bytes, content_type: str) -> None:
+        md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=f"{ASSETS}{name}", Body=data, ContentMD5=md5,
+                                   ContentType=content_type, CacheControl=CACHE_CONTROL)  # fmt: skip
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageFailed(f"upload of asset {name} to bucket {self.bucket} failed: {exc}") from exc
+
+    def get_asset(self, name: str) -> bytes | None:
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=f"{ASSETS}{name}")["Body"].read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                return None
+            raise StorageFailed(f"could not read asset {name} from bucket {self.bucket}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageFailed(f"object store unreachable: {exc}") from exc
 
     def link(self, key: str, suffix: str = ".mp4") -> str:
         name = self.object_key(key, suffix)

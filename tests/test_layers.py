@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage", "api")
 
 FACES = {"quoteclip.cli", "quoteclip.options", "quoteclip.demo", "quoteclip.up", "quoteclip.__main__", "worker"}
-PIPELINE = {"jobs.pipeline", "jobs.manifest", "jobs.results", "jobs.stages", "jobs.tempdirs", "jobs.keys"}
+PIPELINE = {"jobs.pipeline", "jobs.manifest", "jobs.results", "jobs.stages", "jobs.tempdirs", "jobs.keys",
+            "jobs.assets"}  # fmt: skip
 COMPONENTS = ("sources", "renderer", "watermarks", "storage")
 LAYER_NAMES = {5: "faces", 4: "jobs", 3: "the pipeline", 2: "components", 1: "the shared core"}
 
