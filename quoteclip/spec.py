@@ -39,6 +39,8 @@ Corner = Literal["top-left", "top-right", "bottom-left", "bottom-right"]
 Fit = Literal["pad", "blur", "center", "speaker"]
 Quality = Literal["final", "preview"]
 MAX_WORDS = 2000
+WORDS_PER_SECOND = 10  # timed words a clip may carry per second (speech runs at 2–4), plus WORDS_SLACK
+WORDS_SLACK = 20
 _HEX = r"^#[0-9A-Fa-f]{6}$"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -232,6 +234,17 @@ class ClipSpec(BaseModel):
                 f"end makes the clip {self.end - self.start:.3f} s long, over the {limit:g} s limit "
                 f"(start={self.start} end={self.end})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _word_rate(self) -> ClipSpec:
+        if self.words is not None:
+            allowed = WORDS_SLACK + int(WORDS_PER_SECOND * self.duration)
+            if len(self.words) > allowed:
+                raise ValueError(
+                    f"words: at most {WORDS_PER_SECOND} a second of clip (+{WORDS_SLACK}), got {len(self.words)} "
+                    f"words for a {self.duration:.3f} s clip"
+                )
         return self
 
     @property

@@ -27,20 +27,33 @@ TRANSPARENT = (0, 0, 0, 0)
 
 @dataclass(frozen=True)
 class State:
-    """One caption image and when it shows (clip seconds)."""
+    """One caption state: a page with one word (or none) highlighted, and when it shows (clip seconds)."""
 
-    image: Image.Image
+    page: int
+    current: int | None
     start: float
     end: float
 
 
 @dataclass(frozen=True)
 class CaptionTrack:
+    """The layout of the captions. Its images are drawn one at a time (``image``) and written as they are drawn,
+    so memory does not grow with the number of words."""
+
     states: list[State]
     x: int
     y: int
     pages: list[Page]
     words: list[Word]
+    font: FontSet
+    style: CaptionStyle
+    canvas: tuple[int, int]  # the caption band: the frame's width × the lines' height, not the whole frame
+    metrics: tuple[int, int, int, int]  # line height, horizontal and vertical padding, font size (px)
+
+    def image(self, state: State) -> Image.Image:
+        line_h, pad_x, pad_y, px = self.metrics
+        return _draw(self.pages[state.page], self.words, state.current, self.font, self.style, self.canvas,
+                     line_h, pad_x, pad_y, px)  # fmt: skip
 
 
 def _rgba(hex_color: str, alpha: int = 255) -> tuple[int, int, int, int]:
@@ -77,12 +90,10 @@ def caption_track(
     else:
         y = (height - canvas_h) // 2
     states: list[State] = []
-    for page in pages:
+    for n, page in enumerate(pages):
         spans = _word_spans(page, words) if highlight and style.preset != "clean" else [(None, page.start, page.end)]
-        for current, start, end in spans:
-            img = _draw(page, words, current, font, style, (width, canvas_h), line_h, pad_x, pad_y, px)
-            states.append(State(img, start, end))
-    return CaptionTrack(states, 0, max(0, y), pages, words)
+        states += [State(n, current, start, end) for current, start, end in spans]
+    return CaptionTrack(states, 0, max(0, y), pages, words, font, style, (width, canvas_h), (line_h, pad_x, pad_y, px))
 
 
 def _word_spans(page: Page, words: list[Word]) -> list[tuple[int | None, float, float]]:
@@ -159,9 +170,9 @@ def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[st
     (relative names only, so the list can name nothing outside ``workdir``). Returns (path, is_sequence)."""
     if len(track.states) == 1 and track.states[0].start <= 0.0 and track.states[0].end >= duration - 0.001:
         path = workdir / "caption.png"
-        track.states[0].image.save(path, compress_level=1)
+        track.image(track.states[0]).save(path, compress_level=1)
         return str(path), False
-    blank = Image.new("RGBA", track.states[0].image.size, TRANSPARENT)
+    blank = Image.new("RGBA", track.canvas, TRANSPARENT)
     blank.save(workdir / "c-blank.png", compress_level=1)
     lines = ["ffconcat version 1.0"]
     t = 0.0
@@ -169,7 +180,7 @@ def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[st
         if state.start > t + 0.0005:
             lines += ["file 'c-blank.png'", f"duration {state.start - t:.3f}"]
         name = f"c-{n:04d}.png"
-        state.image.save(workdir / name, compress_level=1)
+        track.image(state).save(workdir / name, compress_level=1)  # drawn, written, let go
         lines += [f"file '{name}'", f"duration {state.end - state.start:.3f}"]
         t = state.end
     lines += ["file 'c-blank.png'", f"duration {max(0.04, duration - t + 1):.3f}"]

@@ -247,3 +247,48 @@ def test_speaker_framing_without_a_face_keeps_the_centre(media, settings) -> Non
                     profile="vertical", fit="center")  # fmt: skip
     for at in (0.2, 1.0, 1.8):  # no face: the window stays where the centre crop is
         assert float(np.abs(rgb_frame(out, at) - rgb_frame(centre, at)).mean()) < 2
+
+
+PEAK_SCRIPT = """
+import json, resource, sys
+from pathlib import Path
+from jobs.pipeline import produce_clip
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from storage import LocalStorage
+src, count, store = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+span = 20.0
+step = span / count
+words = [{"text": f"word{i}", "start": round(0.5 + i * step, 3), "end": round(0.5 + (i + 0.8) * step, 3)}
+         for i in range(count)]
+spec = build_spec({"source": src, "start": 0.5, "end": 0.5 + span, "words": words, "style": {"preset": "karaoke"}})
+produce_clip(spec, Settings(storage_dir=store, allow_local_sources=True).for_cli(), LocalStorage(store))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+def test_many_word_captions_keep_memory_bounded(media, tmp_path) -> None:
+    """Caption states are drawn one at a time at caption-band size and written as drawn: the most words a 20 s
+    clip may carry (220) peak no higher than 2 words do (measured: peak RSS of the rendering process)."""
+    import subprocess
+    import sys
+
+    src = str(media(size="320x180", duration=22, gop=60))
+    peaks = {}
+    for count in (2, 220):
+        done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, src, str(count), str(tmp_path / f"s{count}")],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        peaks[count] = int(done.stdout.strip().splitlines()[-1]) / 1024
+    print(f"\ncaption memory: peak RSS {peaks[2]:.0f} MB with 2 words, {peaks[220]:.0f} MB with 220 words in 20 s")
+    assert peaks[220] - peaks[2] < 25, peaks
+    with pytest.raises(BadInput, match="words: at most 10 a second of clip"):
+        build_spec(
+            {
+                "source": src,
+                "start": 0.5,
+                "end": 4.5,
+                "words": [{"text": "w", "start": 0.5 + i * 0.008, "end": 0.505 + i * 0.008} for i in range(500)],
+            }
+        )
