@@ -51,7 +51,7 @@ def test_default_storage_dir_is_clips_in_cwd(media, tmp_path) -> None:
         (["--start", "0", "--end", "1", "--caption", "x" * 1001], "caption: String should have at most 1000"),
         (["--start", "0", "--end", "1", "--font", "/no/such.ttf"], "font file not found"),
         (["--start", "0", "--end", "1", "--watermark-opacity", "7", "--watermark", "S"], "watermark.opacity"),
-        (["--start", "0", "--end", "1", "--watermark", "/no/logo.png"], "watermark.logo not found"),
+        (["--start", "0", "--end", "1", "--watermark", "/no/logo.png"], "watermark.logo file not found"),
         (["--start", "1", "--end", "9"], "end: quote ends after the end of the video (end=0:09.000, video is 0:04.000"),
     ],
 )
