@@ -91,6 +91,7 @@ def produce_clip(
                     on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
                     audio_source=opened.audio,
                     probe_source=opened.probe_video,
+                    max_pixels=settings.max_frame_pixels,
                 )
             except QuoteclipError:
                 source_error = opened.error()

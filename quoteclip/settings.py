@@ -100,6 +100,7 @@ class Settings:
     max_fetch_bytes: int = 1024**3  # per job
     min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a fetch that lasts over 30 s
     fetch_timeout: float = 20.0  # a source read that stalls this long fails
+    fetch_rate_grace: float = 30.0  # seconds a request may run before min_fetch_rate applies
     max_source_seconds: float = 6 * 3600
     max_frame_pixels: int = 8192 * 8192
     max_streams: int = 8

@@ -45,13 +45,13 @@ def run_ffmpeg(
     argv: list[str],
     timeout: float,
     on_progress: Callable[[float], None] | None = None,
-) -> None:
+) -> str:
     """Run one ffmpeg command to completion.
 
     ``argv`` must contain ``-progress pipe:1`` for progress reports; ``on_progress`` receives the output
     time in seconds, at most a few times a second. On failure or timeout the process group is killed and
-    RenderFailed carries the command and the tail of stderr.
-    """
+    RenderFailed carries the command and the tail of stderr. Returns the tail of stderr (errors ffmpeg logged
+    but went on after, such as frames its decoder refused)."""
     log.debug("ffmpeg: %s", subprocess.list2cmdline(argv))
     with tempfile.TemporaryFile(mode="w+b") as err:
         proc = subprocess.Popen(
@@ -77,6 +77,7 @@ def run_ffmpeg(
                     f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, _tail(err),
                     permanent=_errno(code) not in MACHINE_ERRNOS,
                 )  # fmt: skip
+            return _tail(err)
         finally:
             if proc.poll() is None:
                 _kill_group(proc)

@@ -58,17 +58,19 @@ def build_command(
     audio_source: str | None = None,
     cut: tuple[float, float] | None = None,
     crop_x: str | None = None,
+    max_pixels: int | None = None,
 ) -> list[str]:
     """One ffmpeg pass: exact cut (input seek + decode), fit to the profile, overlays, H.264/AAC mp4.
 
     ``source`` is what ffmpeg reads: a local path, or an http(s) URL (the source proxy), read with only
     network protocols and plain media demuxers allowed (no file, concat or playlist tricks).
     ``audio_source``, when given, is a separate audio stream of the same source (as YouTube serves them).
+    ``max_pixels``: the decoder refuses any frame larger than this (every frame, not only the probed first one).
     """
     width, height = spec.size
     start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
     preview = spec.quality == "preview"
-    src = _input(source, start, duration, preview)
+    src = _input(source, start, duration, preview, max_pixels)
     video = _fit(src.video, width, height, spec.fit, crop_x)
     for overlay in overlays:
         if overlay.sequence:
@@ -112,7 +114,9 @@ def build_command(
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
 
 
-def _input(source: str, start: float, duration: float, preview: bool = False) -> ffmpeg.nodes.FilterableStream:
+def _input(
+    source: str, start: float, duration: float, preview: bool = False, max_pixels: int | None = None
+) -> ffmpeg.nodes.FilterableStream:
     options: dict[str, object] = {"protocol_whitelist": "file"}
     if preview:  # decode faster (no deblocking): a preview's picture may be a little rougher, its cut is the same
         options["skip_loop_filter"] = "all"
@@ -126,6 +130,8 @@ def _input(source: str, start: float, duration: float, preview: bool = False) ->
             "request_size": HTTP_REQUEST,
             **({"skip_loop_filter": "all"} if preview else {}),
         }
+    if max_pixels is not None:
+        options["max_pixels"] = max_pixels
     return ffmpeg.input(source, ss=_seconds(start), t=_seconds(duration), format_whitelist=FORMATS, **options)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from .timing import clip_words
 
 log = logging.getLogger(__name__)
 
+# What ffmpeg's decoder logs when a frame is over its -max_pixels cap (it then drops that frame and goes on).
+OVERSIZE_FRAME = re.compile(r"Picture size (\d+x\d+) exceeds specified max pixel count")
 # A quote may end this far past the probed duration (container durations are rounded).
 END_TOLERANCE = 0.05
 
@@ -93,6 +96,7 @@ def render_clip(
     on_progress: Callable[[float], None] | None = None,
     audio_source: str | None = None,
     probe_source: Readable | None = None,
+    max_pixels: int | None = None,
 ) -> RenderResult:
     """Render ``spec`` from ``source`` (already probed as ``info``) to ``workdir/clip.mp4``.
 
@@ -113,15 +117,19 @@ def render_clip(
         crop_x = crop_x_expression(faces, scaled_w, width)
         log.info("speaker framing: %d face positions", len(faces))
     argv = build_command(
-        spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut, crop_x=crop_x
-    )
+        spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut, crop_x=crop_x,
+        max_pixels=max_pixels,
+    )  # fmt: skip
     duration = cut[1]
 
     def progress(seconds: float) -> None:
         if on_progress is not None:
             on_progress(min(1.0, seconds / duration))
 
-    run_ffmpeg(argv, timeout=timeout, on_progress=progress)
+    said = run_ffmpeg(argv, timeout=timeout, on_progress=progress)
+    refused = OVERSIZE_FRAME.search(said)
+    if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first
+        raise RenderFailed(f"a source frame of {refused.group(1)} is over the frame size limit", argv, said)
     if not output.is_file() or output.stat().st_size == 0:
         raise RenderFailed("ffmpeg finished but wrote no output", argv)
     try:
@@ -130,6 +138,6 @@ def render_clip(
         raise RenderFailed(f"ffmpeg wrote an unreadable clip ({exc})", argv) from None
     tolerance = 0.1 + (1 / out.fps if out.fps else 0.05)
     if abs(out.duration - duration) > tolerance:
-        raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv)
+        raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv, said)
     log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
     return RenderResult(output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track)

@@ -112,6 +112,7 @@ def open_source(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: s
         settings.max_fetch_bytes,
         settings.min_fetch_rate,
         read_timeout=settings.fetch_timeout,
+        rate_grace=settings.fetch_rate_grace,
     )
     cache = BlockCache(settings.cache_dir, settings.cache_max_bytes)
     title = None

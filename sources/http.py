@@ -43,6 +43,7 @@ class Fetcher:
     max_bytes: int = 1024**3
     min_rate: int = 32 * 1024
     read_timeout: float = READ_TIMEOUT
+    rate_grace: float = RATE_GRACE
     headers: dict[str, str] = field(default_factory=dict)
     fetched: int = 0
     requests: int = 0
@@ -127,7 +128,12 @@ class Fetcher:
         size = 0
         began = time.monotonic()
         try:
-            for chunk in resp.stream(64 * 1024):
+            while True:
+                # read1: whatever has arrived (at most 64 KiB), so a server dripping a byte at a time is measured
+                # after every byte, not after 64 KiB of it.
+                chunk = resp.read1(64 * 1024)
+                if not chunk:
+                    break
                 chunks.append(chunk)
                 size += len(chunk)
                 self.fetched += len(chunk)
@@ -136,7 +142,7 @@ class Fetcher:
                         f"source download exceeds the {self.max_bytes / 1024**2:g} MB limit for one clip: {target.host}"
                     )
                 elapsed = time.monotonic() - began
-                if elapsed > RATE_GRACE and size / elapsed < self.min_rate:
+                if elapsed > self.rate_grace and size / elapsed < self.min_rate:
                     raise SourceTransient(f"source too slow ({size / elapsed / 1024:.0f} KB/s): {target.host}")
                 if want is not None and size >= want:
                     resp.close()  # more may follow (a server that ignored the range): drop the connection

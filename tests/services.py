@@ -180,7 +180,8 @@ class HttpSource:
         self.root = root
         self.redirects: dict[str, str] = {}  # path -> Location
         self.statuses: dict[str, int] = {}  # path -> forced status
-        self.stalls: dict[str, float] = {}  # path -> seconds to stall after the first chunk
+        self.stalls: dict[str, float] = {}  # path -> seconds to stall after each 64 KiB chunk
+        self.drips: dict[str, float] = {}  # path -> seconds between single bytes (a server that drips)
         self.requests: Counter[str] = Counter()
         self.bytes_sent: Counter[str] = Counter()
         self.ranges: list[tuple[str, int, int]] = []
@@ -247,9 +248,13 @@ class HttpSource:
                         return f.read(count)
 
                 kind = "text/html" if name.endswith(".html") else "video/mp4"
+                self.chunk = 1 if name in source.drips else 65536
                 return Body(file.stat().st_size, read, kind)
 
             def after_chunk(self) -> None:
+                if self.name in source.drips:
+                    self.wfile.flush()
+                    time.sleep(source.drips[self.name])
                 if self.name in source.stalls:
                     self.wfile.flush()
                     time.sleep(source.stalls[self.name])

@@ -197,6 +197,19 @@ def test_source_errors_read_well(settings, http_source) -> None:
         clip(settings, http_source.url("private.mp4"), 1, 2)
 
 
+def test_an_origin_dripping_bytes_fails_on_the_rate_floor(media, settings, http_source) -> None:
+    """One byte every 0.2 s never stalls a read long enough to time out; the rate floor still ends it, measured
+    after every byte (not after a 64 KiB chunk that would take hours)."""
+    (http_source.root / "drip.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    http_source.drips["drip.mp4"] = 0.2
+    began = time.monotonic()
+    with pytest.raises(SourceTransient, match=r"source too slow \(0 KB/s\)"):
+        clip(replace(settings, fetch_timeout=5, fetch_rate_grace=2), http_source.url("drip.mp4"), 1, 2)
+    took = time.monotonic() - began
+    print(f"\ndripping origin: failed after {took:.1f} s (rate grace 2 s)")
+    assert took < 10
+
+
 def test_stalled_source_fails_within_its_timeout(media, settings, http_source) -> None:
     (http_source.root / "slow.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
     http_source.stalls["slow.mp4"] = 3.0
@@ -387,3 +400,24 @@ def test_ipv6_transition_ranges_reaching_private_networks_are_refused(address: s
 
 def test_ipv6_transition_ranges_to_public_addresses_pass() -> None:
     assert check_url("http://[64:ff9b::808:808]/x.mp4", None).address == "64:ff9b::808:808"  # NAT64 of 8.8.8.8
+
+
+def test_frames_that_grow_mid_stream_are_refused(settings, ffmpeg_bin, tmp_path) -> None:
+    """The first frame passes the size cap, later ones are larger (a stream that changes resolution): the
+    decoder's own cap (-max_pixels, on every frame) refuses them; the render fails naming the size."""
+    from quoteclip.errors import RenderFailed
+
+    parts = []
+    for n, (size, offset) in enumerate((("320x180", 0), ("640x360", 2))):
+        part = tmp_path / f"p{n}.ts"
+        subprocess.run([ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi",
+                        "-i", f"testsrc2=s={size}:r=30:d=2", "-c:v", "libx264", "-g", "30",
+                        "-output_ts_offset", str(offset), "-f", "mpegts", str(part)], check=True)  # fmt: skip
+        parts.append(part.read_bytes())
+    grown = tmp_path / "grown.ts"
+    grown.write_bytes(b"".join(parts))
+    capped = replace(settings, max_frame_pixels=320 * 180)
+    with pytest.raises(RenderFailed, match="a source frame of 640x360 is over the frame size limit"):
+        clip(capped, str(grown), 0.5, 3.5)
+    assert not (settings.storage_dir.exists() and list(settings.storage_dir.glob("*.mp4")))
+    assert abs(clip(settings, str(grown), 0.5, 3.5).duration - 3.0) < 0.05  # under the default cap it renders
