@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 import unicodedata
@@ -12,15 +13,23 @@ from quoteclip import RENDERER_VERSION
 from quoteclip.spec import ClipSpec
 
 
-def clip_key(spec: ClipSpec, source_identity: str, asset_identity: Callable[[str | None], str | None]) -> str:
+def clip_key(
+    spec: ClipSpec,
+    source_identity: str,
+    asset_identity: Callable[[str | None], str | None],
+    secret: str | None = None,
+) -> str:
     """32 hex characters of SHA-256 over the source identity, the spec's render fields (brand files by what they
-    are: ``asset_identity``) and the renderer version."""
+    are: ``asset_identity``) and the renderer version; an HMAC with ``secret`` (``QUOTECLIP_KEY_SECRET``) when
+    the operator wants keys, and so public clip URLs, that no one can compute from a guessed request."""
     fields = spec.model_dump(exclude={"source"})
     fields["font"] = asset_identity(spec.font)
     if spec.watermark is not None and spec.watermark.logo is not None:
         fields["watermark"]["logo"] = asset_identity(spec.watermark.logo)
     payload = {"renderer": RENDERER_VERSION, "source": source_identity, "spec": fields}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if secret:
+        return hmac.new(secret.encode(), blob.encode(), hashlib.sha256).hexdigest()[:32]
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 

@@ -40,7 +40,7 @@ def lookup(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[str, C
 
 def _find(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[SourceRef, str, ClipResult | None]:
     source = resolve_source(spec.source, allow_local=settings.allow_local_sources is True)
-    key = clip_key(spec, source.identity, identities(settings))
+    key = clip_key(spec, source.identity, identities(settings), settings.key_secret)
     meta = storage.stat(key)
     return source, key, stored_result(storage, key, meta, cached=True) if meta is not None else None
 

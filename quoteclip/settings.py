@@ -115,6 +115,8 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     # Signs the expiring ?token= of links a browser opens (download, file). Unset: derived from the API keys.
     link_secret: str | None = field(default=None, repr=False)
+    # Mixed into every clip key: clip URLs (public buckets) cannot be computed from a guessed request.
+    key_secret: str | None = field(default=None, repr=False)
     # Proxies whose X-Forwarded-For / X-Forwarded-Proto the API trusts (addresses or networks); none by default.
     trusted_proxies: tuple[str, ...] = ()
     webhook_secret: str | None = field(default=None, repr=False)
@@ -152,6 +154,7 @@ class Settings:
             rate_limit_per_minute=int(_float(env, "QUOTECLIP_RATE_LIMIT", cls.rate_limit_per_minute, 1)),
             cors_origins=_list(env, "QUOTECLIP_CORS_ORIGINS"),
             link_secret=env.get("QUOTECLIP_LINK_SECRET") or None,
+            key_secret=env.get("QUOTECLIP_KEY_SECRET") or None,
             trusted_proxies=parse_networks(env.get("QUOTECLIP_TRUSTED_PROXIES", ""), "QUOTECLIP_TRUSTED_PROXIES"),
             webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),

@@ -390,3 +390,61 @@ def test_webhook_delivery_is_retried_until_the_receiver_answers(client, workers,
     assert hook.fail_first == 0 and len(hook.calls) == 1  # one failed attempt, then delivered (after 2 s)
     body, signed = hook.calls[0]
     assert signed and body["id"] == job["id"] and body["status"] == "finished"
+
+
+class HostileReceiver:
+    """A webhook receiver that hangs without answering, or answers 200 and then streams without end."""
+
+    def __init__(self, mode: str) -> None:
+        import socket
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
+        self.sent = 0
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, args=(mode,), daemon=True).start()
+
+    def _serve(self, mode: str) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(1)
+        try:
+            conn.recv(65536)
+            if mode == "huge":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 838860800\r\n\r\n")
+                chunk = b"x" * 65536
+                while not self.stop.is_set() and self.sent < 800 * 1024**2:  # bounded: 800 MB at most
+                    conn.sendall(chunk)
+                    self.sent += len(chunk)
+            else:
+                self.stop.wait(30)  # hang (bounded: 30 s)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            self.listener.close()
+
+
+@pytest.mark.parametrize("mode", ["hang", "huge"])
+def test_hostile_webhook_receivers_cost_a_delivery_worker_little(mode: str, api_env) -> None:
+    """A receiver that never answers is given up after the read timeout (10 s); one that answers 200 and then
+    sends 800 MB has its status read and its body never (measured: bytes it managed to send)."""
+    from jobs.webhooks import READ_TIMEOUT, deliver
+    from quoteclip.errors import DeliveryFailed
+
+    receiver = HostileReceiver(mode)
+    os.environ["QUOTECLIP_ALLOW_ADDRESSES"] = "127.0.0.1/32"
+    began = time.monotonic()
+    try:
+        if mode == "hang":
+            with pytest.raises(DeliveryFailed, match="could not be reached"):
+                deliver(receiver.url, {"id": "clip-x", "status": "finished"})
+        else:
+            assert deliver(receiver.url, {"id": "clip-x", "status": "finished"}) == 200
+    finally:
+        receiver.stop.set()
+        os.environ.pop("QUOTECLIP_ALLOW_ADDRESSES", None)
+    took = time.monotonic() - began
+    print(f"\nwebhook receiver that {'hangs' if mode == 'hang' else 'streams 800 MB'}: delivery ended after "
+          f"{took:.1f} s, {receiver.sent / 1024**2:.1f} MB sent by the receiver")  # fmt: skip
+    assert took < READ_TIMEOUT + 3
+    assert receiver.sent < 32 * 1024**2  # (socket buffers take a few MB before the connection is closed)

@@ -166,3 +166,19 @@ def test_progress_is_reported_while_rendering(media, queue_env, workers) -> None
     assert all(5 <= p <= 95 for p in rendering)
     assert rendering == sorted(rendering)
     assert f"[{queued['job_id']}]" in out  # the job id is on the worker's log lines
+
+
+def test_a_key_secret_makes_clip_keys_unguessable(media, settings) -> None:
+    """With QUOTECLIP_KEY_SECRET the same request gets another key, which no one without the secret computes."""
+    from dataclasses import replace
+
+    from jobs.pipeline import lookup
+    from storage import LocalStorage
+
+    spec = build_spec({"source": str(media(size="320x180", duration=4, gop=60)), "start": 1, "end": 2})
+    store = LocalStorage(settings.storage_dir)
+    plain, _ = lookup(spec, settings, store)
+    secret_a, _ = lookup(spec, replace(settings, key_secret="s3cret-a"), store)
+    secret_b, _ = lookup(spec, replace(settings, key_secret="s3cret-b"), store)
+    assert len({plain, secret_a, secret_b}) == 3 and all(len(k) == 32 for k in (plain, secret_a, secret_b))
+    assert lookup(spec, replace(settings, key_secret="s3cret-a"), store)[0] == secret_a  # stable
