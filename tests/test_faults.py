@@ -211,7 +211,7 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
         redis_proc = start()
         wait_for(lambda: _ping(redis, url), 10, "redis again")
         try:
-            wait_for(lambda: all(job_status(i, settings)["status"] == "finished" for i in ids), 420, "every clip")
+            wait_for(lambda: all(job_status(i, settings)["status"] == "finished" for i in ids), 240, "every clip")
         except RuntimeError:
             statuses = [(i[-6:], job_status(i, settings)["status"], job_status(i, settings)["error"]) for i in ids]
             proc.terminate()
@@ -318,6 +318,11 @@ def test_burst_of_requests_while_workers_render(media, queue_env, workers, ffmpe
         assert Path(links.pop().removeprefix("file://")).is_file()
     joined_running = [a for _, a in answers if a.joined and a.status in ("fetching", "rendering", "uploading")]  # type: ignore[attr-defined]
     assert joined_running, "no request arrived while its clip was rendering"
+    stored = sum(1 for _, a in answers if a.link)  # type: ignore[attr-defined]
+    print(
+        f"\nburst: {len(answers)} requests for 20 clips from 10 threads while 2 workers rendered: "
+        f"{len(joined_running)} joined a clip being rendered, {stored} got the stored clip's link"
+    )
     _, log = ffmpeg_counter
     assert len(log.read_text().splitlines()) == 20  # exactly one render per distinct clip
     conn = redis.Redis.from_url(redis_url)
