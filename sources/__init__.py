@@ -20,6 +20,7 @@ from quoteclip.settings import Settings
 
 from .cache import BlockCache
 from .http import Fetcher
+from .identity import url_identity
 from .proxy import SourceProxy
 from .remote import RangeReader, RemoteFile
 from .safety import check_url
@@ -75,7 +76,7 @@ def resolve_source(source: str, allow_local: bool) -> SourceRef:
             raise BadInput(f"source URL has no host: {source!r}")
         if not hostname.isascii():
             raise BadInput(f"source URL host must be ASCII (IDNA-encoded), got {hostname[:100]!r}")
-        return SourceRef(input=source, identity=f"url:{source}", remote=True)
+        return SourceRef(input=source, identity=url_identity(source), remote=True)
     if parts.scheme and len(parts.scheme) > 1:  # a Windows drive letter is not a scheme
         raise BadInput(f"source scheme {parts.scheme!r} is not supported (use http, https or a local path)")
     if not allow_local:

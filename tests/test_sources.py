@@ -421,3 +421,36 @@ def test_frames_that_grow_mid_stream_are_refused(settings, ffmpeg_bin, tmp_path)
         clip(capped, str(grown), 0.5, 3.5)
     assert not (settings.storage_dir.exists() and list(settings.storage_dir.glob("*.mp4")))
     assert abs(clip(settings, str(grown), 0.5, 3.5).duration - 3.0) < 0.05  # under the default cap it renders
+
+
+def test_every_spelling_of_a_youtube_video_is_one_source() -> None:
+    """One video, one identity (so one clip key and one cache), computed from the URL alone."""
+    from sources.identity import url_identity
+
+    same = [
+        "https://www.youtube.com/watch?v=Dkm0sjuzgPU",
+        "https://youtube.com/watch?v=Dkm0sjuzgPU&t=42",
+        "https://m.youtube.com/watch?feature=share&v=Dkm0sjuzgPU",
+        "https://music.youtube.com/watch?v=Dkm0sjuzgPU&list=RDx",
+        "https://youtu.be/Dkm0sjuzgPU?si=abc&t=1134",
+        "https://www.youtube.com/shorts/Dkm0sjuzgPU",
+        "https://www.youtube.com/embed/Dkm0sjuzgPU?start=3",
+        "https://www.youtube.com/live/Dkm0sjuzgPU",
+        "https://www.youtube-nocookie.com/embed/Dkm0sjuzgPU",
+        "HTTPS://WWW.YOUTUBE.COM/watch?v=Dkm0sjuzgPU#t=3",
+    ]
+    assert {url_identity(u) for u in same} == {"youtube:Dkm0sjuzgPU"}
+    assert url_identity("https://www.youtube.com/watch?v=otherVideo1") == "youtube:otherVideo1"
+    others = ["https://www.youtube.com/watch?v=short", "https://www.youtube.com/@channel",
+              "https://notyoutube.com/watch?v=Dkm0sjuzgPU", "https://cdn.example/ep.mp4#frag"]  # fmt: skip
+    assert [url_identity(u) for u in others] == ["url:" + u.split("#")[0] for u in others]
+
+
+def test_youtube_spellings_share_one_clip_key(settings) -> None:
+    from jobs.pipeline import lookup
+    from storage import LocalStorage
+
+    store = LocalStorage(settings.storage_dir)
+    keys = {lookup(build_spec({"source": u, "start": 1, "end": 2}), settings, store)[0]
+            for u in ("https://youtu.be/Dkm0sjuzgPU", "https://m.youtube.com/watch?v=Dkm0sjuzgPU&t=42")}  # fmt: skip
+    assert len(keys) == 1
