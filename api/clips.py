@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from jobs.queue import JOB_ID, enqueue_clip, job_status
@@ -19,6 +22,9 @@ from .models import BatchRequest, ClipAccepted, ClipRequest, ClipStatus
 
 router = APIRouter()
 RETRY_AFTER = "2"
+MAX_WAIT = 30.0  # seconds a status long-poll may hold
+WAIT_STEP = 0.05  # how often a long-poll looks again (one Redis read)
+TERMINAL = {"finished", "failed", "stopped", "canceled"}
 
 
 def _accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
@@ -64,8 +70,21 @@ def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dic
 
 
 @router.get("/clips/{clip_id}", response_model=ClipStatus, responses={404: {}})
-def get_clip(clip_id: str, svc: ServicesDep) -> ClipStatus:
-    body = _status(svc, clip_id)
+async def get_clip(
+    clip_id: str,
+    svc: ServicesDep,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT, description="Long-poll: answer at a change, or after this")] = 0,
+) -> ClipStatus:
+    """The clip's status. With ``wait``, the answer comes as soon as the clip finishes or fails, its stage or
+    progress changes, or ``wait`` seconds pass: a page learns of the link without polling delay."""
+    body = await run_in_threadpool(_status, svc, clip_id)
+    seen = (body["status"], body["stage"], body["progress"])
+    deadline = time.monotonic() + wait
+    while body["status"] not in TERMINAL and time.monotonic() < deadline:
+        await asyncio.sleep(WAIT_STEP)
+        body = await run_in_threadpool(_status, svc, clip_id)
+        if (body["status"], body["stage"], body["progress"]) != seen:
+            break
     return ClipStatus(
         id=clip_id, status=body["status"], stage=body["stage"], progress=body["progress"],
         link=svc.link_for(clip_id, body["link"]), error=body["error"],

@@ -448,3 +448,26 @@ def test_hostile_webhook_receivers_cost_a_delivery_worker_little(mode: str, api_
           f"{took:.1f} s, {receiver.sent / 1024**2:.1f} MB sent by the receiver")  # fmt: skip
     assert took < READ_TIMEOUT + 3
     assert receiver.sent < 32 * 1024**2  # (socket buffers take a few MB before the connection is closed)
+
+
+def test_status_long_poll_answers_at_the_change(client, workers, source_url) -> None:
+    """GET /clips/{id}?wait=N holds until the stage, progress or status changes (or N s pass), so a page learns of
+    each step, and of the link, as it happens."""
+    job = client.post("/clips", json={"source": source_url, "start": 1, "end": 3}).json()
+    quiet = time.monotonic()
+    assert client.get(f"/clips/{job['id']}?wait=0.5").json()["stage"] == "queued"  # nothing happens: held 0.5 s
+    assert 0.4 < time.monotonic() - quiet < 5
+    worker = threading.Thread(target=lambda: workers.burst(1))
+    worker.start()
+    answers = []
+    began = time.monotonic()
+    while not answers or answers[-1]["status"] not in ("finished", "failed"):
+        answers.append(client.get(f"/clips/{job['id']}?wait=25").json())
+        assert time.monotonic() - began < 60
+    worker.join()
+    assert answers[-1]["status"] == "finished" and answers[-1]["link"]
+    assert len({(a["status"], a["stage"], a["progress"]) for a in answers}) == len(answers)  # each at a change
+    assert client.get(f"/clips/{job['id']}?wait=31").status_code == 422
+    unknown = time.monotonic()
+    assert client.get("/clips/clip-" + "0" * 32 + "?wait=25").status_code == 404
+    assert time.monotonic() - unknown < 2
