@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import select
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
 from quoteclip.errors import QuoteclipError
 
+from .loopback import LoopbackServer
 from .safety import check_url
 
 log = logging.getLogger(__name__)
@@ -34,38 +34,16 @@ HOP_HEADERS = (b"connection:", b"keep-alive:", b"proxy-connection:")
 REFUSED = b"quoteclip: this address is not reachable for sources"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        log.debug("egress connection from %s ended", client_address, exc_info=True)
-
-
-class EgressProxy:
+class EgressProxy(LoopbackServer):
     """A loopback forward proxy that lets through only connections the address rules allow."""
+
+    name = "egress-proxy"
 
     def __init__(self, allowed_networks: tuple[str, ...] = ()) -> None:
         self.allowed_networks = allowed_networks
         self.refused: list[str] = []  # host:port refused by the address rules (never connected to)
         self.failed: list[str] = []  # host:port allowed, but the connection failed
-        self.server = _Server(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, name="egress-proxy", daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def __enter__(self) -> EgressProxy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__()
 
     def connect(self, scheme: str, host: str, port: int) -> socket.socket | None:
         """A socket to the vetted address of host:port, or None (refused, or the connection failed)."""

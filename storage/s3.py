@@ -60,7 +60,7 @@ class S3Storage:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            if _absent(exc):
                 return None
             raise StorageFailed(f"could not look up {self.object_key(key)} in bucket {self.bucket}: {exc}") from exc
         except BotoCoreError as exc:
@@ -97,7 +97,22 @@ class S3Storage:
         log.info("uploaded %s (%d bytes)", name, size)
 
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
-        name = self.object_key(key, suffix)
+        self._put_bytes(self.object_key(key, suffix), data, content_type)
+
+    def put_asset(self, name: str, data: bytes, content_type: str) -> None:
+        self._put_bytes(f"{ASSETS}{name}", data, content_type)
+
+    def get_asset(self, name: str) -> bytes | None:
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=f"{ASSETS}{name}")["Body"].read())
+        except ClientError as exc:
+            if _absent(exc):
+                return None
+            raise StorageFailed(f"could not read asset {name} from bucket {self.bucket}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageFailed(f"object store unreachable: {exc}") from exc
+
+    def _put_bytes(self, name: str, data: bytes, content_type: str) -> None:
         md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
         try:
             self.client.put_object(
@@ -106,24 +121,6 @@ class S3Storage:
             )  # fmt: skip
         except (ClientError, BotoCoreError) as exc:
             raise StorageFailed(f"upload of {name} to bucket {self.bucket} failed: {exc}") from exc
-
-    def put_asset(self, name: str, data: bytes, content_type: str) -> None:
-        md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=f"{ASSETS}{name}", Body=data, ContentMD5=md5,
-                                   ContentType=content_type, CacheControl=CACHE_CONTROL)  # fmt: skip
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageFailed(f"upload of asset {name} to bucket {self.bucket} failed: {exc}") from exc
-
-    def get_asset(self, name: str) -> bytes | None:
-        try:
-            return bytes(self.client.get_object(Bucket=self.bucket, Key=f"{ASSETS}{name}")["Body"].read())
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
-                return None
-            raise StorageFailed(f"could not read asset {name} from bucket {self.bucket}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StorageFailed(f"object store unreachable: {exc}") from exc
 
     def link(self, key: str, suffix: str = ".mp4") -> str:
         name = self.object_key(key, suffix)
@@ -140,6 +137,10 @@ class S3Storage:
 
     def local_path(self, key: str) -> Path | None:
         return None
+
+
+def _absent(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}
 
 
 def content_disposition(filename: str) -> str:
