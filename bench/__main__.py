@@ -201,9 +201,17 @@ class Stack:
             return False
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        """One request on the kept-alive connection; a new connection when the server closed an idle one."""
         data = json.dumps(body).encode() if body is not None else None
-        self.api.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        resp = self.api.getresponse()
+        headers = {"Content-Type": "application/json"} if data else {}
+        try:
+            self.api.request(method, path, body=data, headers=headers)
+            resp = self.api.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            self.api.close()
+            self.api = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            self.api.request(method, path, body=data, headers=headers)
+            resp = self.api.getresponse()
         return resp.status, json.loads(resp.read() or b"{}")
 
     def start_worker(self) -> subprocess.Popen[str]:
