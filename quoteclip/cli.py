@@ -198,6 +198,68 @@ app.command("enqueue", help="Queue one clip for the workers; prints the job id a
 )
 
 
+@app.command("batch")
+def batch_command(
+    source: Annotated[str, typer.Argument(help="The episode: a local path, an http(s) media URL or a page URL.")],
+    quotes_file: Annotated[str, typer.Argument(help="CSV with a header (start,end,caption), JSON or JSON lines.")],
+    watermark: WatermarkOpt = None,
+    watermark_position: WmPosOpt = None,
+    watermark_opacity: WmOpacityOpt = None,
+    watermark_size: WmSizeOpt = None,
+    font: FontOpt = None,
+    caption_size: CaptionSizeOpt = None,
+    style: StyleOpt = None,
+    style_file: StyleFileOpt = None,
+    profile: ProfileOpt = None,
+    fit: FitOpt = None,
+    quality: QualityOpt = None,
+    pad_before: PadBeforeOpt = None,
+    pad_after: PadAfterOpt = None,
+    no_fades: NoFadesOpt = False,
+    video_fades: VideoFadesOpt = False,
+    transcript: TranscriptOpt = None,
+    queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Render every quote of a file from one source, with shared options; a bad line does not stop the others.
+
+    Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable."""
+    setup_cli_logging(verbose)
+    shared = ClipOptions(
+        source=source, watermark=watermark, watermark_position=watermark_position,
+        watermark_opacity=watermark_opacity, watermark_size=watermark_size, font=font, caption_size=caption_size,
+        style=style, style_file=style_file, profile=profile, fit=fit, quality=quality, pad_before=pad_before,
+        pad_after=pad_after, no_fades=no_fades, video_fades=video_fades, transcript=transcript,
+    )  # fmt: skip
+
+    def go() -> None:
+        from .batch import run_batch
+
+        settings = Settings.from_env()
+        outcomes = run_batch(source, quotes_file, shared, settings, queue, lambda line: typer.echo(line, err=True))
+        failed = sum(1 for o in outcomes if "error" in o)
+        cached = sum(1 for o in outcomes if o.get("cached"))
+        if as_json:
+            _emit({"clips": outcomes, "failed": failed}, True, "")
+        else:
+            for o in outcomes:
+                what = (
+                    f"failed: {o['error']}"
+                    if "error" in o
+                    else f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
+                )
+                typer.echo(f"line {o['line']}: {what}")
+            made = len(outcomes) - failed - cached
+            typer.echo(f"{len(outcomes)} clips: {made} rendered, {cached} already stored, {failed} failed", err=True)
+        if cached == len(outcomes):
+            typer.echo(f"all {cached} clips were already stored: nothing was rendered", err=True)
+        if failed:
+            raise typer.Exit(1)
+
+    run_guarded(go)
+
+
 @app.command()
 def status(
     job_id: Annotated[str, typer.Argument(help="The id printed by enqueue.")],

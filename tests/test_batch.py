@@ -1,0 +1,94 @@
+"""``quoteclip batch``: a quotes file through the real CLI, inline and through real workers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli, runs
+from mediacheck import streams
+
+
+@pytest.fixture
+def episode(media) -> str:  # type: ignore[no-untyped-def]
+    return str(media(size="320x180", duration=12, gop=60))
+
+
+def test_a_bad_line_is_named_and_the_others_render(episode, tmp_path, ffmpeg_counter) -> None:
+    wrapper, log = ffmpeg_counter
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text('start,end,caption\n1,2.5,first quote\n2,oops,second quote\n4,5,"third, with a comma"\n')
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
+    done = run_cli("batch", episode, str(quotes), "--watermark", "StarZero", "--json", env=env)
+    assert done.returncode == 1, done.stderr
+    assert f"{quotes}: line 3: bad input: end: end must be seconds" in done.stderr
+    body = json.loads(done.stdout)
+    assert body["failed"] == 1 and [c["line"] for c in body["clips"]] == [2, 3, 4]
+    first, bad, third = body["clips"]
+    assert "error" in bad and first["profile"] == "landscape" and first["status"] == "finished"
+    assert abs(streams(first["path"])["duration"] - 1.5) < 0.05 and abs(third["duration"] - 1.0) < 0.05
+    assert runs(log) == 2
+
+
+def test_rerunning_a_batch_renders_nothing_and_says_so(episode, tmp_path, ffmpeg_counter) -> None:
+    wrapper, log = ffmpeg_counter
+    quotes = tmp_path / "quotes.jsonl"
+    quotes.write_text('{"start": 1, "end": 2, "caption": "one"}\n\n{"start": "0:03", "end": "0:04.5"}\n')
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
+    assert run_cli("batch", episode, str(quotes), env=env).returncode == 0
+    assert runs(log) == 2
+    again = run_cli("batch", episode, str(quotes), "--json", env=env)
+    assert again.returncode == 0 and runs(log) == 2  # nothing rendered the second time
+    assert "all 2 clips were already stored: nothing was rendered" in again.stderr
+    assert [c["line"] for c in json.loads(again.stdout)["clips"]] == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("missing.csv", None, "quotes file not found"),
+        ("q.csv", "when,what\n1,x\n", "needs a CSV header naming start, end and caption"),
+        ("q.csv", "start,end,caption,extra\n1,2,x,y\n", "unknown columns ['extra']"),
+        ("q.csv", "start,end,caption\n", "quotes file has no quotes"),
+        ("q.json", '{"start": 1}', "must hold a JSON list of quotes"),
+        ("q.json", "[{", "is not valid JSON"),
+    ],
+)
+def test_an_unusable_file_exits_2(episode, tmp_path, name: str, content: str | None, message: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    done = run_cli("batch", episode, str(path), env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")})
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_json_list_with_a_bad_item_and_captions_found_in_a_transcript(episode, tmp_path) -> None:
+    transcript = tmp_path / "ep.json"
+    words = [{"text": w, "start": 1 + i * 0.4, "end": 1.35 + i * 0.4}
+             for i, w in enumerate("so this weird scheduling is to reduce the bubble".split())]  # fmt: skip
+    transcript.write_text(json.dumps(words))
+    quotes = tmp_path / "quotes.json"
+    quotes.write_text(
+        json.dumps([{"caption": "this weird scheduling"}, "not a quote", {"caption": "reduce the bubble"}])
+    )
+    done = run_cli("batch", episode, str(quotes), "--transcript", str(transcript), "--json",
+                   env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")})  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    clips = json.loads(done.stdout)["clips"]
+    assert "line 2: bad input: not a quote" in done.stderr and "error" in clips[1]
+    assert abs(clips[0]["duration"] - 1.15) < 0.05 and abs(clips[2]["duration"] - 1.15) < 0.05
+
+
+def test_batch_through_the_workers(episode, tmp_path, queue_env, workers) -> None:
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text("start,end,caption\n1,2,one\n3,4,two\n5,6,three\n")
+    worker = workers.start(burst=False)
+    try:
+        done = run_cli("batch", episode, str(quotes), "--queue", "--json", env=queue_env)
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=60)
+    assert done.returncode == 0, done.stderr
+    clips = json.loads(done.stdout)["clips"]
+    assert [c["status"] for c in clips] == ["finished"] * 3 and all(c["link"] for c in clips)
+    assert "3/3 clips through the workers" in done.stderr
