@@ -11,14 +11,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from jobs.queue import JOB_ID, enqueue_clip, job_status
-from quoteclip.errors import BadInput
 from quoteclip.spec import ClipSpec, build_spec
 from storage import LocalStorage
 
 from .auth import sign_path
 from .deps import RateLimited, Services, ServicesDep
 from .errors import APIError
-from .models import BatchRequest, ClipAccepted, ClipRequest, ClipStatus
+from .models import ClipAccepted, ClipRequest, ClipStatus
 
 router = APIRouter()
 RETRY_AFTER = "2"
@@ -27,7 +26,7 @@ WAIT_STEP = 0.05  # how often a long-poll looks again (one Redis read)
 TERMINAL = {"finished", "failed", "stopped", "canceled"}
 
 
-def _accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
+def accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
     queued = enqueue_clip(spec, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
     body = ClipAccepted(
         id=queued.job_id, status=queued.status, status_url=f"/clips/{queued.job_id}",
@@ -38,7 +37,7 @@ def _accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: boo
     return body, 200 if queued.link else 202
 
 
-def _status(svc: Services, clip_id: str) -> dict[str, Any]:
+def status_of(svc: Services, clip_id: str) -> dict[str, Any]:
     if not JOB_ID.match(clip_id):
         raise APIError(404, f"no such clip: {clip_id[:80]!r}")
     body = job_status(clip_id, svc.settings, svc.connection, svc.storage)
@@ -51,22 +50,8 @@ def _status(svc: Services, clip_id: str) -> dict[str, Any]:
 def create_clip(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> JSONResponse:
     """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise."""
     spec = build_spec(request.model_dump(exclude={"callback_url"}), max_seconds=svc.settings.max_clip_seconds)
-    body, status = _accepted(svc, spec, request.callback_url)
+    body, status = accepted(svc, spec, request.callback_url)
     return JSONResponse(body.model_dump(), status_code=status)
-
-
-@router.post("/batches", responses={422: {}, 429: {}})
-def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dict[str, Any]:
-    """One source, many quotes: one id per clip (identical quotes share one), queued behind on-demand clicks."""
-    common = dict(request.model_extra or {})
-    specs = []
-    for i, quote in enumerate(request.quotes):
-        data = {**common, "source": request.source, **quote.model_dump()}
-        try:
-            specs.append(build_spec(data, max_seconds=svc.settings.max_clip_seconds))
-        except BadInput as exc:
-            raise BadInput(f"quotes[{i}].{exc}") from None
-    return {"clips": [_accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]}
 
 
 @router.get("/clips/{clip_id}", response_model=ClipStatus, responses={404: {}})
@@ -77,12 +62,12 @@ async def get_clip(
 ) -> ClipStatus:
     """The clip's status. With ``wait``, the answer comes as soon as the clip finishes or fails, its stage or
     progress changes, or ``wait`` seconds pass: a page learns of the link without polling delay."""
-    body = await run_in_threadpool(_status, svc, clip_id)
+    body = await run_in_threadpool(status_of, svc, clip_id)
     seen = (body["status"], body["stage"], body["progress"])
     deadline = time.monotonic() + wait
     while body["status"] not in TERMINAL and time.monotonic() < deadline:
         await asyncio.sleep(WAIT_STEP)
-        body = await run_in_threadpool(_status, svc, clip_id)
+        body = await run_in_threadpool(status_of, svc, clip_id)
         if (body["status"], body["stage"], body["progress"]) != seen:
             break
     return ClipStatus(
@@ -94,7 +79,7 @@ async def get_clip(
 @router.get("/clips/{clip_id}/download", responses={302: {}, 202: {}, 404: {}, 410: {}})
 def download(clip_id: str, svc: ServicesDep) -> Response:
     """For a plain <a href>: 302 to the clip when ready, 202 + Retry-After while rendering, 410 if failed."""
-    body = _status(svc, clip_id)
+    body = status_of(svc, clip_id)
     if body["status"] == "finished":
         return RedirectResponse(str(svc.link_for(clip_id, body["link"])), status_code=302)
     if body["status"] in ("failed", "stopped", "canceled"):

@@ -15,6 +15,11 @@ METRICS = f"{PREFIX}:metrics"
 RATE_LIMITS = f"{PREFIX}:rate"
 
 
+def batch(batch_id: str) -> str:
+    """List of the job ids of one batch, in quote order."""
+    return f"{PREFIX}:batch:{batch_id}"
+
+
 def callbacks(job_id: str) -> str:
     """Set of callback URLs to POST when the job ends."""
     return f"{PREFIX}:callbacks:{job_id}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from .local import LocalStorage
 
@@ -29,6 +29,9 @@ class Storage(Protocol):
 
     def get_asset(self, name: str) -> bytes | None:
         """An uploaded brand file's bytes, or None when there is none by that name."""
+
+    def read(self, key: str) -> BinaryIO:
+        """The stored clip as a readable stream (for archives): a file, or the object's body."""
 
     def link(self, key: str, suffix: str = ".mp4") -> str:
         """A link to download the clip or one of its sidecars (file://, presigned or public https)."""

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from quoteclip.errors import StorageFailed
 
@@ -68,6 +69,9 @@ class LocalStorage:
                 raise
         except OSError as exc:
             raise StorageFailed(f"could not store {final.name} in {self.root}: {exc}") from exc
+
+    def read(self, key: str) -> BinaryIO:
+        return open(self._file(key), "rb")
 
     def link(self, key: str, suffix: str = ".mp4") -> str:
         return self._file(key, suffix).as_uri()

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 from urllib.parse import quote
 
 import boto3
@@ -111,6 +111,13 @@ class S3Storage:
             raise StorageFailed(f"could not read asset {name} from bucket {self.bucket}: {exc}") from exc
         except BotoCoreError as exc:
             raise StorageFailed(f"object store unreachable: {exc}") from exc
+
+    def read(self, key: str) -> BinaryIO:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageFailed(f"could not read {self.object_key(key)} from bucket {self.bucket}: {exc}") from exc
+        return cast(BinaryIO, body)
 
     def _put_bytes(self, name: str, data: bytes, content_type: str) -> None:
         md5 = base64.b64encode(hashlib.md5(data).digest()).decode()

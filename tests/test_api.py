@@ -471,3 +471,35 @@ def test_status_long_poll_answers_at_the_change(client, workers, source_url) -> 
     unknown = time.monotonic()
     assert client.get("/clips/clip-" + "0" * 32 + "?wait=25").status_code == 404
     assert time.monotonic() - unknown < 2
+
+
+def test_batch_status_and_streamed_archive(client, workers, source_url, api_env) -> None:
+    """POST /batches gives a batch id; GET /batches/{id} answers every clip at once; the archive is a ZIP whose
+    entries are byte-identical to the stored clips, with a manifest."""
+    import io
+    import zipfile
+
+    body = {"source": source_url, "watermark": "Brand",
+            "quotes": [{"start": 0, "end": 1, "caption": "one"}, {"start": 2, "end": 3, "caption": "two"}]}  # fmt: skip
+    batch = client.post("/batches", json=body).json()
+    assert batch["id"].startswith("batch-") and len(batch["clips"]) == 2
+    waiting = client.get(batch["status_url"]).json()
+    assert waiting["counts"] == {"queued": 2}
+    assert client.get(batch["archive_url"]).status_code == 409  # nothing finished yet
+    workers.burst(1)
+    done = client.get(batch["status_url"]).json()
+    assert done["counts"] == {"finished": 2} and all(c["link"] for c in done["clips"])
+    response = client.get(batch["archive_url"])
+    assert response.status_code == 200 and response.headers["content-type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(response.content))
+    assert archive.testzip() is None
+    names = archive.namelist()
+    assert names[-1] == "manifest.json" and len(names) == 3
+    store = Settings.from_env(api_env).storage_dir
+    for clip in batch["clips"]:
+        stored = (store / f"{clip['id'].removeprefix('clip-')}.mp4").read_bytes()
+        assert stored in [archive.read(n) for n in names[:2]]
+    manifest = json.loads(archive.read("manifest.json"))
+    assert [c["id"] for c in manifest["clips"]] == [c["id"] for c in batch["clips"]] and manifest["missing"] == []
+    assert client.get("/batches/batch-" + "0" * 24).status_code == 404
+    assert client.get("/batches/../../etc").status_code == 404

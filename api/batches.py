@@ -1,0 +1,129 @@
+"""Batches: many quotes of one source queued behind clicks, collected by one id (status of all, one ZIP)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import zipfile
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from quoteclip import redis_keys
+from quoteclip.errors import BadInput
+from quoteclip.spec import build_spec
+
+from .clips import accepted, status_of
+from .deps import RateLimited, ServicesDep
+from .errors import APIError
+from .models import BatchRequest
+
+router = APIRouter()
+BATCH_TTL = 7 * 24 * 3600
+CHUNK = 1024 * 1024
+
+
+@router.post("/batches", responses={422: {}, 429: {}})
+def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dict[str, Any]:
+    """One source, many quotes: a batch id, and one clip id a quote (identical quotes share one), queued behind
+    on-demand clicks."""
+    common = dict(request.model_extra or {})
+    specs = []
+    for i, quote in enumerate(request.quotes):
+        data = {**common, "source": request.source, **quote.model_dump()}
+        try:
+            specs.append(build_spec(data, max_seconds=svc.settings.max_clip_seconds))
+        except BadInput as exc:
+            raise BadInput(f"quotes[{i}].{exc}") from None
+    clips = [accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]
+    batch_id = "batch-" + secrets.token_hex(12)
+    key = redis_keys.batch(batch_id)
+    svc.connection.rpush(key, *[c["id"] for c in clips])
+    svc.connection.expire(key, BATCH_TTL)
+    return {"id": batch_id, "status_url": f"/batches/{batch_id}", "archive_url": f"/batches/{batch_id}/archive",
+            "clips": clips}  # fmt: skip
+
+
+def _members(svc: ServicesDep, batch_id: str) -> list[str]:
+    if not batch_id.startswith("batch-") or len(batch_id) > 40:
+        raise APIError(404, f"no such batch: {batch_id[:80]!r}")
+    ids = [
+        i.decode() if isinstance(i, bytes) else str(i) for i in svc.connection.lrange(redis_keys.batch(batch_id), 0, -1)
+    ]
+    if not ids:
+        raise APIError(404, "no such batch (or it expired)")
+    return ids
+
+
+@router.get("/batches/{batch_id}", responses={404: {}})
+def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
+    """Every clip of the batch at once: counts by status, and each clip's status, stage, progress and link."""
+    clips = []
+    for clip_id in _members(svc, batch_id):
+        try:
+            body = status_of(svc, clip_id)
+        except APIError:
+            body = {"status": "unknown", "stage": None, "progress": 0, "link": None, "error": "expired"}
+        clips.append({"id": clip_id, "status": body["status"], "stage": body["stage"], "progress": body["progress"],
+                      "link": svc.link_for(clip_id, body["link"]), "error": body["error"]})  # fmt: skip
+    return {"id": batch_id, "counts": dict(Counter(c["status"] for c in clips)), "clips": clips}
+
+
+class _Sink:
+    """A write-only stream that hands what zipfile writes to the response, chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.offset = 0
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        self.offset += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.offset
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        out, self.parts = b"".join(self.parts), []
+        return out
+
+
+@router.get("/batches/{batch_id}/archive", responses={404: {}, 409: {}})
+def archive(batch_id: str, svc: ServicesDep) -> StreamingResponse:
+    """A ZIP of the batch's finished clips (named as their downloads) and a manifest, streamed as it is read:
+    no clip is held whole in memory. 409 while none has finished."""
+    members = _members(svc, batch_id)
+    finished = []
+    for clip_id in members:
+        key = clip_id.removeprefix("clip-")
+        meta = svc.storage.stat(key)
+        if meta is not None:
+            finished.append((clip_id, key, meta.get("filename") or f"{key}.mp4"))
+    if not finished:
+        raise APIError(409, "no clip of this batch has finished yet")
+
+    def stream() -> Iterator[bytes]:
+        sink = _Sink()
+        names: set[str] = set()
+        with zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:  # type: ignore[call-overload]
+            for _, key, filename in finished:
+                name = filename if filename not in names else f"{key}.mp4"
+                names.add(name)
+                with svc.storage.read(key) as src, zf.open(name, mode="w", force_zip64=True) as dst:
+                    while chunk := src.read(CHUNK):
+                        dst.write(chunk)
+                        yield sink.take()
+            manifest = {"batch": batch_id, "clips": [{"id": c, "file": n} for c, _, n in finished],
+                        "missing": [c for c in members if c not in {f[0] for f in finished}]}  # fmt: skip
+            zf.writestr("manifest.json", json.dumps(manifest, indent=1))
+        yield sink.take()
+
+    return StreamingResponse(stream(), media_type="application/zip",
+                             headers={"Content-Disposition": f'attachment; filename="{batch_id}.zip"'})  # fmt: skip
