@@ -11,7 +11,7 @@ from jobs.metrics import QueueCollector
 from jobs.queue import bulk_queue_name
 from quoteclip.settings import Settings
 
-from . import assets, batches, clips, errors, ops, page
+from . import assets, batches, clips, errors, ops, page, previews
 from .auth import BodyLimit, RequireKey
 from .deps import open_services
 from .errors import MAX_BODY
@@ -33,6 +33,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # fmt: skip
     app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
     errors.install(app)
-    for router in (clips.router, batches.router, assets.router, ops.router, page.router):
+    for router in (clips.router, previews.router, batches.router, assets.router, ops.router, page.router):
         app.include_router(router)
     return app

@@ -30,11 +30,11 @@ class Services:
     limiter: FixedWindowRateLimiter
     limit: RateLimitItem
 
-    def link_for(self, job_id: str, link: str | None) -> str | None:
+    def link_for(self, job_id: str, link: str | None, route: str = "file") -> str | None:
         """Local-folder links are file:// URIs a browser cannot open: served through the API instead (signed,
-        when keys are required)."""
+        when keys are required); ``route`` names the file (``captions.vtt`` for the WebVTT sidecar)."""
         if link and isinstance(self.storage, LocalStorage):
-            return sign_path(f"/clips/{job_id}/file", self.settings)
+            return sign_path(f"/clips/{job_id}/{route}", self.settings)
         return link
 
 

@@ -48,3 +48,26 @@ class ClipStatus(BaseModel):
     progress: int
     link: str | None
     error: str | None
+
+
+class Frame(BaseModel):
+    index: int
+    time: float  # seconds in the source, to the millisecond
+
+
+class PreviewAnswer(BaseModel):
+    """An instant preview: a link to an MP4 of the source's own frames (playback starts at ``first_frame``),
+    the captions as WebVTT, and the exact source frames it holds."""
+
+    id: str
+    link: str
+    vtt: str | None
+    mode: str  # "copy" (stream copy, no encode) or "encoded" (the source could not be copied)
+    reason: str | None  # why it was encoded
+    frame_rate: str
+    first_frame: Frame
+    last_frame: Frame
+    width: int
+    height: int
+    duration: float
+    cached: bool

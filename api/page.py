@@ -1,4 +1,5 @@
-"""The demo page at ``/``: a quote card with a download button, progress, a preview player and a form."""
+"""The demo page at ``/`` (a quote card with a download button, progress, a player and a form) and the edit page
+at ``/edit``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from fastapi.responses import HTMLResponse, Response
 router = APIRouter()
 
 
-@lru_cache(maxsize=1)
-def _page() -> str:
-    return resources.files("api").joinpath("page.html").read_text(encoding="utf-8")
+@lru_cache(maxsize=2)
+def _page(name: str = "page.html") -> str:
+    return resources.files("api").joinpath(name).read_text(encoding="utf-8")
 
 
 @router.get("/favicon.ico", include_in_schema=False)
@@ -24,3 +25,9 @@ def favicon() -> Response:
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def index() -> HTMLResponse:
     return HTMLResponse(_page())
+
+
+@router.get("/edit", response_class=HTMLResponse, include_in_schema=False)
+def edit() -> HTMLResponse:
+    """The edit page: instant previews of a cut, nudged by a frame, 100 ms or a word, then the final render."""
+    return HTMLResponse(_page("edit.html"))

@@ -7,25 +7,39 @@ import hashlib
 from quoteclip import RENDERER_VERSION, __version__
 from quoteclip.spec import ClipSpec
 from renderer.ffmpeg import ffmpeg_version
-from renderer.render import RenderResult
+from renderer.frames import FrameSpan
+from renderer.render import RenderResult, poster_time
 from renderer.sidecars import manifest, poster, sha256_file, to_srt, to_vtt
 
 
 def sidecar_files(
-    spec: ClipSpec, key: str, identity: str, title: str | None, result: RenderResult, ffmpeg_bin: str
+    spec: ClipSpec,
+    key: str,
+    identity: str,
+    title: str | None,
+    result: RenderResult,
+    ffmpeg_bin: str,
+    frames: FrameSpan,
+    preview: dict[str, str] | None = None,
 ) -> dict[str, tuple[bytes, str]]:
-    """SRT and WebVTT of the captions (clip time), a poster JPEG and a JSON manifest, by file suffix."""
+    """SRT and WebVTT of the captions (clip time), a poster JPEG (not for an instant preview: the page shows the
+    video itself) and a JSON manifest, by file suffix."""
     files: dict[str, tuple[bytes, str]] = {}
     if result.captions is not None:
         files[".srt"] = (to_srt(result.captions).encode(), "application/x-subrip")
         files[".vtt"] = (to_vtt(result.captions).encode(), "text/vtt")
-    files[".jpg"] = (poster(result.path, min(result.duration * 0.4, 1.0)), "image/jpeg")
+    if spec.quality != "instant":
+        at = poster_time(result.duration)
+        still = result.poster.read_bytes() if result.poster is not None else poster(result.path, at)
+        files[".jpg"] = (still, "image/jpeg")
     files[".manifest.json"] = (
         manifest(
             key=key,
             source={"url": spec.source, "id": identity, "title": title},
             quote={"start": spec.start, "end": spec.end},
             source_times={"start": result.source_start, "end": round(result.source_start + result.duration, 3)},
+            frames=frames.to_json(),
+            preview=preview,
             spec=spec.model_dump(mode="json"),
             versions={"quoteclip": __version__, "renderer": RENDERER_VERSION, "ffmpeg": ffmpeg_version(ffmpeg_bin)},
             output={

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -15,34 +17,25 @@ from quoteclip.errors import QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
 from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary
+from renderer.frames import frame_span
+from renderer.instant import CopyRefused, copy_clip
+from renderer.plan import source_rate
 from renderer.probe import MediaInfo, frame_too_large, has_audio, probe
-from renderer.render import render_clip
-from sources import SourceRef, open_source, resolve_source
+from renderer.render import cut_for, render_clip
+from sources.opener import open_source
 from storage import Storage
 
-from .assets import identities, localize
-from .keys import clip_key, download_name
+from .assets import localize
+from .keys import download_name
+from .lookup import find
 from .manifest import sidecar_files
 from .results import ClipResult, stored_result
 from .stages import STAGE_START, Reporter, Stage
 from .tempdirs import TEMP_PREFIX, sweep_temp
 
-__all__ = ["ClipResult", "Stage", "lookup", "produce_clip", "sweep_temp"]  # what other modules import from here
+__all__ = ["ClipResult", "Stage", "produce_clip", "sweep_temp"]  # what other modules import from here
 
 log = logging.getLogger(__name__)
-
-
-def lookup(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[str, ClipResult | None]:
-    """The clip's key, and its result when it is already stored (no probe, no ffmpeg)."""
-    _, key, found = _find(spec, settings, storage)
-    return key, found
-
-
-def _find(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[SourceRef, str, ClipResult | None]:
-    source = resolve_source(spec.source, allow_local=settings.allow_local_sources is True)
-    key = clip_key(spec, source.identity, identities(settings), settings.key_secret)
-    meta = storage.stat(key)
-    return source, key, stored_result(storage, key, meta, cached=True) if meta is not None else None
 
 
 def produce_clip(
@@ -60,7 +53,7 @@ def produce_clip(
         if report is not None:
             report(stage, percent)
 
-    source, key, found = _find(spec, settings, storage)
+    source, key, found = find(spec, settings, storage)
     if found is not None:
         say(Stage.FINISHED, 100)
         return found
@@ -80,19 +73,30 @@ def produce_clip(
             say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
             t1 = time.perf_counter()
             span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
+            timeout = settings.render_timeout(spec.duration)
+            preview: dict[str, str] | None = None
             try:
-                result = render_clip(
-                    drawn,
-                    opened.video,
-                    info,
-                    Path(tmp),
-                    binary,
-                    timeout=settings.render_timeout(spec.duration),
-                    on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
-                    audio_source=opened.audio,
-                    probe_source=opened.probe_video,
-                    max_pixels=settings.max_frame_pixels,
-                )
+                if drawn.quality == "instant":
+                    try:
+                        result = copy_clip(drawn, opened.video, info, Path(tmp), binary, timeout, opened.audio)
+                        preview = {"mode": "copy"}
+                    except CopyRefused as refused:  # the encoded preview instead, saying why
+                        log.info("instant preview falls back to an encoded one: %s", refused)
+                        preview = {"mode": "encoded", "reason": str(refused)}
+                        drawn = drawn.model_copy(update={"quality": "preview"})
+                if preview is None or preview["mode"] == "encoded":
+                    result = render_clip(
+                        drawn,
+                        opened.video,
+                        info,
+                        Path(tmp),
+                        binary,
+                        timeout=timeout,
+                        on_progress=lambda f: say(Stage.RENDERING, STAGE_START[Stage.RENDERING] + int(f * span)),
+                        audio_source=opened.audio,
+                        probe_source=opened.probe_video,
+                        max_pixels=settings.max_frame_pixels,
+                    )
             except QuoteclipError:
                 source_error = opened.error()
                 if source_error is not None:  # the render failed because the source did: say so
@@ -106,27 +110,34 @@ def produce_clip(
         t2 = time.perf_counter()
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         filename = download_name(spec, key)
-        sidecars = sidecar_files(spec, key, source.identity, title, result, binary)
+        cut_start, cut_length = cut_for(spec, info)
+        frames = frame_span(cut_start, cut_start + cut_length, source_rate(info))
+        sidecars = sidecar_files(spec, key, source.identity, title, result, binary, frames, preview)
         meta = {
             "width": str(result.width),
             "height": str(result.height),
             "duration": f"{result.duration:.3f}",
             "filename": filename,
             "sidecars": ",".join(sidecars),
+            "frames": json.dumps(frames.to_json(), separators=(",", ":")),
+            **({"preview": json.dumps(preview, separators=(",", ":"))} if preview else {}),
         }
-        for suffix, (data, content_type) in sidecars.items():  # sidecars first, the mp4 last
-            storage.put_sidecar(key, suffix, data, content_type)
+        # the sidecars side by side, then the mp4 last: its presence marks the clip complete
+        with ThreadPoolExecutor(max_workers=len(sidecars)) as pool:
+            puts = [pool.submit(storage.put_sidecar, key, x, data, kind) for x, (data, kind) in sidecars.items()]
+            for put in puts:
+                put.result()
         storage.put(result.path, key, filename, meta)
     say(Stage.FINISHED, 100)
-    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3),
+    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3), "ffmpeg_s": result.ffmpeg_s,
                "store_s": round(time.perf_counter() - t2, 3)}  # fmt: skip
     log.info(
-        "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s, store %.2f s, %s source bytes",
+        "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s (ffmpeg %.2f s), store %.2f s, %s source bytes",
         key, result.duration, *timings.values(), fetched if fetched is not None else "local",
         extra={"fields": {"stage": "stored", "key": key, "duration_s": result.duration, **timings,
                           "source_bytes": fetched}},
     )  # fmt: skip
-    return replace(stored_result(storage, key, meta, cached=False), source_bytes=fetched)
+    return replace(stored_result(storage, key, meta, cached=False), source_bytes=fetched, timings=timings)
 
 
 def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:

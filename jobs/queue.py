@@ -23,9 +23,10 @@ from storage import Storage, open_storage
 
 from .assets import check_allowed
 from .connection import JOB_ID, bulk_queue_name, connect, job_id_for
+from .lookup import lookup
 from .maintenance import PENDING, health, mark_pending, requeue_lost
 from .metrics import record_cache_hit
-from .pipeline import Stage, lookup
+from .stages import Stage
 from .status import job_status
 from .webhooks import add_callback
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from storage import Storage
 
@@ -22,9 +24,12 @@ class ClipResult:
     filename: str | None = None
     source_bytes: int | None = None  # bytes fetched from a remote source for this render
     sidecars: dict[str, str] | None = None  # srt, vtt, poster, manifest → links
+    frames: dict[str, object] | None = None  # the source frames the clip holds: rate, first and last (index, time)
+    preview: dict[str, str] | None = None  # instant previews: {"mode": "copy"} or {"mode": "encoded", "reason": …}
+    timings: dict[str, float] | None = None  # seconds per step of this render (logs, job meta); not in the JSON
 
     def to_json(self) -> dict[str, object]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k == "path"}
+        return {k: v for k, v in asdict(self).items() if (v is not None or k == "path") and k != "timings"}
 
 
 def stored_result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> ClipResult:
@@ -42,4 +47,13 @@ def stored_result(storage: Storage, key: str, meta: dict[str, str], cached: bool
         path=str(path) if path is not None else None,
         filename=meta.get("filename"),
         sidecars={names[x]: storage.link(key, x) for x in suffixes} or None,
+        frames=_json(meta.get("frames")),
+        preview=_json(meta.get("preview")),
     )
+
+
+def _json(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None

@@ -169,13 +169,18 @@ def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callabl
 
 
 def _render_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None:
-    from jobs.pipeline import produce_clip
+    from jobs.lookup import lookup
     from storage import open_storage
 
     storage = open_storage(settings)
-    progress: AbstractContextManager[Any] = _Progress() if not as_json or sys.stderr.isatty() else nullcontext()
-    with progress as bar:
-        result = produce_clip(spec, settings.for_cli(), storage, report=bar)
+    settings = settings.for_cli()
+    _, result = lookup(spec, settings, storage)  # a stored clip is answered without loading the renderer
+    if result is None:
+        from jobs.pipeline import produce_clip
+
+        progress: AbstractContextManager[Any] = _Progress() if not as_json or sys.stderr.isatty() else nullcontext()
+        with progress as bar:
+            result = produce_clip(spec, settings, storage, report=bar)
     payload = result.to_json()
     _emit(payload, as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
 

@@ -60,6 +60,18 @@ def coverage(ref: FontRef) -> frozenset[int]:
         raise BadInput(f"font could not be read: {ref[0]!r} ({exc})") from None
 
 
+# Characters the default font (Noto Sans) is known to draw: Basic Latin, Latin-1 and Latin Extended-A. Text
+# made of these alone is placed without reading the font's character map (fontTools and the cmap cost about
+# 60 ms per process, a start-up cost of every render); tests check this set against the font itself.
+DEFAULT_COVERS = frozenset(range(0x20, 0x7F)) | frozenset(range(0xA0, 0x180))
+
+
+def covers(ref: FontRef, codepoint: int) -> bool:
+    if codepoint in DEFAULT_COVERS and ref == fallback_chain()[0]:
+        return True
+    return codepoint in coverage(ref)
+
+
 def _ignorable(ch: str) -> bool:
     return unicodedata.category(ch) in ("Mn", "Me", "Cf", "Zs") or ch in "\u200d\ufe0f\ufe0e"
 
@@ -109,7 +121,7 @@ class FontSet:
         return self.font(self.chain[0])
 
     def missing(self, text: str) -> list[str]:
-        return sorted({ch for ch in text if not _ignorable(ch) and not any(ord(ch) in coverage(r) for r in self.chain)})
+        return sorted({ch for ch in text if not _ignorable(ch) and not any(covers(r, ord(ch)) for r in self.chain)})
 
     def runs(self, text: str) -> list[tuple[str, FontRef]]:
         out: list[tuple[str, FontRef]] = []
@@ -117,7 +129,7 @@ class FontSet:
             if out and _ignorable(ch):
                 out[-1] = (out[-1][0] + ch, out[-1][1])
                 continue
-            ref = next((r for r in self.chain if ord(ch) in coverage(r)), self.chain[0])
+            ref = next((r for r in self.chain if covers(r, ord(ch))), self.chain[0])
             if out and out[-1][1] == ref:
                 out[-1] = (out[-1][0] + ch, ref)
             else:

@@ -33,7 +33,9 @@ ProfileOpt = Annotated[
     str | None, typer.Option("--profile", help="landscape (1280x720) | vertical | square | portrait")
 ]
 FitOpt = Annotated[str | None, typer.Option("--fit", help="pad (bars) | blur (blurred fill) | center (crop)")]
-QualityOpt = Annotated[str | None, typer.Option("--quality", help="final | preview (half size, fastest encode)")]
+QualityOpt = Annotated[
+    str | None, typer.Option("--quality", help="final | preview (half size, fast encode) | instant (copied frames)")
+]
 PadBeforeOpt = Annotated[float | None, typer.Option("--pad-before", help="Seconds of source before the quote.")]
 PadAfterOpt = Annotated[float | None, typer.Option("--pad-after", help="Seconds of source after the quote.")]
 NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]

@@ -64,13 +64,24 @@ def run_ffmpeg(
         )
         reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
         reader.start()
+        # a blocking wait returns the moment ffmpeg exits (a wait with a timeout polls, up to 50 ms late);
+        # the timer stops a render that runs too long
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            _kill_group(proc)
+
+        timer = threading.Timer(timeout, stop)
+        timer.daemon = True
+        timer.start()
         try:
             try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise RenderFailed(
-                    f"ffmpeg took longer than {timeout:.0f} s and was stopped", argv, _tail(err)
-                ) from None
+                code = proc.wait()
+            finally:
+                timer.cancel()
+            if timed_out.is_set():
+                raise RenderFailed(f"ffmpeg took longer than {timeout:.0f} s and was stopped", argv, _tail(err))
             reader.join(timeout=5)
             if code != 0:
                 raise RenderFailed(

@@ -9,6 +9,7 @@ import ffmpeg
 
 from quoteclip.spec import ClipSpec
 
+from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
 PRESET = "veryfast"
@@ -25,6 +26,7 @@ MAX_FPS = Fraction(60)
 DEFAULT_FPS = Fraction(30)
 HTTP_INITIAL_REQUEST = 64 * 1024
 HTTP_REQUEST = 256 * 1024
+POSTER_QSCALE = 3  # MJPEG quality of the poster (2 best … 31 worst)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,24 @@ def output_rate(info: MediaInfo) -> Fraction:
     return min(rate, MAX_FPS)
 
 
+def source_rate(info: MediaInfo) -> Fraction:
+    """The rate the source's frames are timed on, for frame indices and times (renderer/frames.py)."""
+    try:
+        rate = Fraction(info.base_rate) if info.base_rate else Fraction(0)
+    except (ValueError, ZeroDivisionError):
+        rate = Fraction(0)
+    return rate if rate > 0 else output_rate(info)
+
+
+def output_frames(info: MediaInfo, start: float, duration: float) -> int:
+    """How many frames the clip has: the source frames the cut holds by the frame rule (renderer/frames.py), at
+    the output's rate. A constant-rate output would otherwise repeat the last frame to fill a duration that is
+    not a whole number of frames (12.02 frames for 0.401 s at 29.97 fps)."""
+    span = frame_span(start, start + duration, source_rate(info))
+    held = Fraction(span.last - span.first + 1) / source_rate(info)
+    return max(1, round(held * output_rate(info)))
+
+
 def build_command(
     spec: ClipSpec,
     info: MediaInfo,
@@ -59,6 +79,7 @@ def build_command(
     cut: tuple[float, float] | None = None,
     crop_x: str | None = None,
     max_pixels: int | None = None,
+    poster: tuple[str, float] | None = None,
 ) -> list[str]:
     """One ffmpeg pass: exact cut (input seek + decode), fit to the profile, overlays, H.264/AAC mp4.
 
@@ -66,11 +87,13 @@ def build_command(
     network protocols and plain media demuxers allowed (no file, concat or playlist tricks).
     ``audio_source``, when given, is a separate audio stream of the same source (as YouTube serves them).
     ``max_pixels``: the decoder refuses any frame larger than this (every frame, not only the probed first one).
+    ``poster`` (path, seconds): also write the clip's frame at that time as a JPEG, from the same pass (the
+    finished picture, captions and watermark included, without decoding the clip again).
     """
     width, height = spec.size
     start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
     preview = spec.quality == "preview"
-    src = _input(source, start, duration, preview, max_pixels)
+    src = source_input(source, start, duration, preview, max_pixels)
     video = _fit(src.video, width, height, spec.fit, crop_x)
     for overlay in overlays:
         if overlay.sequence:
@@ -81,7 +104,7 @@ def build_command(
             layer = ffmpeg.input(overlay.path, protocol_whitelist="file")
         video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
     if audio_source is not None:
-        audio = _input(audio_source, start, duration).audio
+        audio = source_input(audio_source, start, duration).audio
     elif info.has_audio:
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player
@@ -93,6 +116,13 @@ def build_command(
     if spec.fades:
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
     video = video.filter("format", "yuv420p")
+    still = None
+    if poster is not None:
+        branches = video.filter_multi_output("split")
+        video = branches[0]
+        at = _seconds(max(0.0, poster[1] - 0.5 / float(output_rate(info))))  # the frame nearest the time
+        picture = branches[1].filter("select", f"gte(t,{at})").filter("scale", out_range="full")
+        still = ffmpeg.output(picture.filter("format", "yuvj420p"), poster[0], vframes=1, **{"q:v": POSTER_QSCALE})
     out = ffmpeg.output(
         video,
         audio,
@@ -105,16 +135,19 @@ def build_command(
         acodec="aac",
         audio_bitrate=PREVIEW_AUDIO_BITRATE if preview else AUDIO_BITRATE,
         t=_seconds(duration),
+        vframes=output_frames(info, start, duration),
         ar=AUDIO_RATE,
         movflags="+faststart",
         map_metadata=-1,
         f="mp4",
     )
+    if still is not None:
+        out = ffmpeg.merge_outputs(out, still)
     out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
 
 
-def _input(
+def source_input(
     source: str, start: float, duration: float, preview: bool = False, max_pixels: int | None = None
 ) -> ffmpeg.nodes.FilterableStream:
     options: dict[str, object] = {"protocol_whitelist": "file"}
@@ -132,7 +165,8 @@ def _input(
         }
     if max_pixels is not None:
         options["max_pixels"] = max_pixels
-    return ffmpeg.input(source, ss=_seconds(start), t=_seconds(duration), format_whitelist=FORMATS, **options)
+    # the cut by the frame rule (renderer/frames.py): from the first frame at or after start − 0.5 ms
+    return ffmpeg.input(source, ss=seek_time(start), t=_seconds(duration), format_whitelist=FORMATS, **options)
 
 
 def _fit(

@@ -32,6 +32,7 @@ class MediaInfo:
     audio_codec: str | None = None
     start_time: float = 0.0
     streams: int = 1
+    base_rate: str = ""  # the rate frames are timed on (r_frame_rate), e.g. 30000/1001, for frame indices
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -108,6 +109,7 @@ def probe(source: Readable, timeout: float = 30.0, name: str | None = None, max_
             audio_codec=audio.codec_context.name if audio is not None else None,
             start_time=start,
             streams=len(container.streams),
+            base_rate=str(video.guessed_rate or video.base_rate or rate or ""),
         )
 
 

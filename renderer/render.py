@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,13 @@ class RenderResult:
     argv: tuple[str, ...]
     source_start: float = 0.0  # where the clip starts in the source
     captions: CaptionTrack | None = None
+    poster: Path | None = None  # the clip's frame at poster_time(), written by the same ffmpeg pass
+    ffmpeg_s: float = 0.0  # wall-clock seconds of the ffmpeg run
+
+
+def poster_time(duration: float) -> float:
+    """Where in a clip its poster is taken: 1 s in, or 40% of a shorter clip (past any fade)."""
+    return round(min(duration * 0.4, 1.0), 3)
 
 
 def check_span(spec: ClipSpec, info: MediaInfo) -> None:
@@ -116,17 +124,20 @@ def render_clip(
         faces = face_track(probe_source if probe_source is not None else source, cut[0], cut[1])
         crop_x = crop_x_expression(faces, scaled_w, width)
         log.info("speaker framing: %d face positions", len(faces))
+    duration = cut[1]
+    still = workdir / "poster.jpg"
     argv = build_command(
         spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut, crop_x=crop_x,
-        max_pixels=max_pixels,
+        max_pixels=max_pixels, poster=(str(still), poster_time(duration)),
     )  # fmt: skip
-    duration = cut[1]
 
     def progress(seconds: float) -> None:
         if on_progress is not None:
             on_progress(min(1.0, seconds / duration))
 
+    began = time.perf_counter()
     said = run_ffmpeg(argv, timeout=timeout, on_progress=progress)
+    ffmpeg_s = round(time.perf_counter() - began, 3)
     refused = OVERSIZE_FRAME.search(said)
     if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first
         raise RenderFailed(f"a source frame of {refused.group(1)} is over the frame size limit", argv, said)
@@ -140,4 +151,7 @@ def render_clip(
     if abs(out.duration - duration) > tolerance:
         raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv, said)
     log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
-    return RenderResult(output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track)
+    return RenderResult(
+        output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track,
+        still if still.is_file() and still.stat().st_size > 0 else None, ffmpeg_s,
+    )  # fmt: skip

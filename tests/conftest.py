@@ -32,14 +32,16 @@ MediaFactory = Callable[..., Path]
 def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFactory:
     """Generate a source once per session per set of parameters.
 
-    pattern: "testsrc" (moving test pattern, good for matching frames) or "flash" (black, a white frame
-    flash and a 1 kHz beep for the first 0.1 s of every second: for audio/video sync).
+    pattern: "testsrc" (moving test pattern, good for matching frames), "flash" (black, a white frame
+    flash and a 1 kHz beep for the first 0.1 s of every second: for audio/video sync) or "levels" (each frame
+    one flat gray level, so a frame is named by its mean: see ``mediacheck.frame_index``). ``fps`` may be a
+    rational string ("30000/1001").
     """
     folder = tmp_path_factory.mktemp("media")
 
     def make(
         size: str = "320x180",
-        fps: int = 30,
+        fps: int | str = 30,
         duration: float = 12,
         gop: int | None = 300,
         audio: bool = True,
@@ -53,6 +55,9 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
             return path
         if pattern == "black":
             video = f"color=c=black:s={size}:r={fps}:d={duration}"
+            sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
+        elif pattern == "levels":  # frame n is flat gray, luma 16 + (37·n mod 200): its mean names the frame
+            video = f"color=c=black:s={size}:r={fps}:d={duration},geq=lum='16+mod(N*37\\,200)':cb=128:cr=128"
             sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
         elif pattern == "flash":
             video = f"color=c=black:s={size}:r={fps}:d={duration},drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)'"

@@ -86,3 +86,26 @@ def first_bright_frame(path: Path, threshold: float = 128) -> float | None:
         if img.mean() > threshold:
             return t
     return None
+
+
+def level(index: int) -> float:
+    """The gray mean (full range) of frame ``index`` of a "levels" source."""
+    return (index * 37 % 200) * 255 / 219
+
+
+def frame_index(gray_mean: float, near: int, spread: int = 3) -> int:
+    """Which frame of a "levels" source (within ``spread`` of ``near``) has this gray mean."""
+    return min(range(max(0, near - spread), near + spread + 1), key=lambda n: abs(level(n) - gray_mean))
+
+
+def frame_means(path: Path, limit: int | None = None, corner: float = 1.0) -> list[float]:
+    """The gray mean of each frame as a player shows them (the MP4 edit list applied); with ``corner``, of the
+    top-left part of that size (clear of the captions and the watermark)."""
+    out = []
+    with av.open(str(path)) as c:
+        for frame in c.decode(video=0):
+            gray = frame.to_ndarray(format="gray")
+            out.append(float(gray[: int(gray.shape[0] * corner), : int(gray.shape[1] * corner)].mean()))
+            if limit and len(out) >= limit:
+                break
+    return out

@@ -99,3 +99,77 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
     assert abs(info["duration"] - 5.0) < 0.1 and abs(duration - 5.0) < 0.1
     assert stages and (stages[0] in {"queued", "finished"} or stages[0].startswith(("fetching", "rendering")))
     assert not [line for line in console if line.startswith("error")], console
+
+
+GRAB = """(id) => {
+  const v = document.getElementById(id);
+  const c = document.createElement("canvas");
+  c.width = 32; c.height = 18;
+  const g = c.getContext("2d");
+  g.drawImage(v, 0, 0, v.videoWidth * 0.4, v.videoHeight * 0.4, 0, 0, 32, 18);  // top left: no caption, no mark
+  const d = g.getImageData(0, 0, 32, 18).data;
+  let sum = 0;
+  for (let i = 0; i < d.length; i += 4) sum += 0.299 * d[i] + 0.587 * d[i + 1] + 0.114 * d[i + 2];
+  return sum / (d.length / 4);
+}"""
+
+
+def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, media, http_source, tmp_path) -> None:
+    """The first frame Chromium shows is the source frame at ``start`` (a 29.97 fps source whose frames are each
+    one gray level, so a canvas grab names the frame); a one-frame nudge moves it by exactly one source frame;
+    word and 100 ms nudges land on the frame the rule names; "Render final" starts on the preview's frame."""
+    import json
+    import urllib.parse
+
+    from mediacheck import frame_index, frame_means
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "lv.mp4").symlink_to(media(size="320x180", fps="30000/1001", duration=6, gop=45,
+                                                   pattern="levels"))  # fmt: skip
+    words = [{"text": "one", "start": 0.5, "end": 0.9}, {"text": "two", "start": 1.2, "end": 1.6},
+             {"text": "three", "start": 1.7, "end": 2.4}]  # fmt: skip
+    query = urllib.parse.urlencode({"source": http_source.url("lv.mp4"), "start": "1.068", "end": "2.5",
+                                    "brand": "StarZero", "words": json.dumps(words)})  # fmt: skip
+    with sync_playwright() as p:
+        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
+        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        console: list[str] = []
+        try:
+            page = browser.new_page(accept_downloads=True)
+            page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+            page.goto(f"{served}/edit?{query}")
+            shown: list[tuple[int, int]] = []  # (frame the page names, frame Chromium shows)
+
+            def after(count: int) -> None:
+                page.wait_for_function(f"window.previews >= {count}", timeout=60_000)
+                named = int(page.inner_text("#f-start"))
+                shown.append((named, frame_index(page.evaluate(GRAB, "player"), named)))
+
+            after(1)  # 1.068 s: frame 32 starts at 1.06773 s (the millisecond rounds up)
+            page.keyboard.press("]")
+            after(2)
+            page.keyboard.press("[")
+            after(3)
+            page.keyboard.press("[")
+            after(4)
+            page.keyboard.press("e")  # the next word's start: 1.2 s
+            after(5)
+            page.keyboard.press("}")  # 100 ms later: 1.3 s
+            after(6)
+            assert page.input_value("#start") == "1.300" and page.inner_text("#t-start") == "1.301"  # frame 39
+            page.screenshot(path=str(ARTIFACTS / "edit-page.png"), full_page=True)
+            page.click("#render")
+            page.wait_for_function("window.finalShown === true", timeout=120_000)
+            final_first = frame_index(page.evaluate(GRAB, "final"), 39)
+            href = page.get_attribute("#download", "href")
+        finally:
+            browser.close()
+    assert shown == [(32, 32), (33, 33), (32, 32), (31, 31), (36, 36), (39, 39)], shown
+    assert final_first == 39
+    saved = tmp_path / "final.mp4"
+    with urllib.request.urlopen(f"{served}/{href}") as resp:
+        saved.write_bytes(resp.read())
+    assert frame_index(frame_means(saved, limit=1, corner=0.4)[0], 39) == 39 and streams(saved)["width"] == 1280
+    assert not [line for line in console if line.startswith("error")], console

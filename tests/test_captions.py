@@ -293,3 +293,25 @@ def test_many_word_captions_keep_memory_bounded(media, tmp_path) -> None:
                 "words": [{"text": "w", "start": 0.5 + i * 0.008, "end": 0.505 + i * 0.008} for i in range(500)],
             }
         )
+
+
+def test_poster_is_the_clips_frame_at_one_second(media, settings) -> None:
+    """The poster comes out of the render's own ffmpeg pass: the finished frame 1 s in, not a neighbour."""
+    src = media(size="320x180", duration=6, gop=60)  # a moving pattern: neighbouring frames differ
+    spec = build_spec({"source": str(src), "start": 1.0, "end": 4.0, "caption": "the poster frame"})
+    result = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
+    folder = settings.storage_dir
+    frames = gray_frames(folder / f"{result.key}.mp4", limit=40)
+    with Image.open(folder / f"{result.key}.jpg") as poster:
+        still = np.asarray(poster.convert("L").resize((160, 90)), dtype=np.float32)
+    distance = [float(np.abs(still - img).mean()) for _, img in frames]
+    nearest = min(range(len(frames)), key=lambda i: abs(frames[i][0] - 1.0))
+    assert int(np.argmin(distance)) == nearest, (distance[nearest - 1 : nearest + 2], nearest)
+
+
+def test_the_default_fonts_known_coverage_is_true() -> None:
+    """Latin text is placed without reading the default font's character map: the set it trusts must be
+    drawn by that font, checked here against the font file itself."""
+    from quoteclip.fonts import DEFAULT_COVERS, coverage, fallback_chain
+
+    assert DEFAULT_COVERS <= coverage(fallback_chain()[0])

@@ -148,3 +148,43 @@ def test_worker_script_is_the_worker_command(tmp_path) -> None:
         bad.returncode == 2
         and bad.stderr.strip() == "quoteclip: bad input: QUOTECLIP_LINK_TTL must be a number, got 'soon'"
     )
+
+
+IMPORT_PROBE = """
+import json, sys
+from quoteclip.cli import main
+sys.argv = ["quoteclip", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+heavy = ["av", "PIL", "numpy", "urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "fontTools", "ffmpeg",
+         "renderer.render", "sources.http"]
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
+"""
+
+
+def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
+    """Start-up is most of a call that finds its clip stored: it loads no media library, HTTP client, S3 SDK,
+    queue or web framework; a local render loads the media libraries but no HTTP client, S3 SDK or queue."""
+    import subprocess
+    import sys
+
+    src = media(size="320x180", duration=4, gop=60)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
+           "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}  # fmt: skip
+    args = ["render", str(src), "--start", "1", "--end", "2", "--caption", "plain latin text", "--json"]
+
+    def loaded() -> tuple[dict[str, object], list[str]]:
+        done = subprocess.run([sys.executable, "-c", IMPORT_PROBE, *args], capture_output=True, text=True, env=env,
+                              timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout), json.loads(done.stderr.strip().splitlines()[-1])
+
+    rendered, modules = loaded()
+    assert rendered["cached"] is False
+    assert set(modules) >= {"av", "PIL", "renderer.render"}  # the probe works: it sees what a render loads
+    assert not set(modules) & {"urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "numpy", "fontTools"}
+    stored, modules = loaded()
+    assert stored["cached"] is True
+    assert modules == []

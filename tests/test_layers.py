@@ -14,8 +14,8 @@ PACKAGES = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage",
 
 FACES = {"quoteclip.cli", "quoteclip.options", "quoteclip.batch", "quoteclip.demo", "quoteclip.up",
          "quoteclip.__main__", "worker"}  # fmt: skip
-PIPELINE = {"jobs.pipeline", "jobs.manifest", "jobs.results", "jobs.stages", "jobs.tempdirs", "jobs.keys",
-            "jobs.assets"}  # fmt: skip
+PIPELINE = {"jobs.pipeline", "jobs.lookup", "jobs.manifest", "jobs.results", "jobs.stages", "jobs.tempdirs",
+            "jobs.keys", "jobs.assets"}  # fmt: skip
 COMPONENTS = ("sources", "renderer", "watermarks", "storage")
 LAYER_NAMES = {5: "faces", 4: "jobs", 3: "the pipeline", 2: "components", 1: "the shared core"}
 

@@ -18,7 +18,7 @@ def test_landscape_with_overlays_exact_argv() -> None:
     argv = build_command(spec, INFO, "/src/in.mp4", [Overlay("/t/caption.png", 66, 504)], "/t/clip.mp4", "ffmpeg")
     assert argv == [
         "ffmpeg",
-        "-format_whitelist", FORMATS, "-protocol_whitelist", "file", "-ss", "1134.000", "-t", "7.000",
+        "-format_whitelist", FORMATS, "-protocol_whitelist", "file", "-ss", "1133.9995", "-t", "7.000",
         "-i", "/src/in.mp4",
         "-protocol_whitelist", "file", "-i", "/t/caption.png",
         "-filter_complex",
@@ -30,7 +30,7 @@ def test_landscape_with_overlays_exact_argv() -> None:
         "-map", "[s4]", "-map", "[s6]",
         "-f", "mp4", "-b:a", "128k", "-acodec", "aac", "-ar", "48000", "-crf", "23", "-fps_mode", "cfr",
         "-map_metadata", "-1", "-movflags", "+faststart", "-preset", "veryfast", "-r", "30", "-t", "7.000",
-        "-vcodec", "libx264",
+        "-vcodec", "libx264", "-vframes", "210",
         "/t/clip.mp4",
         "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1", "-y",
     ]  # fmt: skip
@@ -51,7 +51,7 @@ def test_remote_source_allows_network_protocols_only() -> None:
     assert argv[1:i] == [
         "-format_whitelist", FORMATS, "-initial_request_size", "65536", "-multiple_requests", "1",
         "-protocol_whitelist", "http,https,tcp,tls", "-request_size", "262144",
-        "-ss", "1.000", "-t", "1.000", "-i",
+        "-ss", "0.9995", "-t", "1.000", "-i",
     ]  # fmt: skip
     assert "hls" not in FORMATS and "concat" not in FORMATS
 
@@ -60,7 +60,7 @@ def test_separate_audio_stream_is_cut_the_same_way() -> None:
     spec = ClipSpec(source="https://www.youtube.com/watch?v=x", start=10, end=12, fades=False)
     argv = build_command(spec, INFO, "http://127.0.0.1:9/v", [], "/t/o.mp4", audio_source="http://127.0.0.1:9/a")
     a = argv.index("http://127.0.0.1:9/a")
-    assert argv[a - 5 : a] == ["-ss", "10.000", "-t", "2.000", "-i"]
+    assert argv[a - 5 : a] == ["-ss", "9.9995", "-t", "2.000", "-i"]
     assert argv[argv.index("-map", argv.index("-map") + 1) + 1] == "1:a"
 
 
@@ -103,7 +103,7 @@ def test_preview_padding_and_caption_sequence() -> None:
     spec = ClipSpec(source="in.mp4", start=10, end=12, quality="preview", pad_before=1, pad_after=0.5)
     argv = build_command(spec, INFO, "in.mp4", [Overlay("/t/captions.ffconcat", 0, 500, sequence=True)], "/t/o.mp4")
     i = argv.index("in.mp4")
-    assert argv[i - 5 : i] == ["-ss", "9.000", "-t", "3.500", "-i"]  # the pads widen the cut
+    assert argv[i - 5 : i] == ["-ss", "8.9995", "-t", "3.500", "-i"]  # the pads widen the cut
     j = argv.index("/t/captions.ffconcat")
     assert argv[j - 9 : j] == [
         "-f", "concat", "-format_whitelist", "concat,png_pipe,image2", "-protocol_whitelist", "file",

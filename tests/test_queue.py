@@ -63,6 +63,12 @@ def test_enqueue_worker_s3_link_downloads_identical_bytes(media, s3, s3_env, wor
     clip.write_bytes(body)
     assert (streams(clip)["width"], streams(clip)["height"]) == (1280, 720)
     assert list(Path(s3_env["TMPDIR"]).iterdir()) == [clip]  # the worker left no temp files
+    from redis import Redis
+    from rq.job import Job
+
+    timings = Job.fetch(str(queued["job_id"]), connection=Redis.from_url(s3_env["QUOTECLIP_REDIS_URL"])).meta["timings"]
+    assert set(timings) == {"queued_s", "open_probe_s", "render_s", "ffmpeg_s", "store_s"}  # where a click's time went
+    assert 0 < timings["ffmpeg_s"] < timings["render_s"] and timings["store_s"] > 0 and timings["queued_s"] >= 0
 
     # The same request again: the link at once, no job, no ffmpeg.
     _, log = ffmpeg_counter
@@ -172,7 +178,7 @@ def test_a_key_secret_makes_clip_keys_unguessable(media, settings) -> None:
     """With QUOTECLIP_KEY_SECRET the same request gets another key, which no one without the secret computes."""
     from dataclasses import replace
 
-    from jobs.pipeline import lookup
+    from jobs.lookup import lookup
     from storage import LocalStorage
 
     spec = build_spec({"source": str(media(size="320x180", duration=4, gop=60)), "start": 1, "end": 2})

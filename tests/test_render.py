@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from mediacheck import (
 )
 
 from jobs.pipeline import produce_clip
-from quoteclip.errors import BadInput, SourceUnavailable
+from quoteclip.errors import BadInput, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage
@@ -168,3 +169,19 @@ def test_missing_sources(settings, http_source, tmp_path) -> None:
     with pytest.raises(BadInput, match="not a readable video"):
         render(settings, source=str(notvideo), start=1, end=2)
     assert not list((settings.storage_dir).glob("*.mp4")) if settings.storage_dir.exists() else True
+
+
+def test_an_ffmpeg_run_over_its_time_limit_is_stopped(ffmpeg_bin, tmp_path) -> None:
+    """The timer stops a run that takes too long (RenderFailed names the limit); a quick run returns at once."""
+    from renderer.ffmpeg import run_ffmpeg
+
+    argv = [ffmpeg_bin, "-nostdin", "-loglevel", "error", "-re", "-f", "lavfi", "-i", "testsrc2=size=64x36:rate=5",
+            "-f", "null", "-"]  # fmt: skip
+    began = time.monotonic()
+    with pytest.raises(RenderFailed, match="took longer than 1 s"):
+        run_ffmpeg(argv, timeout=1.0)
+    assert time.monotonic() - began < 5
+    done = time.monotonic()
+    assert run_ffmpeg([ffmpeg_bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=d=0.2",
+                       "-f", "null", "-"], timeout=30) is not None  # fmt: skip
+    assert time.monotonic() - done < 5  # a quick run is not held back by the timer

@@ -447,7 +447,7 @@ def test_every_spelling_of_a_youtube_video_is_one_source() -> None:
 
 
 def test_youtube_spellings_share_one_clip_key(settings) -> None:
-    from jobs.pipeline import lookup
+    from jobs.lookup import lookup
     from storage import LocalStorage
 
     store = LocalStorage(settings.storage_dir)

@@ -1,0 +1,61 @@
+"""Instant previews for the edit page: ``POST /previews`` with a clip's body answers at once with an MP4 of the
+source's own frames (no encode), its WebVTT captions and the exact source frames it holds."""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from jobs.pipeline import produce_clip
+from quoteclip.spec import build_spec
+
+from .clips import status_of
+from .deps import RateLimited, ServicesDep
+from .errors import APIError
+from .models import ClipRequest, Frame, PreviewAnswer
+
+router = APIRouter()
+# Previews are made in the API process (a stream copy costs little CPU; a queue would add its pickup to every
+# nudge). At most this many at once per API process; more wait for a Retry-After.
+MAX_PREVIEWS = 4
+_running = threading.BoundedSemaphore(MAX_PREVIEWS)
+
+
+@router.post("/previews", response_model=PreviewAnswer, responses={422: {}, 429: {}, 503: {}})
+def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> PreviewAnswer:
+    """The instant preview of a clip (any ``quality`` in the body is ignored): the source's frames from the
+    keyframe before ``start``, copied into an MP4 whose edit list starts playback at ``start``'s frame."""
+    if request.callback_url is not None:
+        raise APIError(422, "callback_url: previews answer at once and take no callback")
+    data = request.model_dump(exclude={"callback_url"}) | {"quality": "instant"}
+    spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
+    if not _running.acquire(blocking=False):
+        raise APIError(503, f"{MAX_PREVIEWS} previews are being made; try again", {"Retry-After": "1"})
+    try:
+        result = produce_clip(spec, svc.settings, svc.storage)
+    finally:
+        _running.release()
+    job_id = f"clip-{result.key}"
+    frames = result.frames or {}
+    vtt = (result.sidecars or {}).get("vtt")
+    return PreviewAnswer(
+        id=job_id, link=str(svc.link_for(job_id, result.link)),
+        vtt=svc.link_for(job_id, vtt, "captions.vtt") if vtt else None,
+        mode=(result.preview or {}).get("mode", "copy"), reason=(result.preview or {}).get("reason"),
+        frame_rate=str(frames.get("frame_rate", "")), first_frame=Frame.model_validate(frames["first_frame"]),
+        last_frame=Frame.model_validate(frames["last_frame"]), width=result.width, height=result.height,
+        duration=result.duration, cached=result.cached,
+    )  # fmt: skip
+
+
+@router.get("/clips/{clip_id}/captions.vtt", include_in_schema=False)
+def captions(clip_id: str, svc: ServicesDep) -> Response:
+    """A clip's WebVTT captions from the local-folder store (S3 links point at the bucket instead)."""
+    status_of(svc, clip_id)  # 404 for an unknown clip
+    path = svc.storage.local_path(clip_id.removeprefix("clip-"))
+    vtt = path.with_suffix(".vtt") if path is not None else None
+    if vtt is None or not vtt.is_file():
+        return JSONResponse({"detail": "no captions for this clip"}, status_code=404)
+    return Response(vtt.read_bytes(), media_type="text/vtt")

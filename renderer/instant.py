@@ -1,0 +1,95 @@
+"""Instant cut previews: the source's own compressed frames, copied (not decoded, not encoded) from the keyframe
+before the cut to its end into an MP4 whose edit list starts playback at the cut's first frame.
+
+Browsers honour MP4 edit lists, so the keyframe preroll is hidden and the first frame shown is the frame at
+``start`` (by the frame rule of ``renderer/frames.py``). The cost is reading and remuxing bytes, roughly flat in
+the quote's length. The page draws the watermark and shows the captions from the WebVTT sidecar. A source whose
+codecs an MP4 cannot carry falls back to the encoded preview (``CopyRefused`` names why).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import ffmpeg
+
+from quoteclip.errors import QuoteclipError, RenderFailed
+from quoteclip.spec import ClipSpec
+
+from .captions import caption_track
+from .ffmpeg import run_ffmpeg
+from .plan import source_input
+from .probe import MediaInfo
+from .render import RenderResult, check_span, cut_for, timed_words
+
+log = logging.getLogger(__name__)
+
+# What an MP4 carries that browsers play (H.264, HEVC, AV1, VP9; AAC, MP3, Opus, FLAC, AC-3)
+COPY_VIDEO = {"h264", "hevc", "av1", "vp9"}
+COPY_AUDIO = {"aac", "mp3", "mp3float", "opus", "flac", "ac3", "eac3"}
+
+
+class CopyRefused(QuoteclipError):
+    kind = "preview cannot be copied"
+
+
+def copy_refusal(info: MediaInfo, audio_codec: str | None = None) -> str | None:
+    """Why the source's streams cannot be copied into an MP4 a browser plays, or None when they can."""
+    if info.video_codec not in COPY_VIDEO:
+        return f"the source's video codec {info.video_codec!r} cannot be copied into an MP4 a browser plays"
+    codec = audio_codec or info.audio_codec
+    if codec is not None and codec not in COPY_AUDIO:
+        return f"the source's audio codec {codec!r} cannot be copied into an MP4 a browser plays"
+    if info.rotation:
+        return "the source is rotated by metadata (the copied frames would play unrotated in some browsers)"
+    return None
+
+
+def copy_command(
+    source: str, start: float, duration: float, output: str, ffmpeg_bin: str, audio_source: str | None, audio: bool
+) -> list[str]:
+    """One ffmpeg run, stream copy only: the first video stream (and the audio) from the keyframe before
+    ``start``; the MP4 muxer writes the edit list that starts playback at ``start``."""
+    src = source_input(source, start, duration)
+    streams = [src.video]
+    if audio_source is not None:
+        streams.append(source_input(audio_source, start, duration).audio)
+    elif audio:
+        streams.append(src.audio)
+    out = ffmpeg.output(*streams, output, c="copy", movflags="+faststart", map_metadata=-1, f="mp4")
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
+    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def copy_clip(
+    spec: ClipSpec,
+    source: str,
+    info: MediaInfo,
+    workdir: Path,
+    ffmpeg_bin: str,
+    timeout: float,
+    audio_source: str | None = None,
+    audio_codec: str | None = None,
+) -> RenderResult:
+    """The instant preview of ``spec`` in ``workdir/clip.mp4``; CopyRefused when the source cannot be copied."""
+    reason = copy_refusal(info, audio_codec)
+    if reason is not None:
+        raise CopyRefused(reason)
+    check_span(spec, info)
+    cut = cut_for(spec, info)
+    output = workdir / "clip.mp4"
+    argv = copy_command(source, cut[0], cut[1], str(output), ffmpeg_bin, audio_source, info.has_audio)
+    began = time.perf_counter()
+    run_ffmpeg(argv, timeout=timeout)
+    ffmpeg_s = round(time.perf_counter() - began, 3)
+    if not output.is_file() or output.stat().st_size == 0:
+        raise RenderFailed("ffmpeg finished but wrote no output", argv)
+    words, timed = timed_words(spec, cut)  # the captions' layout only: the page shows them from the WebVTT
+    track = caption_track(
+        words, spec.size, spec.profile, spec.caption_size, spec.style, spec.font, highlight=timed, duration=cut[1]
+    )
+    width, height = info.display_size
+    log.info("copied a %.3f s preview at %dx%d", cut[1], width, height)
+    return RenderResult(output, width, height, cut[1], tuple(argv), cut[0], track, None, ffmpeg_s)
