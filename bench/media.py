@@ -14,19 +14,25 @@ def _run(argv: list[str]) -> None:
 
 def source_1080p(ffmpeg: str, minutes: float) -> Path:
     """A 1920×1080 30 fps source with a tone, 4 Mb/s, keyframes every 8 s, ``minutes`` long (looped from 20 s)."""
+    return episode(ffmpeg, minutes, 1080, "4M")
+
+
+def episode(ffmpeg: str, minutes: float, height: int, bitrate: str) -> Path:
+    """The same episode at another height (a page's lower-resolution format: 360p at 0.7 Mb/s)."""
     CACHE.mkdir(exist_ok=True)
-    base = CACHE / "base-1080p-20s.mp4"
+    width = height * 16 // 9
+    base = CACHE / f"base-{height}p-20s.mp4"
     if not base.exists():
         _run([
             ffmpeg, "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "lavfi", "-i", "testsrc2=size=1920x1080:rate=30:duration=20",
+            "-f", "lavfi", "-i", f"testsrc2=size={width}x{height}:rate=30:duration=20",
             "-f", "lavfi", "-i", "sine=frequency=330:sample_rate=48000:duration=20",
-            "-c:v", "libx264", "-preset", "veryfast", "-b:v", "4M", "-g", "240", "-pix_fmt", "yuv420p",
+            "-c:v", "libx264", "-preset", "veryfast", "-b:v", bitrate, "-g", "240", "-pix_fmt", "yuv420p",
             "-c:a", "aac", "-shortest", str(base.with_suffix(".part.mp4")),
         ])  # fmt: skip
         base.with_suffix(".part.mp4").replace(base)
     loops = max(1, round(minutes * 3))
-    out = CACHE / f"episode-1080p-{loops * 20}s.mp4"
+    out = CACHE / f"episode-{height}p-{loops * 20}s.mp4"
     if not out.exists():
         _run([
             ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", str(loops - 1), "-i", str(base),

@@ -63,7 +63,7 @@ def produce_clip(
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         drawn = localize(spec, settings, storage, Path(tmp))  # brand files as local paths (assets fetched)
-        with open_source(source, settings, Path(tmp), binary) as opened:
+        with open_source(source, settings, Path(tmp), binary, preview=spec.quality == "preview") as opened:
             info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
             if opened.probe_audio is not None:
                 info = replace(info, has_audio=has_audio(opened.probe_audio))

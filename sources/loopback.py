@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
 log = logging.getLogger(__name__)
+POLL_INTERVAL = 0.02  # seconds
 
 
 class _Server(ThreadingHTTPServer):
@@ -23,7 +24,11 @@ class LoopbackServer:
 
     def __init__(self) -> None:
         self.server = _Server(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, name=self.name, daemon=True)
+        # shutdown() waits for the serving loop to look at its flag: every 20 ms, not the default 0.5 s, which every
+        # remote render (and every page extraction) would otherwise pay on closing
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL}, name=self.name, daemon=True
+        )
         self.thread.start()
 
     @property

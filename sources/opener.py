@@ -43,7 +43,10 @@ class OpenedSource:
 
 
 @contextmanager
-def open_source(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: str) -> Iterator[OpenedSource]:
+def open_source(
+    ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: str, preview: bool = False
+) -> Iterator[OpenedSource]:
+    """``preview``: a page's lower-resolution format will do (an encoded preview is 640×360)."""
     if not ref.remote:
         yield OpenedSource(video=ref.input, probe_video=ref.input)
         return
@@ -71,7 +74,7 @@ def open_source(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: s
     else:
         from .ytdlp import extract
 
-        found = extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses)
+        found = extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview)
         urls = [found.video_url] + ([found.audio_url] if found.audio_url else [])
         check_hosts = False  # media hosts (CDNs) come from the extractor; the address rules still apply
         fetcher.headers = found.headers

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 _HTTP = "[protocol^=http][protocol!*=dash][protocol!*=m3u8]"
 FORMAT = f"bv*[height>=720]{_HTTP}+ba{_HTTP}/b[height>=720]{_HTTP}/bv*{_HTTP}+ba{_HTTP}/b{_HTTP}"
 FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
+# Encoded previews (quality "preview", 640×360): the smallest format of at least 360p, when the page offers one.
+# Decoding 360p costs a fraction of 1080p, and decoding is most of a preview's time.
+PREVIEW_FORMAT = f"bv*[height>=360][height<=480]{_HTTP}+ba{_HTTP}/b[height>=360][height<=480]{_HTTP}/{FORMAT}"
+PREVIEW_SORT = ["res:360", "proto:https", "vcodec", "acodec"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,9 @@ def deno_path() -> str | None:
         return None
 
 
-def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False, proxy: str | None = None) -> dict[str, Any]:
+def ydl_options(
+    workdir: Path, ffmpeg_bin: str, verbose: bool = False, proxy: str | None = None, preview: bool = False
+) -> dict[str, Any]:
     deno = deno_path()
     return {
         # Every request yt-dlp makes goes through the egress proxy (sources.egress): the address rules apply to
@@ -75,8 +81,8 @@ def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False, proxy: st
         "simulate": True,
         "noplaylist": True,
         "playlist_items": "1",
-        "format": FORMAT,
-        "format_sort": FORMAT_SORT,
+        "format": PREVIEW_FORMAT if preview else FORMAT,
+        "format_sort": PREVIEW_SORT if preview else FORMAT_SORT,
         "check_formats": False,
         "ffmpeg_location": ffmpeg_bin,
         "js_runtimes": {"deno": {"path": deno} if deno else {}},
@@ -96,13 +102,16 @@ def ydl_options(workdir: Path, ffmpeg_bin: str, verbose: bool = False, proxy: st
     }
 
 
-def extract(url: str, workdir: Path, ffmpeg_bin: str, allowed_networks: tuple[str, ...] = ()) -> Extracted:
+def extract(
+    url: str, workdir: Path, ffmpeg_bin: str, allowed_networks: tuple[str, ...] = (), preview: bool = False
+) -> Extracted:
+    """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one)."""
     import yt_dlp
     from yt_dlp.utils import DownloadError, ExtractorError
 
     with EgressProxy(allowed_networks) as egress:
         try:
-            with yt_dlp.YoutubeDL(ydl_options(workdir, ffmpeg_bin, proxy=egress.url)) as ydl:
+            with yt_dlp.YoutubeDL(ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview)) as ydl:
                 info = ydl.extract_info(url, download=False)
         except (DownloadError, ExtractorError) as exc:
             if egress.refused:  # decided by the address rules alone, before any connection: nothing to probe

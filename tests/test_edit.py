@@ -158,3 +158,23 @@ def test_streams_of_an_instant_preview_are_playable(media, settings) -> None:
     result = clip(settings, source=str(src), start=1.0, end=3.0, quality="instant")
     info = streams(Path(str(result.path)))
     assert info["width"] == 320 and info["vcodec"] == "h264" and info["acodec"] == "aac"
+
+
+def test_encoded_previews_read_a_pages_lower_resolution_format(media, settings, http_source) -> None:
+    """A page offering 360p and 720p: the encoded preview decodes the 360p file, the final clip the 720p one."""
+    from dataclasses import replace
+
+    (http_source.root / "ep360.mp4").symlink_to(media(size="640x360", duration=6, gop=60, pattern="levels"))
+    (http_source.root / "ep720.mp4").symlink_to(media(size="1280x720", duration=6, gop=60, pattern="levels"))
+    (http_source.root / "page.html").write_text(
+        "<html><body><video><source src='/ep720.mp4' type='video/mp4' res='720'>"
+        "<source src='/ep360.mp4' type='video/mp4' res='360'></video></body></html>"
+    )
+    remote = replace(settings, source_hosts=("127.0.0.1",), allow_addresses=("127.0.0.1/32",))
+    page = http_source.url("page.html")
+    preview = clip(remote, source=page, start=1.0, end=2.0, quality="preview")
+    assert http_source.requests.get("ep360.mp4", 0) >= 1 and http_source.requests.get("ep720.mp4", 0) == 0
+    assert (preview.width, preview.height) == (640, 360)
+    assert frame_index(frame_means(Path(str(preview.path)), limit=1)[0], 30) == 30
+    final = clip(remote, source=page, start=1.0, end=2.0)
+    assert http_source.requests.get("ep720.mp4", 0) >= 1 and (final.width, final.height) == (1280, 720)
