@@ -160,8 +160,8 @@ def test_every_route_needs_a_key_but_health(api_env, source_url, workers) -> Non
     job = app.post("/clips", json={"source": source_url, "start": 1, "end": 2}, headers=key).json()
     workers.burst(1)
     clip = job["id"]
-    for path in ("/", "/docs", "/openapi.json", "/metrics", f"/clips/{clip}", f"/clips/{clip}/download",
-                 f"/clips/{clip}/file", "/clips/clip-" + "0" * 32):  # fmt: skip
+    for path in ("/", "/edit", "/docs", "/openapi.json", "/metrics", f"/clips/{clip}", f"/clips/{clip}/download",
+                 f"/clips/{clip}/file", f"/clips/{clip}/captions.vtt", "/clips/clip-" + "0" * 32):  # fmt: skip
         assert app.get(path).status_code == 401, path
         assert app.get(path, headers=key).status_code != 401, path
     assert app.get("/healthz").status_code == 200  # the one public route
@@ -178,6 +178,12 @@ def test_every_route_needs_a_key_but_health(api_env, source_url, workers) -> Non
     assert app.get(f"/clips/{clip}/file?token={expires}.{mac}").status_code == 401  # a token is for one path
     status = app.get(f"/clips/{clip}", headers=key).json()
     assert status["link"].startswith(f"/clips/{clip}/file?token=")
+    # The edit page's previews: the call needs the key, the links it answers carry tokens (a <track src> too).
+    preview = {"source": source_url, "start": 1, "end": 2, "caption": "signed captions"}
+    assert app.post("/previews", json=preview).status_code == 401
+    made = app.post("/previews", json=preview, headers=key).json()
+    assert "?token=" in made["link"] and "?token=" in made["vtt"]
+    assert app.get(made["link"]).status_code == 200 and app.get(made["vtt"]).text.startswith("WEBVTT")
 
 
 @pytest.mark.slow

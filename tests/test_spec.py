@@ -76,7 +76,7 @@ def test_spec_is_frozen_and_normalised() -> None:
             "profile: Input should be 'landscape', 'vertical', 'square' or 'portrait', got 'tiktok'",
         ),
         ({"fit": "stretch"}, "fit: Input should be 'pad', 'blur', 'center' or 'speaker'"),
-        ({"quality": "best"}, "quality: Input should be 'final' or 'preview'"),
+        ({"quality": "best"}, "quality: Input should be 'final', 'preview' or 'instant'"),
         ({"pad_before": 11}, "pad_before: Input should be less than or equal to 10"),
         ({"words": [{"text": "a", "start": 5, "end": 4}]}, "word end must not be before its start"),
         ({"words": [{"text": "", "start": 5, "end": 6}]}, "words.0.text"),
