@@ -328,15 +328,24 @@ def align_command(
 
 @app.command("health")
 def health_command(as_json: JsonOpt = False) -> None:
-    """Check that Redis and the clip store answer (exit 0), or say which does not (exit 1)."""
+    """Check that Redis and the clip store answer (exit 0), or say which does not (exit 1); report what page
+    extraction needs (yt-dlp's version, the JavaScript runtime, the challenge solver), warning when one is missing.
+    """
 
     def go() -> None:
         from jobs.queue import connect, health
+        from sources.ytdlp import readiness
         from storage import open_storage
 
         settings = Settings.from_env()
-        body = health(connect(settings), open_storage(settings))
-        _emit(body, as_json, " ".join(f"{k}: {v}" for k, v in body.items()))
+        body: dict[str, Any] = dict(health(connect(settings), open_storage(settings)))
+        body["extraction"] = readiness()
+        for name, value in body["extraction"].items():
+            if value.startswith("missing"):
+                typer.echo(f"quoteclip: WARNING: {name} {value}: YouTube pages will give fewer formats or none "
+                           "(yt-dlp falls back silently)", err=True)  # fmt: skip
+        human = {k: v for k, v in body.items() if k != "extraction"} | body["extraction"]
+        _emit(body, as_json, " ".join(f"{k}: {v}" for k, v in human.items()))
         if body["status"] != "ok":
             raise typer.Exit(1)
 

@@ -39,6 +39,37 @@ class SourceTransient(SourceUnavailable):
     permanent = False
 
 
+class SourceBotCheck(SourceTransient):
+    """The site asked for proof this is not a bot (YouTube: "Sign in to confirm you're not a bot"), as it does to
+    data-centre addresses. Retried with backoff; the operator's cure is cookies, a PO token or a proxy."""
+
+    kind = "bot check"
+
+
+class SourceThrottled(SourceTransient):
+    """The site answered "too many requests" (HTTP 429): retried with backoff."""
+
+    kind = "throttled"
+
+
+class SourceLoginRequired(SourceUnavailable):
+    """The video needs a signed-in viewer (age gate, members only): only the operator's cookies can help."""
+
+    kind = "login required"
+
+
+class SourceGeoBlocked(SourceUnavailable):
+    """The site does not offer the video in the country the request comes from (a proxy elsewhere can help)."""
+
+    kind = "geo-blocked"
+
+
+class SourceGone(SourceUnavailable):
+    """The video is private, removed or its account closed."""
+
+    kind = "private or removed"
+
+
 class RenderFailed(QuoteclipError):
     """ffmpeg failed or timed out. Carries the command and the tail of its stderr.
 

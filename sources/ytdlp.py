@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from quoteclip.errors import SourceRefused, SourceTransient, SourceUnavailable
+from quoteclip.errors import (
+    SourceBotCheck,
+    SourceGeoBlocked,
+    SourceGone,
+    SourceLoginRequired,
+    SourceRefused,
+    SourceThrottled,
+    SourceTransient,
+    SourceUnavailable,
+)
 
 from .egress import EgressProxy
 
@@ -124,10 +133,33 @@ def extract(
     return _extracted(url, info)
 
 
+# What yt-dlp's messages mean, first match wins (the texts are YouTube's and yt-dlp's own, lower-cased)
+_REASONS: tuple[tuple[tuple[str, ...], type[SourceUnavailable], str], ...] = (
+    (("not a bot",), SourceBotCheck, "the site asks to confirm this is not a bot (use cookies, a PO token or a proxy)"),
+    (("http error 429", "too many requests"), SourceThrottled, "the site is throttling requests"),
+    (("not made this video available in your country", "not available in your country", "geo restrict",
+      "geo-restrict", "blocked it in your country"), SourceGeoBlocked, "the video is not offered in this country"),
+    (("private video", "video is private", "has been removed", "video unavailable", "account associated with this "
+      "video has been terminated", "no longer available"), SourceGone, "the video is private or removed"),
+    (("confirm your age", "sign in", "login required", "members-only", "join this channel", "registered users"),
+     SourceLoginRequired, "the video needs a signed-in viewer (the operator's cookies)"),
+    (("http error 5", "timed out", "temporary failure", "connection reset"), SourceTransient,
+     "source page could not be read"),
+)  # fmt: skip
+
+
 def _raise_extraction_error(exc: Exception) -> NoReturn:
+    """One distinct error per reason (bot check, throttled, geo-blocked, private/removed, login required), each
+    transient or permanent as its cause is; anything else is 'could not be extracted' (permanent)."""
+    from yt_dlp.utils import GeoRestrictedError
+
     message = str(exc).removeprefix("ERROR: ").splitlines()[0][:300]
-    if any(s in message for s in ("HTTP Error 5", "timed out", "Temporary failure", "Connection reset")):
-        raise SourceTransient(f"source page could not be read ({message})") from None
+    if isinstance(exc, GeoRestrictedError) or isinstance(getattr(exc, "orig_msg", None), GeoRestrictedError):
+        raise SourceGeoBlocked(f"the video is not offered in this country ({message})") from None
+    lowered = message.lower()
+    for needles, error, what in _REASONS:
+        if any(n in lowered for n in needles):
+            raise error(f"{what} ({message})") from None
     raise SourceUnavailable(f"source could not be extracted: {message}") from None
 
 
@@ -154,3 +186,28 @@ def _extracted(url: str, info: dict[str, Any] | None) -> Extracted:
         headers=headers,
         height=int(video["height"]) if video.get("height") else None,
     )
+
+
+def readiness() -> dict[str, str]:
+    """What YouTube extraction needs, as ``quoteclip health`` reports it: yt-dlp's version, the JavaScript
+    runtime (deno) and yt-dlp's challenge solver scripts (yt-dlp-ejs). "missing: …" names what is not there."""
+    import subprocess
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    try:
+        found["yt_dlp"] = metadata.version("yt-dlp")
+    except metadata.PackageNotFoundError:
+        found["yt_dlp"] = "missing: pip install yt-dlp"
+    deno = deno_path()
+    try:
+        out = subprocess.run([deno or "deno", "--version"], capture_output=True, text=True, timeout=20)
+        first = out.stdout.splitlines()[0] if out.returncode == 0 and out.stdout else ""
+        found["js_runtime"] = first or "missing: deno did not answer --version"
+    except (OSError, subprocess.TimeoutExpired):
+        found["js_runtime"] = "missing: no deno (pip install deno)"
+    try:
+        found["challenge_solver"] = f"yt-dlp-ejs {metadata.version('yt-dlp-ejs')}"
+    except metadata.PackageNotFoundError:
+        found["challenge_solver"] = "missing: pip install yt-dlp-ejs"
+    return found

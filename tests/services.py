@@ -173,6 +173,23 @@ def start_seaweedfs(folder: Path) -> S3Server:
     return server
 
 
+MAX_STRICT_RANGE = 10 * 1024 * 1024
+
+
+def _range_rule_broken(method: str, header: str) -> str | None:
+    """Which of a video host's range rules a request breaks, if any."""
+    if method == "HEAD":
+        return "HEAD"
+    first, _, last = header.removeprefix("bytes=").partition("-")
+    if not header.startswith("bytes=") or not first.isdigit():
+        return "no Range"
+    if not last.isdigit():
+        return "open-ended range"
+    if int(last) - int(first) + 1 > MAX_STRICT_RANGE:
+        return "range over 10 MiB"
+    return None
+
+
 class HttpSource:
     """A loopback HTTP server over a folder, with Range support; counts requests and bytes per path."""
 
@@ -182,6 +199,10 @@ class HttpSource:
         self.statuses: dict[str, int] = {}  # path -> forced status
         self.stalls: dict[str, float] = {}  # path -> seconds to stall after each 64 KiB chunk
         self.drips: dict[str, float] = {}  # path -> seconds between single bytes (a server that drips)
+        # paths served by a video host's range rules (YouTube's media hosts since 2026): 403 to HEAD, to a request
+        # without a Range, to an open-ended range (bytes=N-) and to a range over 10 MiB; refusals are recorded
+        self.strict: set[str] = set()
+        self.refused: list[tuple[str, str]] = []
         self.requests: Counter[str] = Counter()
         self.bytes_sent: Counter[str] = Counter()
         self.ranges: list[tuple[str, int, int]] = []
@@ -237,6 +258,13 @@ class HttpSource:
                 if name in source.statuses:
                     self.send_empty(source.statuses[name])
                     return None
+                if name in source.strict:
+                    broken = _range_rule_broken(self.command, self.headers.get("Range", ""))
+                    if broken:
+                        with source.lock:
+                            source.refused.append((name, broken))
+                        self.send_empty(403)
+                        return None
                 file = source.root / name
                 if not name or "/" in name or not file.is_file():
                     self.send_empty(404)

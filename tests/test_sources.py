@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -55,6 +56,25 @@ def test_seven_seconds_of_twenty_minutes_fetches_under_5_percent(long_source, se
     sent = http_source.bytes_sent["ep.mp4"]
     assert sent < 0.05 * size, f"fetched {sent} of {size} bytes"
     assert result.source_bytes == sent
+
+
+def test_media_is_read_by_a_video_hosts_range_rules(long_source, media, settings, http_source) -> None:
+    """A host that answers 403 to HEAD, to requests without a Range, to open-ended ranges and to ranges over
+    10 MiB (YouTube's media hosts since 2026) still gives the clip, from a media URL and from a page: the
+    source is read only by bounded ranges, so the host refuses nothing."""
+    (http_source.root / "ep.mp4").symlink_to(long_source)
+    (http_source.root / "clip.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    (http_source.root / "page.html").write_text("<html><body><video src='/clip.mp4'></video></body></html>")
+    http_source.strict |= {"ep.mp4", "clip.mp4"}
+    direct = clip(settings, http_source.url("ep.mp4"), 612.0, 619.0)
+    page = clip(settings, http_source.url("page.html"), 1.0, 3.0)
+    assert abs(direct.duration - 7.0) <= 1 / 30 and abs(page.duration - 2.0) <= 1 / 30
+    assert http_source.requests["ep.mp4"] >= 1 and http_source.requests["clip.mp4"] >= 1
+    assert http_source.refused == []
+    from sources.cache import BLOCK_SIZE
+    from sources.remote import MAX_RUN
+
+    assert MAX_RUN * BLOCK_SIZE <= 10 * 1024 * 1024  # the largest request the fetcher can make
 
 
 def test_two_clips_from_one_source_fetch_the_overlap_once(long_source, settings, http_source) -> None:
@@ -249,6 +269,67 @@ def test_yt_dlp_finds_deno_and_ejs(tmp_path) -> None:
     out = done.stdout + done.stderr
     assert "JS runtimes: deno-" in out, out
     assert "yt_dlp_ejs-" in out, out
+
+
+def test_health_reports_what_extraction_needs_and_warns_when_it_is_missing(tmp_path) -> None:
+    """``quoteclip health`` names yt-dlp's version, the JavaScript runtime and the challenge solver; with deno
+    hidden (no wheel binary, nothing on PATH) it warns loudly on stderr (Redis and the store stay what health's
+    exit code is about)."""
+    from conftest import run_cli
+
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}
+    done = run_cli("health", "--json", env=env)
+    body = json.loads(done.stdout)
+    import yt_dlp.version
+
+    assert body["extraction"]["yt_dlp"] == yt_dlp.version.__version__
+    assert body["extraction"]["js_runtime"].startswith("deno ") and body["extraction"]["challenge_solver"].startswith(
+        "yt-dlp-ejs "
+    )
+    assert "WARNING" not in done.stderr
+    hide = tmp_path / "sitecustomize.py"  # the deno wheel made unimportable, and no deno on PATH
+    hide.write_text("import sys\nsys.modules['deno'] = None\n")
+    bare = run_cli("health", "--json", env=env | {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert json.loads(bare.stdout)["extraction"]["js_runtime"].startswith("missing")
+    assert "WARNING: js_runtime missing" in bare.stderr, bare.stderr
+
+
+@pytest.mark.parametrize(
+    ("said", "kind", "permanent"),
+    [
+        ("Sign in to confirm you\u2019re not a bot. Use --cookies-from-browser or --cookies", "bot check", False),
+        ("Sign in to confirm your age. This video may be inappropriate for some users.", "login required", True),
+        ("Join this channel to get access to members-only content like this video", "login required", True),
+        ("The uploader has not made this video available in your country", "geo-blocked", True),
+        ("Private video. Sign in if you've been granted access to this video", "private or removed", True),
+        ("Video unavailable. This video has been removed by the uploader", "private or removed", True),
+        ("Unable to download webpage: HTTP Error 429: Too Many Requests", "throttled", False),
+        ("Unable to download webpage: HTTP Error 503: Service Unavailable", "source unavailable", False),
+        ("Unsupported URL: https://example.com/", "source unavailable", True),
+    ],
+)
+def test_extraction_errors_have_distinct_reasons(said: str, kind: str, permanent: bool) -> None:
+    """Each reason a site refuses gets its own error (its kind is the status's, the log's and the failure
+    metric's reason), transient or permanent as its cause is; yt-dlp's own exception goes in."""
+    from yt_dlp.utils import DownloadError, ExtractorError
+
+    from quoteclip.errors import QuoteclipError
+    from sources.ytdlp import _raise_extraction_error
+
+    with pytest.raises(QuoteclipError) as raised:
+        _raise_extraction_error(DownloadError(f"ERROR: [youtube] abc: {said}", ExtractorError(said)))
+    assert (raised.value.kind, raised.value.permanent) == (kind, permanent)
+    assert said.split(".")[0][:30] in str(raised.value)
+
+
+def test_a_geo_restricted_extractor_error_is_geo_blocked() -> None:
+    from yt_dlp.utils import GeoRestrictedError
+
+    from quoteclip.errors import SourceGeoBlocked
+    from sources.ytdlp import _raise_extraction_error
+
+    with pytest.raises(SourceGeoBlocked, match="not offered in this country"):
+        _raise_extraction_error(GeoRestrictedError("This video is not available from your location", ["DE"]))
 
 
 def test_size_known_when_another_worker_fetched_the_first_block(long_source, settings, http_source) -> None:
