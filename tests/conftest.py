@@ -20,6 +20,20 @@ from renderer.ffmpeg import ffmpeg_binary
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_dropped_connections() -> Iterator[None]:
+    """Apps, clients and Redis connections that tests drop are collected after the last test, their sockets
+    closed quietly: otherwise one collected after the session shows up as an unraisable ResourceWarning (an
+    error under ``filterwarnings = error``) whichever test dropped it."""
+    yield
+    import gc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
+
 @pytest.fixture(scope="session")
 def ffmpeg_bin() -> str:
     return ffmpeg_binary(None)

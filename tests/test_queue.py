@@ -66,7 +66,8 @@ def test_enqueue_worker_s3_link_downloads_identical_bytes(media, s3, s3_env, wor
     from redis import Redis
     from rq.job import Job
 
-    timings = Job.fetch(str(queued["job_id"]), connection=Redis.from_url(s3_env["QUOTECLIP_REDIS_URL"])).meta["timings"]
+    with Redis.from_url(s3_env["QUOTECLIP_REDIS_URL"]) as connection:
+        timings = Job.fetch(str(queued["job_id"]), connection=connection).meta["timings"]
     assert set(timings) == {"queued_s", "open_probe_s", "render_s", "ffmpeg_s", "store_s"}  # where a click's time went
     assert 0 < timings["ffmpeg_s"] < timings["render_s"] and timings["store_s"] > 0 and timings["queued_s"] >= 0
 
