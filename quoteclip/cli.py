@@ -339,9 +339,9 @@ def health_command(as_json: JsonOpt = False) -> None:
 
         settings = Settings.from_env()
         body: dict[str, Any] = dict(health(connect(settings), open_storage(settings)))
-        body["extraction"] = readiness()
+        body["extraction"] = readiness(settings.cookies_file, settings.extractor_args)
         for name, value in body["extraction"].items():
-            if value.startswith("missing"):
+            if value.startswith(("missing", "bad")):
                 typer.echo(f"quoteclip: WARNING: {name} {value}: YouTube pages will give fewer formats or none "
                            "(yt-dlp falls back silently)", err=True)  # fmt: skip
         human = {k: v for k, v in body.items() if k != "extraction"} | body["extraction"]

@@ -101,6 +101,8 @@ class Settings:
     min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a fetch that lasts over 30 s
     fetch_timeout: float = 20.0  # a source read that stalls this long fails
     fetch_rate_grace: float = 30.0  # seconds a request may run before min_fetch_rate applies
+    cookies_file: Path | None = None  # a Netscape cookies file for yt-dlp (each job reads a copy of it)
+    extractor_args: tuple[str, ...] = ()  # yt-dlp --extractor-args values (player clients, PO-token settings)
     max_source_seconds: float = 6 * 3600
     max_frame_pixels: int = 8192 * 8192
     max_streams: int = 8
@@ -157,6 +159,8 @@ class Settings:
             key_secret=env.get("QUOTECLIP_KEY_SECRET") or None,
             trusted_proxies=parse_networks(env.get("QUOTECLIP_TRUSTED_PROXIES", ""), "QUOTECLIP_TRUSTED_PROXIES"),
             webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
+            cookies_file=Path(env["QUOTECLIP_COOKIES_FILE"]) if env.get("QUOTECLIP_COOKIES_FILE") else None,
+            extractor_args=tuple(env.get("QUOTECLIP_EXTRACTOR_ARGS", "").split()),
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
             maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),
         )

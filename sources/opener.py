@@ -74,7 +74,8 @@ def open_source(
     else:
         from .ytdlp import extract
 
-        found = extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview)
+        found = extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview,
+                        cookies_file=settings.cookies_file, extractor_args=settings.extractor_args)  # fmt: skip
         urls = [found.video_url] + ([found.audio_url] if found.audio_url else [])
         check_hosts = False  # media hosts (CDNs) come from the extractor; the address rules still apply
         fetcher.headers = found.headers

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from quoteclip.errors import (
+    BadInput,
     SourceBotCheck,
     SourceGeoBlocked,
     SourceGone,
@@ -111,8 +112,54 @@ def ydl_options(
     }
 
 
+def parse_extractor_args(values: tuple[str, ...]) -> dict[str, Any]:
+    """``QUOTECLIP_EXTRACTOR_ARGS`` (space-separated values in yt-dlp's ``--extractor-args`` form, e.g.
+    ``youtube:player_client=default,mweb``) as yt-dlp's own option parser reads them."""
+    import contextlib
+    import io
+    import optparse
+
+    import yt_dlp
+
+    argv = [part for value in values for part in ("--extractor-args", value)]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed: dict[str, Any] = yt_dlp.parse_options(argv).ydl_opts.get("extractor_args") or {}
+    except optparse.OptParseError as exc:
+        reason = str(exc).strip().splitlines()[-1].split("error: ", 1)[-1]
+        raise BadInput(f"QUOTECLIP_EXTRACTOR_ARGS: {reason}") from None
+    return parsed
+
+
+def operator_options(workdir: Path, cookies_file: Path | None, extractor_args: tuple[str, ...]) -> dict[str, Any]:
+    """yt-dlp options from the operator's configuration: a private copy of the cookies file in the job's folder
+    (yt-dlp writes its jar back on closing; the operator's file stays as it is) and the extractor arguments."""
+    import shutil
+
+    options: dict[str, Any] = {}
+    if cookies_file is not None:
+        copy = workdir / "cookies.txt"
+        try:
+            shutil.copyfile(cookies_file, copy)
+        except OSError as exc:
+            raise SourceUnavailable(
+                f"QUOTECLIP_COOKIES_FILE cannot be read ({exc.strerror or exc}): {cookies_file}"
+            ) from None
+        copy.chmod(0o600)
+        options["cookiefile"] = str(copy)
+    if extractor_args:
+        options["extractor_args"] = parse_extractor_args(extractor_args)
+    return options
+
+
 def extract(
-    url: str, workdir: Path, ffmpeg_bin: str, allowed_networks: tuple[str, ...] = (), preview: bool = False
+    url: str,
+    workdir: Path,
+    ffmpeg_bin: str,
+    allowed_networks: tuple[str, ...] = (),
+    preview: bool = False,
+    cookies_file: Path | None = None,
+    extractor_args: tuple[str, ...] = (),
 ) -> Extracted:
     """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one)."""
     import yt_dlp
@@ -120,7 +167,9 @@ def extract(
 
     with EgressProxy(allowed_networks) as egress:
         try:
-            with yt_dlp.YoutubeDL(ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview)) as ydl:
+            options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview)
+            options |= operator_options(workdir, cookies_file, extractor_args)
+            with yt_dlp.YoutubeDL(options) as ydl:
                 info = ydl.extract_info(url, download=False)
         except (DownloadError, ExtractorError) as exc:
             if egress.refused:  # decided by the address rules alone, before any connection: nothing to probe
@@ -188,9 +237,10 @@ def _extracted(url: str, info: dict[str, Any] | None) -> Extracted:
     )
 
 
-def readiness() -> dict[str, str]:
+def readiness(cookies_file: Path | None = None, extractor_args: tuple[str, ...] = ()) -> dict[str, str]:
     """What YouTube extraction needs, as ``quoteclip health`` reports it: yt-dlp's version, the JavaScript
-    runtime (deno) and yt-dlp's challenge solver scripts (yt-dlp-ejs). "missing: …" names what is not there."""
+    runtime (deno) and yt-dlp's challenge solver scripts (yt-dlp-ejs), and the operator's cookies file and
+    extractor arguments when set. "missing: …" / "bad: …" names what is wrong."""
     import subprocess
     from importlib import metadata
 
@@ -210,4 +260,16 @@ def readiness() -> dict[str, str]:
         found["challenge_solver"] = f"yt-dlp-ejs {metadata.version('yt-dlp-ejs')}"
     except metadata.PackageNotFoundError:
         found["challenge_solver"] = "missing: pip install yt-dlp-ejs"
+    if cookies_file is not None:
+        try:
+            found["cookies"] = f"{cookies_file} ({cookies_file.stat().st_size} bytes, readable)"
+            cookies_file.open("rb").close()
+        except OSError as exc:
+            found["cookies"] = f"missing: {cookies_file} cannot be read ({exc.strerror or exc})"
+    if extractor_args:
+        try:
+            parse_extractor_args(extractor_args)
+            found["extractor_args"] = " ".join(extractor_args)
+        except BadInput as exc:
+            found["extractor_args"] = f"bad: {exc}"
     return found

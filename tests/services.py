@@ -203,6 +203,7 @@ class HttpSource:
         # without a Range, to an open-ended range (bytes=N-) and to a range over 10 MiB; refusals are recorded
         self.strict: set[str] = set()
         self.refused: list[tuple[str, str]] = []
+        self.cookies: dict[str, str] = {}  # path -> "name=value" the request's Cookie header must carry (else 403)
         self.requests: Counter[str] = Counter()
         self.bytes_sent: Counter[str] = Counter()
         self.ranges: list[tuple[str, int, int]] = []
@@ -257,6 +258,9 @@ class HttpSource:
                     return None
                 if name in source.statuses:
                     self.send_empty(source.statuses[name])
+                    return None
+                if name in source.cookies and source.cookies[name] not in self.headers.get("Cookie", ""):
+                    self.send_empty(403)
                     return None
                 if name in source.strict:
                     broken = _range_rule_broken(self.command, self.headers.get("Range", ""))

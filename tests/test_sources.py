@@ -292,6 +292,11 @@ def test_health_reports_what_extraction_needs_and_warns_when_it_is_missing(tmp_p
     bare = run_cli("health", "--json", env=env | {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert json.loads(bare.stdout)["extraction"]["js_runtime"].startswith("missing")
     assert "WARNING: js_runtime missing" in bare.stderr, bare.stderr
+    operator = env | {"QUOTECLIP_COOKIES_FILE": str(tmp_path / "absent.txt"), "QUOTECLIP_EXTRACTOR_ARGS": "youtube"}
+    told = run_cli("health", "--json", env=operator)
+    extraction = json.loads(told.stdout)["extraction"]
+    assert extraction["cookies"].startswith("missing") and extraction["extractor_args"].startswith("bad")
+    assert "WARNING: cookies missing" in told.stderr and "WARNING: extractor_args bad" in told.stderr
 
 
 @pytest.mark.parametrize(
@@ -330,6 +335,36 @@ def test_a_geo_restricted_extractor_error_is_geo_blocked() -> None:
 
     with pytest.raises(SourceGeoBlocked, match="not offered in this country"):
         _raise_extraction_error(GeoRestrictedError("This video is not available from your location", ["DE"]))
+
+
+def test_a_page_behind_a_cookie_needs_the_operators_cookies_file(media, settings, http_source, tmp_path) -> None:
+    """QUOTECLIP_COOKIES_FILE reaches yt-dlp (as a private copy: the operator's file is never rewritten)."""
+    from dataclasses import replace
+
+    (http_source.root / "clip.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    (http_source.root / "page.html").write_text("<html><body><video src='/clip.mp4'></video></body></html>")
+    http_source.cookies["page.html"] = "session=letmein"
+    with pytest.raises(SourceUnavailable, match="403"):
+        clip(settings, http_source.url("page.html"), 1.0, 3.0)
+    jar = tmp_path / "operator-cookies.txt"
+    jar.write_text("# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\tletmein\n")
+    before = jar.read_bytes()
+    jar.chmod(0o400)  # read-only, as a mounted secret is
+    done = clip(replace(settings, cookies_file=jar), http_source.url("page.html"), 1.0, 3.0)
+    assert abs(done.duration - 2.0) <= 1 / 30 and jar.read_bytes() == before
+    with pytest.raises(SourceUnavailable, match="QUOTECLIP_COOKIES_FILE cannot be read"):
+        clip(replace(settings, cookies_file=tmp_path / "missing.txt"), http_source.url("page.html"), 1.5, 3.0)
+
+
+def test_extractor_args_are_read_as_yt_dlp_reads_them() -> None:
+    from quoteclip.errors import BadInput
+    from sources.ytdlp import parse_extractor_args
+
+    parsed = parse_extractor_args(("youtube:player_client=default,mweb;po_token=web.gvs+TOKEN", "generic:impersonate"))
+    assert parsed["youtube"] == {"player_client": ["default", "mweb"], "po_token": ["web.gvs+TOKEN"]}
+    assert "generic" in parsed
+    with pytest.raises(BadInput, match="QUOTECLIP_EXTRACTOR_ARGS: wrong --extractor-args formatting"):
+        parse_extractor_args(("youtube",))
 
 
 def test_size_known_when_another_worker_fetched_the_first_block(long_source, settings, http_source) -> None:
