@@ -18,11 +18,10 @@ import ffmpeg
 from quoteclip.errors import QuoteclipError, RenderFailed
 from quoteclip.spec import ClipSpec
 
-from .captions import caption_track
 from .ffmpeg import run_ffmpeg
 from .plan import source_input
 from .probe import MediaInfo
-from .render import RenderResult, check_span, cut_for, timed_words
+from .render import RenderResult, caption_layout, check_span, cut_for
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +34,12 @@ class CopyRefused(QuoteclipError):
     kind = "preview cannot be copied"
 
 
-def copy_refusal(info: MediaInfo, audio_codec: str | None = None) -> str | None:
+def copy_refusal(info: MediaInfo) -> str | None:
     """Why the source's streams cannot be copied into an MP4 a browser plays, or None when they can."""
     if info.video_codec not in COPY_VIDEO:
         return f"the source's video codec {info.video_codec!r} cannot be copied into an MP4 a browser plays"
-    codec = audio_codec or info.audio_codec
-    if codec is not None and codec not in COPY_AUDIO:
-        return f"the source's audio codec {codec!r} cannot be copied into an MP4 a browser plays"
+    if info.audio_codec is not None and info.audio_codec not in COPY_AUDIO:
+        return f"the source's audio codec {info.audio_codec!r} cannot be copied into an MP4 a browser plays"
     if info.rotation:
         return "the source is rotated by metadata (the copied frames would play unrotated in some browsers)"
     return None
@@ -71,10 +69,9 @@ def copy_clip(
     ffmpeg_bin: str,
     timeout: float,
     audio_source: str | None = None,
-    audio_codec: str | None = None,
 ) -> RenderResult:
     """The instant preview of ``spec`` in ``workdir/clip.mp4``; CopyRefused when the source cannot be copied."""
-    reason = copy_refusal(info, audio_codec)
+    reason = copy_refusal(info)
     if reason is not None:
         raise CopyRefused(reason)
     check_span(spec, info)
@@ -86,10 +83,7 @@ def copy_clip(
     ffmpeg_s = round(time.perf_counter() - began, 3)
     if not output.is_file() or output.stat().st_size == 0:
         raise RenderFailed("ffmpeg finished but wrote no output", argv)
-    words, timed = timed_words(spec, cut)  # the captions' layout only: the page shows them from the WebVTT
-    track = caption_track(
-        words, spec.size, spec.profile, spec.caption_size, spec.style, spec.font, highlight=timed, duration=cut[1]
-    )
+    track = caption_layout(spec, cut)  # laid out only: the page shows them from the WebVTT sidecar
     width, height = info.display_size
     log.info("copied a %.3f s preview at %dx%d", cut[1], width, height)
     return RenderResult(output, width, height, cut[1], tuple(argv), cut[0], track, None, ffmpeg_s)

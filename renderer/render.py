@@ -76,13 +76,18 @@ def timed_words(spec: ClipSpec, cut: tuple[float, float]) -> tuple[list[Word], b
     return spread(spec.caption, round(offset, 3), round(offset + spec.end - spec.start, 3)), False
 
 
+def caption_layout(spec: ClipSpec, cut: tuple[float, float]) -> CaptionTrack | None:
+    """The captions laid out for the output (pages, lines, states), nothing drawn yet."""
+    words, timed = timed_words(spec, cut)
+    return caption_track(
+        words, spec.size, spec.profile, spec.caption_size, spec.style, spec.font, highlight=timed, duration=cut[1]
+    )
+
+
 def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tuple[list[Overlay], CaptionTrack | None]:
     """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output."""
     overlays = []
-    words, timed = timed_words(spec, cut)
-    track = caption_track(
-        words, spec.size, spec.profile, spec.caption_size, spec.style, spec.font, highlight=timed, duration=cut[1]
-    )
+    track = caption_layout(spec, cut)
     if track is not None:
         path, sequence = write_track(track, workdir, cut[1])
         overlays.append(Overlay(path, track.x, track.y, sequence=sequence))
