@@ -63,7 +63,13 @@ def produce_clip(
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         drawn = localize(spec, settings, storage, Path(tmp))  # brand files as local paths (assets fetched)
-        with open_source(source, settings, Path(tmp), binary, preview=spec.quality == "preview") as opened:
+
+        def waiting(seconds: float) -> None:
+            log.info("waiting %.1f s for the source's format to become available", seconds)
+            say(Stage.WAITING, STAGE_START[Stage.WAITING])
+
+        preview_format = spec.quality == "preview"
+        with open_source(source, settings, Path(tmp), binary, preview=preview_format, on_wait=waiting) as opened:
             info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
             if opened.probe_audio is not None:
                 info = replace(info, has_audio=has_audio(opened.probe_audio))
@@ -106,7 +112,7 @@ def produce_clip(
             if source_error is not None:  # ffmpeg may take a failed read for the end of the file
                 raise source_error
             fetched = opened.fetched_bytes if source.remote else None
-            title = opened.title
+            title, extractions = opened.title, opened.extractions
         t2 = time.perf_counter()
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         filename = download_name(spec, key)
@@ -135,7 +141,7 @@ def produce_clip(
         "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s (ffmpeg %.2f s), store %.2f s, %s source bytes",
         key, result.duration, *timings.values(), fetched if fetched is not None else "local",
         extra={"fields": {"stage": "stored", "key": key, "duration_s": result.duration, **timings,
-                          "source_bytes": fetched}},
+                          "source_bytes": fetched, "extractions": extractions}},
     )  # fmt: skip
     return replace(stored_result(storage, key, meta, cached=False), source_bytes=fetched, timings=timings)
 

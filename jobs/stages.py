@@ -8,6 +8,7 @@ from enum import StrEnum
 
 class Stage(StrEnum):
     QUEUED = "queued"
+    WAITING = "waiting"  # for a format the site makes available later (its available_at)
     FETCHING = "fetching"
     RENDERING = "rendering"
     UPLOADING = "uploading"
@@ -16,6 +17,6 @@ class Stage(StrEnum):
 
 
 # Share of the overall progress at which each stage starts.
-STAGE_START = {Stage.FETCHING: 0, Stage.RENDERING: 5, Stage.UPLOADING: 95, Stage.FINISHED: 100}
+STAGE_START = {Stage.WAITING: 0, Stage.FETCHING: 0, Stage.RENDERING: 5, Stage.UPLOADING: 95, Stage.FINISHED: 100}
 
 Reporter = Callable[[Stage, int], None]

@@ -52,6 +52,13 @@ class SourceThrottled(SourceTransient):
     kind = "throttled"
 
 
+class SourceLinkExpired(SourceTransient):
+    """A page's media link was refused (HTTP 403/410) and so was the link of a fresh extraction: retried later,
+    when the site may sign a working one."""
+
+    kind = "expired link"
+
+
 class SourceLoginRequired(SourceUnavailable):
     """The video needs a signed-in viewer (age gate, members only): only the operator's cookies can help."""
 

@@ -103,6 +103,11 @@ class Settings:
     fetch_rate_grace: float = 30.0  # seconds a request may run before min_fetch_rate applies
     cookies_file: Path | None = None  # a Netscape cookies file for yt-dlp (each job reads a copy of it)
     extractor_args: tuple[str, ...] = ()  # yt-dlp --extractor-args values (player clients, PO-token settings)
+    # A page's extraction (its media URLs) is reused by every job of that page for at most this many seconds, and
+    # never past the URLs' own expiry.
+    extraction_ttl: float = 3600.0
+    available_wait: float = 60.0  # seconds a job waits for a format the site makes available later (available_at)
+    origin_concurrency: int = 4  # requests in flight to one origin host from one job at most
     max_source_seconds: float = 6 * 3600
     max_frame_pixels: int = 8192 * 8192
     max_streams: int = 8
@@ -161,6 +166,9 @@ class Settings:
             webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
             cookies_file=Path(env["QUOTECLIP_COOKIES_FILE"]) if env.get("QUOTECLIP_COOKIES_FILE") else None,
             extractor_args=tuple(env.get("QUOTECLIP_EXTRACTOR_ARGS", "").split()),
+            extraction_ttl=_float(env, "QUOTECLIP_EXTRACTION_TTL", cls.extraction_ttl, 0),
+            available_wait=_float(env, "QUOTECLIP_AVAILABLE_WAIT", cls.available_wait, 0),
+            origin_concurrency=int(_float(env, "QUOTECLIP_ORIGIN_CONCURRENCY", cls.origin_concurrency, 1)),
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
             maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),
         )

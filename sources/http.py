@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import urllib3
 
-from quoteclip.errors import SourceTransient, SourceUnavailable
+from quoteclip.errors import SourceThrottled, SourceTransient, SourceUnavailable
 
 from .safety import CheckedURL, check_url, connection_pool, host_header
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,14 @@ READ_TIMEOUT = 20.0  # a stall longer than this fails the read
 RATE_GRACE = 30.0  # seconds before the rate floor applies
 USER_AGENT = "quoteclip/0.1 (+https://github.com/quoteclip)"
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+class LinkRefused(SourceUnavailable):
+    """HTTP 403 or 410 on a media URL: refused or expired. An extracted URL is then extracted again once."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -44,10 +56,13 @@ class Fetcher:
     min_rate: int = 32 * 1024
     read_timeout: float = READ_TIMEOUT
     rate_grace: float = RATE_GRACE
-    headers: dict[str, str] = field(default_factory=dict)
+    cookies: CookieJar | None = None  # the operator's cookies file: a Cookie header for the URLs it covers
+    per_origin: int = 4  # requests in flight to one host at most
     fetched: int = 0
     requests: int = 0
     _pools: dict[tuple[str, str, int, str], urllib3.HTTPConnectionPool] = field(default_factory=dict)
+    _origins: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
         for pool in self._pools.values():
@@ -60,25 +75,50 @@ class Fetcher:
             self._pools[key] = connection_pool(target, urllib3.Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout))
         return self._pools[key]
 
-    def get_range(self, url: str, start: int, end: int | None, check_hosts: bool = True) -> RangeResponse:
-        """GET bytes ``start``..``end`` (inclusive; None: to the end) of ``url``, following checked redirects."""
+    def _origin(self, host: str) -> threading.BoundedSemaphore:
+        with self._lock:
+            if host not in self._origins:
+                self._origins[host] = threading.BoundedSemaphore(self.per_origin)
+            return self._origins[host]
+
+    def cookie_header(self, url: str) -> str | None:
+        if self.cookies is None:
+            return None
+        from urllib.request import Request
+
+        request = Request(url)
+        self.cookies.add_cookie_header(request)
+        return request.get_header("Cookie")
+
+    def get_range(
+        self, url: str, start: int, end: int | None, check_hosts: bool = True, headers: dict[str, str] | None = None
+    ) -> RangeResponse:
+        """GET bytes ``start``..``end`` (inclusive; None: to the end) of ``url``, following checked redirects.
+        ``headers``: the format's own (yt-dlp's ``http_headers``), sent with every hop."""
         hosts = self.allowed_hosts if check_hosts else None
+        extra = headers or {}
         current = url
         for _ in range(MAX_REDIRECTS + 1):
             target = check_url(current, hosts, self.allowed_networks)
-            headers = {
-                **self.headers,
+            sent = {
+                **extra,
                 "Host": host_header(target),
-                "User-Agent": self.headers.get("User-Agent", USER_AGENT),
+                "User-Agent": extra.get("User-Agent", USER_AGENT),
                 "Range": f"bytes={start}-{'' if end is None else end}",
                 "Accept-Encoding": "identity",
             }
+            cookie = self.cookie_header(current)
+            if cookie:
+                sent["Cookie"] = cookie
             self.requests += 1
+            origin = self._origin(target.host)
+            origin.acquire()
             try:
                 resp = self._pool(target).urlopen(
-                    "GET", target.path, headers=headers, redirect=False, retries=False, preload_content=False
+                    "GET", target.path, headers=sent, redirect=False, retries=False, preload_content=False
                 )
             except urllib3.exceptions.HTTPError as exc:
+                origin.release()
                 raise SourceTransient(f"source could not be reached ({_reason(exc)}): {target.host}") from None
             try:
                 if resp.status in (301, 302, 303, 307, 308):
@@ -90,15 +130,24 @@ class Fetcher:
                     continue
                 return self._read(resp, start, end, target)
             finally:
+                if resp.status not in (200, 206):  # a refusal's or redirect's short body: read, so the connection
+                    resp.drain_conn()  # can serve the next request
                 resp.release_conn()
+                origin.release()
         raise SourceUnavailable(f"source redirected more than {MAX_REDIRECTS} times: {url}")
 
     def _read(self, resp: Any, start: int, end: int | None, target: CheckedURL) -> RangeResponse:
         status = resp.status
-        if status in (404, 410):
+        if status == 404:
             raise SourceUnavailable(f"source not found (HTTP {status}): {target.url}")
+        if status == 410:
+            raise LinkRefused(f"source not found (HTTP {status}): {target.url}", status)
         if status == 416:
             raise SourceUnavailable(f"source refused the byte range {start}- (HTTP 416): {target.url}")
+        if status == 403:
+            raise LinkRefused(f"source refused (HTTP {status}): {target.url}", status)
+        if status == 429:
+            raise SourceThrottled(f"the source host is throttling requests (HTTP 429): {target.host}")
         if 400 <= status < 500:
             raise SourceUnavailable(f"source refused (HTTP {status}): {target.url}")
         if status >= 500:

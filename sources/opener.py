@@ -3,19 +3,23 @@ a loopback proxy, pages through yt-dlp first."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quoteclip.errors import QuoteclipError
+from quoteclip.errors import QuoteclipError, SourceTransient, SourceUnavailable
 from quoteclip.media import Readable
 from quoteclip.settings import Settings
 
 from . import SourceRef, allowed_hosts, is_direct_media
 
 if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
+
+    from .extraction import Extracted, Extractions
     from .http import Fetcher
     from .remote import RemoteFile
 
@@ -32,6 +36,7 @@ class OpenedSource:
     fetcher: Fetcher | None = None
     title: str | None = None
     source_id: str | None = None
+    extractions: int = 0  # page extractions this job made (0: none, or the shared cache had it)
 
     @property
     def fetched_bytes(self) -> int:
@@ -44,9 +49,15 @@ class OpenedSource:
 
 @contextmanager
 def open_source(
-    ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: str, preview: bool = False
+    ref: SourceRef,
+    settings: Settings,
+    workdir: Path,
+    ffmpeg_bin: str,
+    preview: bool = False,
+    on_wait: Callable[[float], None] | None = None,
 ) -> Iterator[OpenedSource]:
-    """``preview``: a page's lower-resolution format will do (an encoded preview is 640×360)."""
+    """``preview``: a page's lower-resolution format will do (an encoded preview is 640×360). ``on_wait``: told
+    the seconds this job waits for a format the site makes available later."""
     if not ref.remote:
         yield OpenedSource(video=ref.input, probe_video=ref.input)
         return
@@ -66,23 +77,27 @@ def open_source(
         settings.min_fetch_rate,
         read_timeout=settings.fetch_timeout,
         rate_grace=settings.fetch_rate_grace,
+        cookies=load_cookies(settings.cookies_file) if settings.cookies_file is not None else None,
+        per_origin=settings.origin_concurrency,
     )
     cache = BlockCache(settings.cache_dir, settings.cache_max_bytes)
     title = None
+    pages: Extractions | None = None
     if is_direct_media(ref.input):
-        urls, check_hosts = [ref.input], True
+        remotes = [RemoteFile(ref.input, fetcher, cache)]
     else:
-        from .ytdlp import extract
-
-        found = extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview,
-                        cookies_file=settings.cookies_file, extractor_args=settings.extractor_args)  # fmt: skip
-        urls = [found.video_url] + ([found.audio_url] if found.audio_url else [])
-        check_hosts = False  # media hosts (CDNs) come from the extractor; the address rules still apply
-        fetcher.headers = found.headers
+        pages = page_extractions(ref, settings, workdir, ffmpeg_bin, preview)
+        found = pages.get()
+        wait_until_available(found, settings.available_wait, on_wait)
         title = found.title
+        # media hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply
+        remotes = [
+            RemoteFile(f.url, fetcher, cache, check_hosts=False, content_key=f.content_key(found.extractor, found.id),
+                       headers=f.headers, refresh=_refresher(pages, found, role))
+            for role, f in enumerate(found.formats)
+        ]  # fmt: skip
     try:
         with SourceProxy() as proxy:
-            remotes = [RemoteFile(url, fetcher, cache, check_hosts) for url in urls]
             inputs = [proxy.add(r) for r in remotes]
             readers = [RangeReader(r) for r in remotes]
             try:
@@ -95,9 +110,74 @@ def open_source(
                     fetcher=fetcher,
                     title=title,
                     source_id=remotes[0].sid,
+                    extractions=pages.made if pages is not None else 0,
                 )
             finally:
                 for reader in readers:
                     reader.close()
     finally:
         fetcher.close()
+
+
+def page_extractions(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: str, preview: bool) -> Extractions:
+    """A page's extraction through the shared cache (Redis for queued jobs, files for the inline CLI)."""
+    from .extraction import Extractions, entry_store
+    from .ytdlp import extract
+
+    def read_page() -> Extracted:
+        return extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview,
+                       cookies_file=settings.cookies_file, extractor_args=settings.extractor_args)  # fmt: skip
+
+    return Extractions(
+        entry_store(settings.cache_dir / "extractions"),
+        ref.identity,
+        "preview" if preview else "final",
+        read_page,
+        cap=settings.extraction_ttl,
+    )
+
+
+def _refresher(pages: Extractions, found: Extracted, role: int) -> Callable[[str], str]:
+    """A fresh URL for format ``role`` (0 video, 1 audio) after its URL was refused: one new extraction, shared by
+    the job's files (the second to ask finds the first's)."""
+    state = {"found": found}
+
+    def refresh(stale_url: str) -> str:
+        fresh = pages.refresh(state["found"])
+        state["found"] = fresh
+        if role >= len(fresh.formats):
+            raise SourceUnavailable("source changed: a fresh extraction offers no separate audio format")
+        return fresh.formats[role].url
+
+    return refresh
+
+
+def wait_until_available(found: Extracted, limit: float, on_wait: Callable[[float], None] | None) -> None:
+    """Some formats are refused until a time the site names (``available_at``): wait for it, up to ``limit``."""
+    later = max((f.available_at or 0.0 for f in found.formats), default=0.0)
+    wait = later - time.time()
+    if wait <= 0:
+        return
+    if wait > limit:
+        raise SourceTransient(
+            f"the site makes this video's format available in {wait:.0f} s, over QUOTECLIP_AVAILABLE_WAIT ({limit:g} s)"
+        )
+    if on_wait is not None:
+        on_wait(wait)
+    time.sleep(wait + 0.05)
+
+
+def load_cookies(path: Path) -> CookieJar:
+    """The operator's cookies file (Netscape format), read by this worker for the media requests it makes."""
+    from http.cookiejar import LoadError, MozillaCookieJar
+
+    jar = MozillaCookieJar(str(path))
+    try:
+        jar.load(ignore_discard=True, ignore_expires=True)
+    except (OSError, LoadError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SourceUnavailable(f"QUOTECLIP_COOKIES_FILE cannot be read ({reason}): {path}") from None
+    for cookie in jar:
+        if cookie.expires == 0:  # a session cookie, as browsers export it (and yt-dlp reads it)
+            cookie.expires = None
+    return jar

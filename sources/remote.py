@@ -5,26 +5,46 @@ from __future__ import annotations
 import io
 import logging
 import threading
+from collections import deque
+from collections.abc import Callable
 from contextlib import ExitStack
 
-from quoteclip.errors import QuoteclipError, SourceUnavailable
+from quoteclip.errors import QuoteclipError, SourceLinkExpired, SourceUnavailable
 
 from .cache import BlockCache
-from .http import Fetcher
+from .http import Fetcher, LinkRefused, RangeResponse
 
 log = logging.getLogger(__name__)
 
 MAX_RUN = 8  # blocks fetched in one request at most
-READ_AHEAD = 4  # blocks fetched past the end of a read (ffmpeg reads on sequentially): fewer round trips
+READ_AHEAD = 4  # blocks fetched past the end of a sequential read (ffmpeg reads on): fewer round trips
 
 
 class RemoteFile:
-    def __init__(self, url: str, fetcher: Fetcher, cache: BlockCache, check_hosts: bool = True) -> None:
+    """``content_key``: what the bytes are (an extracted format: extractor, video id, format id, size), so the block
+    cache is shared whatever URL each extraction signed; a plain media URL is its own key. ``refresh``: for an
+    extracted URL, gives a fresh one after a 403/410 (called once per file)."""
+
+    def __init__(
+        self,
+        url: str,
+        fetcher: Fetcher,
+        cache: BlockCache,
+        check_hosts: bool = True,
+        content_key: str | None = None,
+        headers: dict[str, str] | None = None,
+        refresh: Callable[[str], str] | None = None,
+    ) -> None:
         self.url = url
         self.fetcher = fetcher
         self.cache = cache
         self.check_hosts = check_hosts
-        self.sid = cache.source_id(url)
+        self.headers = headers or {}
+        self.refresh = refresh
+        self.refreshed = False
+        self._url_lock = threading.Lock()
+        self._ends: deque[int] = deque(maxlen=8)  # where recent reads ended: a read starting there is sequential
+        self.sid = cache.source_id(content_key or url)
         self.size: int | None = None
         self.etag: object = None
         self._load_meta()
@@ -65,12 +85,16 @@ class RemoteFile:
             length = min(length, self.size - offset)
         bs = self.block_size
         first, last = offset // bs, (offset + length - 1) // bs
+        # a read that goes on from where one ended reads ahead; a jump (the index at the end, a seek) does not,
+        # so each seek costs the blocks it needs, not READ_AHEAD more
+        ahead = READ_AHEAD if offset in self._ends else 0
+        self._ends.append(offset + length)
         parts: list[bytes] = []
         index = first
         while index <= last:
             data = self.cache.get(self.sid, index)
             if data is None:
-                fetched = self._fetch_run(index, last + READ_AHEAD)
+                fetched = self._fetch_run(index, last + ahead)
                 data = fetched.get(index, b"")
             parts.append(data)
             if len(data) < bs:  # end of file
@@ -99,7 +123,7 @@ class RemoteFile:
                 start, end = index * bs, (end_index + 1) * bs - 1
                 if self.size is not None:
                     end = min(end, self.size - 1)
-                resp = self.fetcher.get_range(self.url, start, end, check_hosts=self.check_hosts)
+                resp = self._get(start, end)
                 self._check_identity(resp.total, resp.etag)
                 blocks: dict[int, bytes] = {}
                 for k, i in enumerate(range(index, end_index + 1)):
@@ -111,6 +135,25 @@ class RemoteFile:
                         self.cache.put(self.sid, i, chunk)
                     blocks[i] = chunk
                 return blocks
+
+    def _get(self, start: int, end: int) -> RangeResponse:
+        url = self.url
+        try:
+            return self.fetcher.get_range(url, start, end, check_hosts=self.check_hosts, headers=self.headers)
+        except LinkRefused as refused:
+            if self.refresh is None:
+                raise  # a plain media URL cannot be extracted again: its 403 stays
+            with self._url_lock:
+                if self.url == url:  # not yet refreshed by another read
+                    if self.refreshed:
+                        raise _expired(refused.status) from None
+                    log.info("media link refused (HTTP %s): extracting the page again", refused.status)
+                    self.url = self.refresh(url)
+                    self.refreshed = True
+            try:
+                return self.fetcher.get_range(self.url, start, end, check_hosts=self.check_hosts, headers=self.headers)
+            except LinkRefused as again:
+                raise _expired(again.status) from None
 
     def _check_identity(self, total: int | None, etag: str | None) -> None:
         with self._meta_lock:
@@ -124,7 +167,14 @@ class RemoteFile:
                 self.cache.drop(self.sid)
             if total is not None and (total != self.size or etag != self.etag):
                 self.size, self.etag = total, etag
-                self.cache.set_meta(self.sid, {"url": self.url, "size": total, "etag": etag})
+                self.cache.set_meta(self.sid, {"size": total, "etag": etag})
+
+
+def _expired(status: int) -> SourceLinkExpired:
+    return SourceLinkExpired(
+        f"the site refused its media link (HTTP {status}), again after a fresh extraction: the link expired, or "
+        "the site wants the operator's cookies, a PO token or another address"
+    )
 
 
 class RangeReader(io.RawIOBase):

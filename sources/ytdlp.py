@@ -8,7 +8,6 @@ postprocessors, no external downloaders, no files written outside the job's fold
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +24,7 @@ from quoteclip.errors import (
 )
 
 from .egress import EgressProxy
+from .extraction import Extracted, MediaFormat
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +37,6 @@ FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
 # Decoding 360p costs a fraction of 1080p, and decoding is most of a preview's time.
 PREVIEW_FORMAT = f"bv*[height>=360][height<=480]{_HTTP}+ba{_HTTP}/b[height>=360][height<=480]{_HTTP}/{FORMAT}"
 PREVIEW_SORT = ["res:360", "proto:https", "vcodec", "acodec"]
-
-
-@dataclass(frozen=True)
-class Extracted:
-    id: str
-    title: str
-    extractor: str
-    duration: float | None
-    video_url: str
-    audio_url: str | None
-    headers: dict[str, str] = field(default_factory=dict)
-    height: int | None = None
 
 
 class _Logger:
@@ -224,16 +212,29 @@ def _extracted(url: str, info: dict[str, Any] | None) -> Extracted:
     audio = next((f for f in formats if f is not video and f.get("acodec") not in (None, "none")), None)
     if not video.get("url"):
         raise SourceUnavailable(f"source offers no plain http(s) format (streaming manifests only): {url}")
-    headers = {k: str(v) for k, v in (video.get("http_headers") or {}).items() if k.lower() not in {"host", "range"}}
     return Extracted(
         id=str(info.get("id") or ""),
         title=str(info.get("title") or "")[:200],
         extractor=str(info.get("extractor_key") or info.get("extractor") or ""),
         duration=float(info["duration"]) if info.get("duration") else None,
-        video_url=str(video["url"]),
-        audio_url=str(audio["url"]) if audio is not None and audio.get("url") else None,
-        headers=headers,
+        video=_media_format(video),
+        audio=_media_format(audio) if audio is not None and audio.get("url") else None,
         height=int(video["height"]) if video.get("height") else None,
+    )
+
+
+def _media_format(f: dict[str, Any]) -> MediaFormat:
+    """A chosen format as the fetcher needs it: the headers yt-dlp would send with it (never Host, Range or
+    Cookie: cookies come from the operator's file at each request), its size and ``available_at`` when known."""
+    skip = {"host", "range", "cookie"}
+    size = f.get("filesize")
+    return MediaFormat(
+        url=str(f["url"]),
+        format_id=str(f.get("format_id") or ""),
+        protocol=str(f.get("protocol") or "https"),
+        headers={k: str(v) for k, v in (f.get("http_headers") or {}).items() if k.lower() not in skip},
+        filesize=int(size) if isinstance(size, int | float) and size > 0 else None,
+        available_at=float(f["available_at"]) if f.get("available_at") else None,
     )
 
 

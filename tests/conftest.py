@@ -18,6 +18,11 @@ from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 
 ROOT = Path(__file__).resolve().parent.parent
+# The test video site's yt-dlp extractor is a plugin (tests/plugins/yt_dlp_plugins), found on the Python path as
+# yt-dlp finds any plugin: here, and in every CLI and worker process the tests start.
+PLUGINS = str(ROOT / "tests" / "plugins")
+sys.path.insert(0, PLUGINS)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture(scope="session", autouse=True)

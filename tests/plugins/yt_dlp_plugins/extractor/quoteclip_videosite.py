@@ -1,0 +1,24 @@
+"""A yt-dlp extractor for the tests' video site (tests/videosite.py), loaded as yt-dlp loads any plugin (a
+``yt_dlp_plugins`` package on the Python path). It hands yt-dlp what a real site's extractor does: freshly signed
+media URLs with an ``expire=`` time, the headers every media request must carry, sizes, and ``available_at``."""
+
+from urllib.parse import urljoin
+
+from yt_dlp.extractor.common import InfoExtractor
+
+
+class QuoteclipVideoSiteIE(InfoExtractor):
+    IE_NAME = "quoteclip:videosite"
+    _VALID_URL = r"https?://127\.0\.0\.1:\d+/watch/(?P<id>[\w-]+)"
+
+    def _real_extract(self, url):
+        video_id = self._match_id(url)
+        webpage = self._download_webpage(url, video_id)
+        data = self._search_json(
+            r'<script[^>]+id="player"[^>]*>', webpage, "player data", video_id, end_pattern=r"</script>"
+        )
+        formats = [
+            {**f, "url": urljoin(url, f["url"]), "http_headers": dict(data.get("headers") or {})}
+            for f in data["formats"]
+        ]
+        return {"id": video_id, "title": data["title"], "duration": data.get("duration"), "formats": formats}

@@ -1,0 +1,171 @@
+"""Sources as real video sites behave: freshly signed URLs on every page load, the origin's range rules, links that
+expire, formats available later, a cookie and headers every media request needs; one extraction per episode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from mediacheck import first_bright_frame, first_loud_sample
+from videosite import Episode, SiteFormat, VideoSite
+
+from jobs.pipeline import Stage, produce_clip
+from quoteclip.errors import SourceLinkExpired, SourceTransient, SourceUnavailable
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from storage import LocalStorage
+
+EPISODE_SECONDS = 600
+
+
+@pytest.fixture(scope="session")
+def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
+    """A 10-minute episode (flash + beep on every second; keyframes every 10 s) as a site serves it: separate
+    video-only and audio-only files (YouTube's adaptive formats)."""
+    folder = tmp_path_factory.mktemp("site")
+    files = {"video": folder / "ep-video.mp4", "audio": folder / "ep-audio.m4a"}
+    quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
+    # noise makes the picture cost what real video does (about 1.3 Mbit/s, as 720p): "a few % of the bytes" means
+    # something
+    base = folder / "base.mp4"
+    picture = "color=c=black:s=320x180:r=30:d=20,drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)',noise=alls=20:allf=t"
+    encode = ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-crf", "30", "-g", "300",
+              "-keyint_min", "300", "-sc_threshold", "0"]  # fmt: skip
+    subprocess.run([*quiet, "-f", "lavfi", "-i", picture, *encode, str(base)], check=True)
+    # the picture by looping (stream copy: quick); the beep made whole, since looped AAC drifts a frame per loop
+    subprocess.run([*quiet, "-stream_loop", str(EPISODE_SECONDS // 20 - 1), "-i", str(base), "-c", "copy",
+                    str(files["video"])], check=True)  # fmt: skip
+    beep = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={EPISODE_SECONDS}"
+    subprocess.run([*quiet, "-f", "lavfi", "-i", beep, "-c:a", "aac", str(files["audio"])], check=True)
+    return files
+
+
+@pytest.fixture
+def site(episode_files) -> Iterator[VideoSite]:
+    server = VideoSite()
+    server.episodes["ep1"] = Episode(
+        "Episode one",
+        EPISODE_SECONDS,
+        [
+            SiteFormat("137", episode_files["video"], vcodec="avc1.64001f", width=320, height=180),
+            SiteFormat("140", episode_files["audio"], ext="m4a", vcodec="none", acodec="mp4a.40.2"),
+        ],
+    )
+    yield server
+    server.close()
+
+
+def clip(settings: Settings, source: str, start: float, end: float, **extra: object):
+    stages: list[str] = []
+    spec = build_spec({"source": source, "start": start, "end": end, **extra})
+    result = produce_clip(spec, settings, LocalStorage(settings.storage_dir), report=lambda s, p: stages.append(s))
+    return result, stages
+
+
+def assert_exact(path: Path, flash_at: float) -> None:
+    """The cut starts at the source frame at ``start``: the next flash (a whole second of the source) shows at
+    ``flash_at`` in the clip, and its beep with it."""
+    flash, beep = first_bright_frame(path), first_loud_sample(path)
+    assert flash is not None and beep is not None
+    assert abs(flash - flash_at) <= 0.001 + 1 / 60, f"flash at {flash:.3f} s, expected {flash_at}"
+    assert abs(beep - flash) <= 0.040, f"beep at {beep:.3f} s, flash at {flash:.3f} s"
+
+
+def test_page_source_cut_exactly_by_the_origins_rules_one_extraction(site, settings, episode_files) -> None:
+    total = sum(f.file.stat().st_size for f in site.episodes["ep1"].formats)
+    first, _ = clip(settings, site.url("ep1"), 300.9, 307.9)
+    assert_exact(Path(first.path), 0.1)
+    assert site.refused == [], site.refused  # no HEAD, no open-ended or over-10-MiB range, headers sent
+    assert site.page_loads["ep1"] == 1
+    assert first.source_bytes is not None and first.source_bytes < 0.05 * total, (first.source_bytes, total)
+
+    # the same episode by the same page again, overlapping cut: the extraction and the bytes are reused
+    second, _ = clip(settings, site.url("ep1"), 301.9, 308.9)
+    assert site.page_loads["ep1"] == 1
+    assert second.source_bytes is not None and second.source_bytes < 0.25 * first.source_bytes
+    assert_exact(Path(second.path), 0.1)
+
+    # the cached extraction ends (as its expiry comes): the next job reads the page again, gets freshly signed
+    # URLs, and still finds the bytes it has, cached under the content's identity (not the URL's)
+    for entry in (settings.cache_dir / "extractions").glob("*.json"):
+        entry.unlink()
+    third, _ = clip(settings, site.url("ep1"), 301.9, 308.9, caption="freshly signed")
+    assert site.page_loads["ep1"] == 2
+    assert third.source_bytes is not None and third.source_bytes < 0.25 * first.source_bytes
+    assert site.bytes_sent_twice() == 0
+
+
+def test_a_link_expiring_mid_job_is_extracted_again_and_the_clip_finishes(site, settings) -> None:
+    site.uses_by_load = [3]  # the first page's links answer three requests, then 403
+    result, _ = clip(settings, site.url("ep1"), 120.9, 127.9)
+    assert_exact(Path(result.path), 0.1)
+    assert site.page_loads["ep1"] == 2 and ("ep1/137", "expired link") in site.refused
+
+
+def test_links_refused_again_after_a_fresh_extraction_say_expired_link(site, settings) -> None:
+    site.uses = 0
+    with pytest.raises(SourceLinkExpired, match="again after a fresh extraction") as info:
+        clip(settings, site.url("ep1"), 10, 12)
+    assert info.value.kind == "expired link" and not info.value.permanent
+    assert site.page_loads["ep1"] == 2  # one re-extraction, not more
+
+
+def test_a_format_available_later_is_waited_for(site, settings, episode_files) -> None:
+    site.episodes["ep1"].formats[1].available_in = 1.5
+    began = time.monotonic()
+    result, stages = clip(settings, site.url("ep1"), 30.9, 32.9)
+    assert time.monotonic() - began >= 1.0 and Stage.WAITING in stages
+    assert not [r for r in site.refused if r[1] == "before available_at"]
+    assert_exact(Path(result.path), 0.1)
+    # a wait over the operator's limit fails as transient (retried later), naming the variable
+    site.episodes["ep1"].formats[1].available_in = 600
+    with pytest.raises(SourceTransient, match="QUOTECLIP_AVAILABLE_WAIT"):
+        clip(replace(settings, cache_dir=settings.cache_dir / "other"), site.url("ep1"), 40.9, 42.9)
+
+
+def test_media_behind_a_cookie_gets_the_operators_cookies(site, settings, tmp_path) -> None:
+    site.cookie = "session=letmein"
+    with pytest.raises(SourceUnavailable, match="cookies"):
+        clip(settings, site.url("ep1"), 10, 12)
+    jar = tmp_path / "cookies.txt"
+    jar.write_text("# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\tletmein\n")
+    done, _ = clip(replace(settings, cookies_file=jar), site.url("ep1"), 10, 12)
+    assert abs(done.duration - 2.0) <= 1 / 30
+    # the cached extraction holds no cookie: a worker without the file cannot use it
+    stored = list((settings.cache_dir / "extractions").glob("*.json"))
+    assert stored and all("letmein" not in p.read_text() for p in stored)
+
+
+def test_cli_renders_share_one_extraction_on_disk(site, tmp_path) -> None:
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "QUOTECLIP_CACHE_DIR": str(tmp_path / "cache"),
+           "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32"}  # fmt: skip
+    for start in ("60.9", "64.9"):
+        done = run_cli("render", site.url("ep1"), "--start", start, "--end", str(float(start) + 3), "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["duration"] == pytest.approx(3.0, abs=1 / 30)
+    assert site.page_loads["ep1"] == 1
+
+
+def test_workers_share_one_extraction_through_redis(site, queue_env, workers, redis_url) -> None:
+    import redis as redis_lib
+
+    env = {**queue_env, "QUOTECLIP_SOURCE_HOSTS": "*"}
+    ids = []
+    for start in (200.9, 204.9, 208.9, 212.9):
+        queued = run_cli("enqueue", site.url("ep1"), "--start", str(start), "--end", str(start + 2), "--json", env=env)
+        assert queued.returncode == 0, queued.stderr
+        ids.append(json.loads(queued.stdout)["job_id"])
+    workers.env = env
+    workers.burst(2)
+    for job_id in ids:
+        status = json.loads(run_cli("status", job_id, "--json", env=env).stdout)
+        assert status["status"] == "finished", status
+    assert site.page_loads["ep1"] == 1  # four jobs on two workers, one extraction
+    keys = redis_lib.Redis.from_url(redis_url).keys("quoteclip:extraction:*")
+    assert len(keys) == 1

@@ -1,0 +1,177 @@
+"""A loopback "video site" that behaves as real ones do towards quoteclip (YouTube's rules as yt-dlp's
+documentation and issue tracker describe them; YouTube itself cannot be reached from the test machines):
+
+- ``/watch/ID`` is a page whose media URLs are freshly signed on every load (``?sig=…&expire=…``), with a
+  header every media request must carry (``X-Site-Token``, as yt-dlp's ``http_headers``);
+- media URLs answer 403 to HEAD, to a request without a Range, to an open-ended range and to a range over
+  10 MiB; a signature is good for ``uses`` requests, then 403 (an expired link);
+- a format may be refused (403) until its ``available_at`` time; a cookie may be required for media;
+- the yt-dlp extractor for it is a plugin (tests/plugins), found on the Python path as any plugin is.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from services import _range_rule_broken
+
+from sources.ranges import Body, RangeHandler
+
+
+@dataclass
+class SiteFormat:
+    format_id: str
+    file: Path
+    ext: str = "mp4"
+    vcodec: str = "avc1.64001f"
+    acodec: str = "none"
+    width: int | None = None
+    height: int | None = None
+    available_in: float | None = None  # seconds after the page load before the format answers
+
+
+@dataclass
+class Episode:
+    title: str
+    duration: float
+    formats: list[SiteFormat]
+
+
+@dataclass
+class VideoSite:
+    episodes: dict[str, Episode] = field(default_factory=dict)
+    uses: int = 1_000_000  # requests one signed URL answers before it expires (403)
+    uses_by_load: list[int] = field(default_factory=list)  # per page load (1st, 2nd, …), else ``uses``
+    lifetime: float = 6 * 3600  # the expire= time written into each URL
+    cookie: str | None = None  # "name=value" every media request must carry
+    page_loads: Counter[str] = field(default_factory=Counter)
+    bytes_sent: Counter[str] = field(default_factory=Counter)  # "ID/FORMAT" -> bytes
+    ranges: list[tuple[str, int, int]] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # ("ID/FORMAT", why)
+    _signatures: dict[str, list[float]] = field(default_factory=dict)  # sig -> [uses left, available at]
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    def url(self, video_id: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/watch/{video_id}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def expire_all(self) -> None:
+        """Every URL handed out so far stops working (as signed links do after some hours)."""
+        with self._lock:
+            for entry in self._signatures.values():
+                entry[0] = 0
+
+    def bytes_sent_twice(self) -> int:
+        dup = 0
+        for name in {n for n, _, _ in self.ranges}:
+            reach = 0
+            for s, e in sorted((s, e) for n, s, e in self.ranges if n == name):
+                if s < reach:
+                    dup += min(e, reach) - s
+                reach = max(reach, e)
+        return dup
+
+    def _page(self, video_id: str) -> str:
+        episode = self.episodes[video_id]
+        now = time.time()
+        load = sum(self.page_loads.values()) - 1
+        uses = self.uses_by_load[load] if load < len(self.uses_by_load) else self.uses
+        formats = []
+        for f in episode.formats:
+            sig = uuid.uuid4().hex
+            available = now + f.available_in if f.available_in else 0.0
+            with self._lock:
+                self._signatures[sig] = [uses, available]
+            formats.append({
+                "format_id": f.format_id, "ext": f.ext, "vcodec": f.vcodec, "acodec": f.acodec,
+                "width": f.width, "height": f.height, "filesize": f.file.stat().st_size,
+                "url": f"/media/{video_id}/{f.format_id}?sig={sig}&expire={int(now + self.lifetime)}",
+                **({"available_at": int(available) + 1} if available else {}),
+            })  # fmt: skip
+        data = {"title": episode.title, "duration": episode.duration, "formats": formats,
+                "headers": {"X-Site-Token": f"token-{video_id}"}}  # fmt: skip
+        body = html.escape(json.dumps(data), quote=False)
+        player = f'<script id="player" type="application/json">{body}</script>'
+        return f"<html><head><title>{episode.title}</title></head><body>{player}</body></html>"
+
+    def _handler(self) -> type[RangeHandler]:
+        site = self
+
+        class Handler(RangeHandler):
+            chunk = 65536
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def open_body(self) -> Body | None:
+                self.media_name: str | None = None
+                parts = urlsplit(self.path)
+                path = parts.path.strip("/").split("/")
+                if len(path) == 2 and path[0] == "watch" and path[1] in site.episodes:
+                    with site._lock:
+                        site.page_loads[path[1]] += 1
+                    page = site._page(path[1]).encode()
+                    return Body(len(page), lambda o, n: page[o : o + n], "text/html; charset=utf-8")
+                if len(path) == 3 and path[0] == "media" and path[1] in site.episodes:
+                    return self._media(path[1], path[2], parse_qs(parts.query))
+                self.send_empty(404)
+                return None
+
+            def _media(self, video_id: str, format_id: str, query: dict[str, list[str]]) -> Body | None:
+                name = f"{video_id}/{format_id}"
+                found = [f for f in site.episodes[video_id].formats if f.format_id == format_id]
+                why = _range_rule_broken(self.command, self.headers.get("Range", ""))
+                sig = (query.get("sig") or [""])[0]
+                with site._lock:
+                    entry = site._signatures.get(sig)
+                    if why is None and (entry is None or entry[0] <= 0):
+                        why = "expired link"
+                    elif why is None and entry[1] > time.time():
+                        why = "before available_at"
+                    elif why is None and self.headers.get("X-Site-Token") != f"token-{video_id}":
+                        why = "missing header"
+                    elif why is None and site.cookie and site.cookie not in self.headers.get("Cookie", ""):
+                        why = "missing cookie"
+                    if entry is not None:
+                        entry[0] -= 1
+                    if why is not None:
+                        site.refused.append((name, why))
+                if why is not None or not found:
+                    self.send_empty(403 if found else 404)
+                    return None
+                file = found[0].file
+
+                def read(offset: int, count: int) -> bytes:
+                    with open(file, "rb") as f:
+                        f.seek(offset)
+                        return f.read(count)
+
+                self.media_name = name
+                return Body(file.stat().st_size, read, "video/mp4")
+
+            def sent(self, start: int, count: int) -> None:
+                name = getattr(self, "media_name", None)
+                if name is not None:
+                    with site._lock:
+                        site.bytes_sent[name] += count
+                        site.ranges.append((name, start, start + count))
+
+        return Handler
