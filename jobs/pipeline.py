@@ -69,8 +69,12 @@ def produce_clip(
             say(Stage.WAITING, STAGE_START[Stage.WAITING])
 
         preview_format = spec.quality == "preview"
-        with open_source(source, settings, Path(tmp), binary, preview=preview_format, on_wait=waiting) as opened:
+        cut_span = (spec.cut_start, spec.cut_end)
+        with open_source(source, settings, Path(tmp), binary, preview_format, waiting, cut_span) as opened:
             info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
+            if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
+                offsets = opened.offsets
+                info = replace(info, duration=opened.duration, timeline_offset=offsets[0], audio_offset=offsets[1])
             if opened.probe_audio is not None:
                 info = replace(info, has_audio=has_audio(opened.probe_audio))
             check_limits(

@@ -46,14 +46,22 @@ def copy_refusal(info: MediaInfo) -> str | None:
 
 
 def copy_command(
-    source: str, start: float, duration: float, output: str, ffmpeg_bin: str, audio_source: str | None, audio: bool
+    source: str,
+    start: float,
+    duration: float,
+    output: str,
+    ffmpeg_bin: str,
+    audio_source: str | None,
+    audio: bool,
+    offsets: tuple[float, float] = (0.0, 0.0),
 ) -> list[str]:
     """One ffmpeg run, stream copy only: the first video stream (and the audio) from the keyframe before
-    ``start``; the MP4 muxer writes the edit list that starts playback at ``start``."""
-    src = source_input(source, start, duration)
+    ``start``; the MP4 muxer writes the edit list that starts playback at ``start``. ``offsets``: where the video
+    and audio inputs' time 0 lie on the source's timeline."""
+    src = source_input(source, start - offsets[0], duration)
     streams = [src.video]
     if audio_source is not None:
-        streams.append(source_input(audio_source, start, duration).audio)
+        streams.append(source_input(audio_source, start - offsets[1], duration).audio)
     elif audio:
         streams.append(src.audio)
     out = ffmpeg.output(*streams, output, c="copy", movflags="+faststart", map_metadata=-1, f="mp4")
@@ -77,7 +85,8 @@ def copy_clip(
     check_span(spec, info)
     cut = cut_for(spec, info)
     output = workdir / "clip.mp4"
-    argv = copy_command(source, cut[0], cut[1], str(output), ffmpeg_bin, audio_source, info.has_audio)
+    offsets = (info.timeline_offset, info.audio_offset)
+    argv = copy_command(source, cut[0], cut[1], str(output), ffmpeg_bin, audio_source, info.has_audio, offsets)
     began = time.perf_counter()
     run_ffmpeg(argv, timeout=timeout)
     ffmpeg_s = round(time.perf_counter() - began, 3)

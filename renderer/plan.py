@@ -93,7 +93,7 @@ def build_command(
     width, height = spec.size
     start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
     preview = spec.quality == "preview"
-    src = source_input(source, start, duration, preview, max_pixels)
+    src = source_input(source, start - info.timeline_offset, duration, preview, max_pixels)
     video = _fit(src.video, width, height, spec.fit, crop_x)
     for overlay in overlays:
         if overlay.sequence:
@@ -104,7 +104,7 @@ def build_command(
             layer = ffmpeg.input(overlay.path, protocol_whitelist="file")
         video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
     if audio_source is not None:
-        audio = source_input(audio_source, start, duration).audio
+        audio = source_input(audio_source, start - info.audio_offset, duration).audio
     elif info.has_audio:
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player

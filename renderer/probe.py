@@ -33,6 +33,10 @@ class MediaInfo:
     start_time: float = 0.0
     streams: int = 1
     base_rate: str = ""  # the rate frames are timed on (r_frame_rate), e.g. 30000/1001, for frame indices
+    # Where the inputs' time 0 lies on the source's timeline (seconds): 0 for a whole file; for the local file an
+    # HLS source's needed segments were joined into, its first segment's start. ffmpeg cuts at start - offset.
+    timeline_offset: float = 0.0
+    audio_offset: float = 0.0  # the same for a separate audio input
 
     @property
     def display_size(self) -> tuple[int, int]:

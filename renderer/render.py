@@ -126,7 +126,7 @@ def render_clip(
         width, height = spec.size
         src_w, src_h = info.display_size
         scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
-        faces = face_track(probe_source if probe_source is not None else source, cut[0], cut[1])
+        faces = face_track(probe_source if probe_source is not None else source, cut[0] - info.timeline_offset, cut[1])
         crop_x = crop_x_expression(faces, scaled_w, width)
         log.info("speaker framing: %d face positions", len(faces))
     duration = cut[1]

@@ -90,11 +90,22 @@ class Fetcher:
         self.cookies.add_cookie_header(request)
         return request.get_header("Cookie")
 
+    def get_document(self, url: str, cap: int, headers: dict[str, str] | None = None, what: str = "document") -> bytes:
+        """A small document (a playlist, a segment) whole, by a GET without a Range, refused over ``cap`` bytes."""
+        return self.get_range(url, None, None, check_hosts=False, headers=headers, cap=(cap, what)).data
+
     def get_range(
-        self, url: str, start: int, end: int | None, check_hosts: bool = True, headers: dict[str, str] | None = None
+        self,
+        url: str,
+        start: int | None,
+        end: int | None,
+        check_hosts: bool = True,
+        headers: dict[str, str] | None = None,
+        cap: tuple[int, str] | None = None,
     ) -> RangeResponse:
-        """GET bytes ``start``..``end`` (inclusive; None: to the end) of ``url``, following checked redirects.
-        ``headers``: the format's own (yt-dlp's ``http_headers``), sent with every hop."""
+        """GET bytes ``start``..``end`` (inclusive; None: to the end; ``start`` None: no Range, the whole body) of
+        ``url``, following checked redirects. ``headers``: the format's own (yt-dlp's ``http_headers``), sent with
+        every hop."""
         hosts = self.allowed_hosts if check_hosts else None
         extra = headers or {}
         current = url
@@ -104,9 +115,10 @@ class Fetcher:
                 **extra,
                 "Host": host_header(target),
                 "User-Agent": extra.get("User-Agent", USER_AGENT),
-                "Range": f"bytes={start}-{'' if end is None else end}",
                 "Accept-Encoding": "identity",
             }
+            if start is not None:
+                sent["Range"] = f"bytes={start}-{'' if end is None else end}"
             cookie = self.cookie_header(current)
             if cookie:
                 sent["Cookie"] = cookie
@@ -128,7 +140,7 @@ class Fetcher:
                     current = urljoin(current, location)
                     hosts = None  # the first URL passed the allowlist; every hop still passes the address check
                     continue
-                return self._read(resp, start, end, target)
+                return self._read(resp, start or 0, end, target, cap)
             finally:
                 if resp.status not in (200, 206):  # a refusal's or redirect's short body: read, so the connection
                     resp.drain_conn()  # can serve the next request
@@ -136,7 +148,9 @@ class Fetcher:
                 origin.release()
         raise SourceUnavailable(f"source redirected more than {MAX_REDIRECTS} times: {url}")
 
-    def _read(self, resp: Any, start: int, end: int | None, target: CheckedURL) -> RangeResponse:
+    def _read(
+        self, resp: Any, start: int, end: int | None, target: CheckedURL, cap: tuple[int, str] | None = None
+    ) -> RangeResponse:
         status = resp.status
         if status == 404:
             raise SourceUnavailable(f"source not found (HTTP {status}): {target.url}")
@@ -166,13 +180,13 @@ class Fetcher:
             length = resp.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
         want = None if end is None else end + 1 - got_start if status == 206 else end + 1
-        data = self._body(resp, want, target)
+        data = self._body(resp, want, target, cap)
         if status == 200 and start:  # the server ignored the range: keep only what was asked for
             data = data[start:]
             got_start = start
         return RangeResponse(data, got_start, total, resp.headers.get("ETag"))
 
-    def _body(self, resp: Any, want: int | None, target: CheckedURL) -> bytes:
+    def _body(self, resp: Any, want: int | None, target: CheckedURL, cap: tuple[int, str] | None = None) -> bytes:
         chunks: list[bytes] = []
         size = 0
         began = time.monotonic()
@@ -193,6 +207,8 @@ class Fetcher:
                 elapsed = time.monotonic() - began
                 if elapsed > self.rate_grace and size / elapsed < self.min_rate:
                     raise SourceTransient(f"source too slow ({size / elapsed / 1024:.0f} KB/s): {target.host}")
+                if cap is not None and size > cap[0]:
+                    raise SourceUnavailable(f"source {cap[1]} is over {cap[0] / 1024**2:g} MB: {target.url}")
                 if want is not None and size >= want:
                     resp.close()  # more may follow (a server that ignored the range): drop the connection
                     break

@@ -19,7 +19,9 @@ from . import SourceRef, allowed_hosts, is_direct_media
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
+    from .cache import BlockCache
     from .extraction import Extracted, Extractions
+    from .hls import LocalCut
     from .http import Fetcher
     from .remote import RemoteFile
 
@@ -37,6 +39,9 @@ class OpenedSource:
     title: str | None = None
     source_id: str | None = None
     extractions: int = 0  # page extractions this job made (0: none, or the shared cache had it)
+    # where the video and audio inputs' time 0 lie on the source's timeline (HLS: a local file of segments)
+    offsets: tuple[float, float] = (0.0, 0.0)
+    duration: float | None = None  # the source's length, when the inputs hold only part of it
 
     @property
     def fetched_bytes(self) -> int:
@@ -55,9 +60,11 @@ def open_source(
     ffmpeg_bin: str,
     preview: bool = False,
     on_wait: Callable[[float], None] | None = None,
+    span: tuple[float, float] | None = None,
 ) -> Iterator[OpenedSource]:
     """``preview``: a page's lower-resolution format will do (an encoded preview is 640×360). ``on_wait``: told
-    the seconds this job waits for a format the site makes available later."""
+    the seconds this job waits for a format the site makes available later. ``span``: the cut (start, end) in
+    the source, for formats read in segments (HLS): only those segments are fetched."""
     if not ref.remote:
         yield OpenedSource(video=ref.input, probe_video=ref.input)
         return
@@ -83,6 +90,7 @@ def open_source(
     cache = BlockCache(settings.cache_dir, settings.cache_max_bytes)
     title = None
     pages: Extractions | None = None
+    local: list[LocalCut | None] = [None]
     if is_direct_media(ref.input):
         remotes = [RemoteFile(ref.input, fetcher, cache)]
     else:
@@ -90,12 +98,30 @@ def open_source(
         found = pages.get()
         wait_until_available(found, settings.available_wait, on_wait)
         title = found.title
+        if any(f.protocol.startswith("m3u8") for f in found.formats):
+            local = _segments(found, fetcher, cache, workdir, span, ffmpeg_bin)
         # media hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply
         remotes = [
             RemoteFile(f.url, fetcher, cache, check_hosts=False, content_key=f.content_key(found.extractor, found.id),
                        headers=f.headers, refresh=_refresher(pages, found, role))
             for role, f in enumerate(found.formats)
         ]  # fmt: skip
+    if all(cut is not None for cut in local):  # every input is a local file of segments: no proxy
+        cuts = [cut for cut in local if cut is not None]
+        yield OpenedSource(
+            video=str(cuts[0].path),
+            audio=str(cuts[1].path) if len(cuts) > 1 else None,
+            probe_video=str(cuts[0].path),
+            probe_audio=str(cuts[1].path) if len(cuts) > 1 else None,
+            fetcher=fetcher,
+            title=title,
+            source_id=remotes[0].sid,
+            extractions=pages.made if pages is not None else 0,
+            offsets=(cuts[0].offset, cuts[1].offset if len(cuts) > 1 else 0.0),
+            duration=cuts[0].duration,
+        )
+        fetcher.close()
+        return
     try:
         with SourceProxy() as proxy:
             inputs = [proxy.add(r) for r in remotes]
@@ -117,6 +143,31 @@ def open_source(
                     reader.close()
     finally:
         fetcher.close()
+
+
+def _segments(
+    found: Extracted,
+    fetcher: Fetcher,
+    cache: BlockCache,
+    workdir: Path,
+    span: tuple[float, float] | None,
+    ffmpeg_bin: str,
+) -> list[LocalCut | None]:
+    """Formats read in segments (HLS) as local files of the cut's segments; formats read by range stay None."""
+    from .hls import HlsFormat
+
+    if span is None:
+        raise SourceUnavailable("source is offered in segments (HLS) only: give the cut to fetch")
+    cuts: list[LocalCut | None] = []
+    for role, f in enumerate(found.formats):
+        if not f.protocol.startswith("m3u8"):
+            cuts.append(None)
+            continue
+        hls = HlsFormat(f.url, fetcher, cache, f.content_key(found.extractor, found.id), f.headers)
+        cuts.append(hls.cut(span[0], span[1], workdir, ("video", "audio")[role], ffmpeg_bin))
+    if any(c is None for c in cuts):
+        raise SourceUnavailable("source mixes an HLS format with a plain one, which quoteclip does not join yet")
+    return cuts
 
 
 def page_extractions(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_bin: str, preview: bool) -> Extractions:

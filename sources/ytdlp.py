@@ -28,10 +28,12 @@ from .extraction import Extracted, MediaFormat
 
 log = logging.getLogger(__name__)
 
-# Plain http(s) formats only (the block cache fetches by byte range); video at or above 720p but no higher
+# Formats are chosen by their protocol: plain http(s) files first (the block cache fetches them by byte range),
+# HLS (segments fetched by sources.hls) when a site offers nothing else; video at or above 720p but no higher
 # than needed (res:720 sorts the closest first), separate video + audio streams or a combined one.
 _HTTP = "[protocol^=http][protocol!*=dash][protocol!*=m3u8]"
-FORMAT = f"bv*[height>=720]{_HTTP}+ba{_HTTP}/b[height>=720]{_HTTP}/bv*{_HTTP}+ba{_HTTP}/b{_HTTP}"
+_HLS = "[protocol^=m3u8]"
+FORMAT = "/".join(f"bv*[height>=720]{p}+ba{p}/b[height>=720]{p}/bv*{p}+ba{p}/b{p}" for p in (_HTTP, _HLS))
 FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
 # Encoded previews (quality "preview", 640×360): the smallest format of at least 360p, when the page offers one.
 # Decoding 360p costs a fraction of 1080p, and decoding is most of a preview's time.
@@ -180,6 +182,8 @@ _REASONS: tuple[tuple[tuple[str, ...], type[SourceUnavailable], str], ...] = (
       "video has been terminated", "no longer available"), SourceGone, "the video is private or removed"),
     (("confirm your age", "sign in", "login required", "members-only", "join this channel", "registered users"),
      SourceLoginRequired, "the video needs a signed-in viewer (the operator's cookies)"),
+    (("requested format is not available",), SourceUnavailable,
+     "source offers no format quoteclip reads (plain http(s) files or HLS; DASH-only sources are not read yet)"),
     (("http error 5", "timed out", "temporary failure", "connection reset"), SourceTransient,
      "source page could not be read"),
 )  # fmt: skip

@@ -27,9 +27,10 @@ EPISODE_SECONDS = 600
 @pytest.fixture(scope="session")
 def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
     """A 10-minute episode (flash + beep on every second; keyframes every 10 s) as a site serves it: separate
-    video-only and audio-only files (YouTube's adaptive formats)."""
+    video-only and audio-only files (YouTube's adaptive formats), a muxed file and HLS segments of it."""
     folder = tmp_path_factory.mktemp("site")
-    files = {"video": folder / "ep-video.mp4", "audio": folder / "ep-audio.m4a"}
+    files = {"video": folder / "ep-video.mp4", "audio": folder / "ep-audio.m4a", "muxed": folder / "ep.mp4",
+             "hls": folder / "hls" / "index.m3u8"}  # fmt: skip
     quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
     # noise makes the picture cost what real video does (about 1.3 Mbit/s, as 720p): "a few % of the bytes" means
     # something
@@ -43,6 +44,14 @@ def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
                     str(files["video"])], check=True)  # fmt: skip
     beep = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={EPISODE_SECONDS}"
     subprocess.run([*quiet, "-f", "lavfi", "-i", beep, "-c:a", "aac", str(files["audio"])], check=True)
+    subprocess.run([*quiet, "-i", str(files["video"]), "-i", str(files["audio"]), "-c", "copy",
+                    str(files["muxed"])], check=True)  # fmt: skip
+    # the same episode as HLS VOD, as ffmpeg's own muxer cuts it: 10 s MPEG-TS segments on the keyframes (their
+    # timestamps start at 1.4 s, not 0)
+    files["hls"].parent.mkdir()
+    subprocess.run([*quiet, "-i", str(files["muxed"]), "-c", "copy", "-f", "hls", "-hls_time", "10",
+                    "-hls_playlist_type", "vod", "-hls_segment_filename", str(files["hls"].parent / "seg%03d.ts"),
+                    str(files["hls"])], check=True)  # fmt: skip
     return files
 
 
@@ -169,3 +178,58 @@ def test_workers_share_one_extraction_through_redis(site, queue_env, workers, re
     assert site.page_loads["ep1"] == 1  # four jobs on two workers, one extraction
     keys = redis_lib.Redis.from_url(redis_url).keys("quoteclip:extraction:*")
     assert len(keys) == 1
+
+
+def test_an_hls_only_source_fetches_only_the_cuts_segments_and_cuts_exactly(site, settings, episode_files) -> None:
+    """ffmpeg never reads the playlist: quoteclip fetches the segments the cut needs (and the first, whose start
+    timestamp is the episode's time 0) and ffmpeg cuts a local file of them at the right place."""
+    folder = episode_files["hls"].parent
+    site.episodes["hls1"] = Episode(
+        "HLS only", EPISODE_SECONDS,
+        [SiteFormat("hls-180", episode_files["hls"], vcodec="avc1.64001f", acodec="mp4a.40.2", width=320, height=180,
+                    hls=True)],
+    )  # fmt: skip
+    total = sum(f.stat().st_size for f in folder.glob("seg*.ts"))
+    one, _ = clip(settings, site.url("hls1"), 300.9, 307.9)
+    assert_exact(Path(one.path), 0.1)
+    assert sorted(site.segments) == ["seg000.ts", "seg030.ts"], site.segments
+    assert one.source_bytes is not None and one.source_bytes < 0.05 * total, (one.source_bytes, total)
+    # a cut across a segment boundary joins two segments; the ones already fetched come from the cache
+    two, _ = clip(settings, site.url("hls1"), 295.9, 302.9)
+    assert_exact(Path(two.path), 0.1)
+    assert sorted(site.segments) == ["seg000.ts", "seg029.ts", "seg030.ts"], site.segments
+    assert site.page_loads["hls1"] == 1 and site.refused == []
+
+
+def test_every_playlist_entry_passes_the_address_rules(settings, http_source, canary, ffmpeg_bin, tmp_path) -> None:
+    from quoteclip.errors import SourceRefused
+    from sources.cache import BlockCache
+    from sources.hls import HlsFormat
+    from sources.http import Fetcher
+
+    (http_source.root / "index.m3u8").write_text(
+        f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{canary.url('secret.mp4')}\n#EXT-X-ENDLIST\n"
+    )
+    fetcher = Fetcher(None, settings.allow_addresses)
+    hls = HlsFormat(http_source.url("index.m3u8"), fetcher, BlockCache(tmp_path / "cache", 10**8), "key")
+    with pytest.raises(SourceRefused, match="not allowed"):
+        hls.cut(0, 5, tmp_path, "video", ffmpeg_bin)
+    assert canary.requests == {}
+
+
+@pytest.mark.parametrize(
+    ("playlist", "message"),
+    [
+        ("#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nv.m3u8\n", "master playlist"),
+        ("#EXTM3U\n#EXTINF:10,\na.ts\n", "live"),
+        ('#EXTM3U\n#EXT-X-KEY:METHOD=AES-128,URI="k"\n#EXTINF:10,\na.ts\n#EXT-X-ENDLIST\n', "encrypted"),
+        ("#EXTM3U\n#EXTINF:soon,\na.ts\n#EXT-X-ENDLIST\n", "bad segment duration"),
+        ("<html>not a playlist</html>", "not an HLS playlist"),
+    ],
+    ids=["master", "live", "encrypted", "bad-duration", "not-hls"],
+)
+def test_playlists_quoteclip_cannot_clip_are_refused_by_name(playlist, message) -> None:
+    from sources.hls import parse_playlist
+
+    with pytest.raises(SourceUnavailable, match=message):
+        parse_playlist(playlist, "https://cdn.example/ep/index.m3u8")

@@ -6,6 +6,7 @@ documentation and issue tracker describe them; YouTube itself cannot be reached 
 - media URLs answer 403 to HEAD, to a request without a Range, to an open-ended range and to a range over
   10 MiB; a signature is good for ``uses`` requests, then 403 (an expired link);
 - a format may be refused (403) until its ``available_at`` time; a cookie may be required for media;
+- a format may be HLS only: a signed playlist URL, segments (10 s, MPEG-TS) beside it, fetched whole;
 - the yt-dlp extractor for it is a plugin (tests/plugins), found on the Python path as any plugin is.
 """
 
@@ -37,6 +38,7 @@ class SiteFormat:
     width: int | None = None
     height: int | None = None
     available_in: float | None = None  # seconds after the page load before the format answers
+    hls: bool = False  # ``file`` is an HLS playlist (index.m3u8) with its segments beside it
 
 
 @dataclass
@@ -57,6 +59,7 @@ class VideoSite:
     bytes_sent: Counter[str] = field(default_factory=Counter)  # "ID/FORMAT" -> bytes
     ranges: list[tuple[str, int, int]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)  # ("ID/FORMAT", why)
+    segments: list[str] = field(default_factory=list)  # HLS segment files sent, in order
     _signatures: dict[str, list[float]] = field(default_factory=dict)  # sig -> [uses left, available at]
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -100,10 +103,13 @@ class VideoSite:
             available = now + f.available_in if f.available_in else 0.0
             with self._lock:
                 self._signatures[sig] = [uses, available]
+            signed = f"sig={sig}&expire={int(now + self.lifetime)}"
             formats.append({
                 "format_id": f.format_id, "ext": f.ext, "vcodec": f.vcodec, "acodec": f.acodec,
-                "width": f.width, "height": f.height, "filesize": f.file.stat().st_size,
-                "url": f"/media/{video_id}/{f.format_id}?sig={sig}&expire={int(now + self.lifetime)}",
+                "width": f.width, "height": f.height,
+                **({"url": f"/hls/{video_id}/{f.format_id}/index.m3u8?{signed}", "protocol": "m3u8_native"}
+                   if f.hls else {"url": f"/media/{video_id}/{f.format_id}?{signed}",
+                                  "filesize": f.file.stat().st_size}),
                 **({"available_at": int(available) + 1} if available else {}),
             })  # fmt: skip
         data = {"title": episode.title, "duration": episode.duration, "formats": formats,
@@ -132,6 +138,8 @@ class VideoSite:
                     return Body(len(page), lambda o, n: page[o : o + n], "text/html; charset=utf-8")
                 if len(path) == 3 and path[0] == "media" and path[1] in site.episodes:
                     return self._media(path[1], path[2], parse_qs(parts.query))
+                if len(path) == 4 and path[0] == "hls" and path[1] in site.episodes:
+                    return self._hls(path[1], path[2], path[3], parse_qs(parts.query))
                 self.send_empty(404)
                 return None
 
@@ -166,6 +174,36 @@ class VideoSite:
 
                 self.media_name = name
                 return Body(file.stat().st_size, read, "video/mp4")
+
+            def _hls(self, video_id: str, format_id: str, name: str, query: dict[str, list[str]]) -> Body | None:
+                """The playlist needs a live signature and the site's header; segments the header only."""
+                found = [f for f in site.episodes[video_id].formats if f.format_id == format_id and f.hls]
+                sig = (query.get("sig") or [""])[0]
+                why = None
+                with site._lock:
+                    entry = site._signatures.get(sig)
+                    if name == "index.m3u8" and (entry is None or entry[0] <= 0):
+                        why = "expired link"
+                    elif self.headers.get("X-Site-Token") != f"token-{video_id}":
+                        why = "missing header"
+                    if why is not None:
+                        site.refused.append((f"{video_id}/{format_id}", why))
+                file = found[0].file.parent / name if found and "/" not in name else None
+                if why is not None or file is None or not file.is_file():
+                    self.send_empty(403 if why else 404)
+                    return None
+                if name != "index.m3u8":
+                    self.media_name = f"{video_id}/{format_id}"
+                    with site._lock:
+                        site.segments.append(name)
+
+                def read(offset: int, count: int) -> bytes:
+                    with open(file, "rb") as f:
+                        f.seek(offset)
+                        return f.read(count)
+
+                kind = "application/vnd.apple.mpegurl" if name.endswith(".m3u8") else "video/mp2t"
+                return Body(file.stat().st_size, read, kind)
 
             def sent(self, start: int, count: int) -> None:
                 name = getattr(self, "media_name", None)
