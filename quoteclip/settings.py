@@ -72,6 +72,22 @@ def configured_redis_url(env: Mapping[str, str]) -> str | None:
     return env.get("QUOTECLIP_REDIS_URL") or env.get("REDIS_URL") or None
 
 
+def _proxy(value: str | None) -> str | None:
+    """``QUOTECLIP_PROXY``: an http:// proxy URL (host and port; user:password@ allowed)."""
+    if not value:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise BadInput("QUOTECLIP_PROXY must be a URL like http://proxy.internal:3128") from None
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise BadInput("QUOTECLIP_PROXY must be a URL like http://proxy.internal:3128 (http, a host and a port)")
+    return value
+
+
 def _optional_bool(env: Mapping[str, str], name: str) -> bool | None:
     return None if not env.get(name) else _bool(env, name, False)
 
@@ -108,6 +124,9 @@ class Settings:
     extraction_ttl: float = 3600.0
     available_wait: float = 60.0  # seconds a job waits for a format the site makes available later (available_at)
     origin_concurrency: int = 4  # requests in flight to one origin host from one job at most
+    # One HTTP proxy for everything sources fetch (yt-dlp's pages and the media), so extraction and fetches leave
+    # from one address. The address rules still apply to what quoteclip asks it for.
+    proxy: str | None = field(default=None, repr=False)
     max_source_seconds: float = 6 * 3600
     max_frame_pixels: int = 8192 * 8192
     max_streams: int = 8
@@ -169,6 +188,7 @@ class Settings:
             extraction_ttl=_float(env, "QUOTECLIP_EXTRACTION_TTL", cls.extraction_ttl, 0),
             available_wait=_float(env, "QUOTECLIP_AVAILABLE_WAIT", cls.available_wait, 0),
             origin_concurrency=int(_float(env, "QUOTECLIP_ORIGIN_CONCURRENCY", cls.origin_concurrency, 1)),
+            proxy=_proxy(env.get("QUOTECLIP_PROXY")),
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
             maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),
         )

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from quoteclip.errors import QuoteclipError
 
 from .loopback import LoopbackServer
-from .safety import check_url
+from .safety import check_url, proxy_tunnel
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,9 @@ class EgressProxy(LoopbackServer):
 
     name = "egress-proxy"
 
-    def __init__(self, allowed_networks: tuple[str, ...] = ()) -> None:
+    def __init__(self, allowed_networks: tuple[str, ...] = (), upstream: str | None = None) -> None:
         self.allowed_networks = allowed_networks
+        self.upstream = upstream  # the operator's proxy (QUOTECLIP_PROXY): every vetted connection goes through it
         self.refused: list[str] = []  # host:port refused by the address rules (never connected to)
         self.failed: list[str] = []  # host:port allowed, but the connection failed
         super().__init__()
@@ -55,6 +56,8 @@ class EgressProxy(LoopbackServer):
             self.refused.append(f"{host}:{port}")
             return None
         try:
+            if self.upstream is not None:
+                return proxy_tunnel(self.upstream, target.address, target.port, CONNECT_TIMEOUT)
             return socket.create_connection((target.address, target.port), timeout=CONNECT_TIMEOUT)
         except OSError:
             self.failed.append(f"{host}:{port}")

@@ -15,7 +15,7 @@ import urllib3
 
 from quoteclip.errors import SourceThrottled, SourceTransient, SourceUnavailable
 
-from .safety import CheckedURL, check_url, connection_pool, host_header
+from .safety import CheckedURL, check_url, connection_pool, host_header, request_target
 
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
@@ -58,6 +58,7 @@ class Fetcher:
     rate_grace: float = RATE_GRACE
     cookies: CookieJar | None = None  # the operator's cookies file: a Cookie header for the URLs it covers
     per_origin: int = 4  # requests in flight to one host at most
+    proxy: str | None = None  # the operator's QUOTECLIP_PROXY: every request goes through it
     fetched: int = 0
     requests: int = 0
     _pools: dict[tuple[str, str, int, str], urllib3.HTTPConnectionPool] = field(default_factory=dict)
@@ -72,7 +73,8 @@ class Fetcher:
     def _pool(self, target: CheckedURL) -> urllib3.HTTPConnectionPool:
         key = (target.scheme, target.address, target.port, target.host)
         if key not in self._pools:
-            self._pools[key] = connection_pool(target, urllib3.Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout))
+            timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout)
+            self._pools[key] = connection_pool(target, timeout, proxy=self.proxy)
         return self._pools[key]
 
     def _origin(self, host: str) -> threading.BoundedSemaphore:
@@ -127,7 +129,13 @@ class Fetcher:
             origin.acquire()
             try:
                 resp = self._pool(target).urlopen(
-                    "GET", target.path, headers=sent, redirect=False, retries=False, preload_content=False
+                    "GET",
+                    request_target(target, self.proxy),
+                    headers=sent,
+                    redirect=False,
+                    retries=False,
+                    preload_content=False,
+                    assert_same_host=False,
                 )
             except urllib3.exceptions.HTTPError as exc:
                 origin.release()

@@ -86,6 +86,7 @@ def open_source(
         rate_grace=settings.fetch_rate_grace,
         cookies=load_cookies(settings.cookies_file) if settings.cookies_file is not None else None,
         per_origin=settings.origin_concurrency,
+        proxy=settings.proxy,
     )
     cache = BlockCache(settings.cache_dir, settings.cache_max_bytes)
     title = None
@@ -177,7 +178,8 @@ def page_extractions(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_b
 
     def read_page() -> Extracted:
         return extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview,
-                       cookies_file=settings.cookies_file, extractor_args=settings.extractor_args)  # fmt: skip
+                       cookies_file=settings.cookies_file, extractor_args=settings.extractor_args,
+                       proxy=settings.proxy)  # fmt: skip
 
     return Extractions(
         entry_store(settings.cache_dir / "extractions"),

@@ -150,12 +150,13 @@ def extract(
     preview: bool = False,
     cookies_file: Path | None = None,
     extractor_args: tuple[str, ...] = (),
+    proxy: str | None = None,
 ) -> Extracted:
     """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one)."""
     import yt_dlp
     from yt_dlp.utils import DownloadError, ExtractorError
 
-    with EgressProxy(allowed_networks) as egress:
+    with EgressProxy(allowed_networks, upstream=proxy) as egress:
         try:
             options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview)
             options |= operator_options(workdir, cookies_file, extractor_args)
@@ -265,6 +266,10 @@ def readiness(cookies_file: Path | None = None, extractor_args: tuple[str, ...] 
         found["challenge_solver"] = f"yt-dlp-ejs {metadata.version('yt-dlp-ejs')}"
     except metadata.PackageNotFoundError:
         found["challenge_solver"] = "missing: pip install yt-dlp-ejs"
+    try:
+        found["po_token_provider"] = f"bgutil-ytdlp-pot-provider {metadata.version('bgutil-ytdlp-pot-provider')}"
+    except metadata.PackageNotFoundError:
+        found["po_token_provider"] = "none (optional: pip install 'quoteclip[youtube]')"
     if cookies_file is not None:
         try:
             found["cookies"] = f"{cookies_file} ({cookies_file.stat().st_size} bytes, readable)"

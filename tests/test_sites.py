@@ -233,3 +233,37 @@ def test_playlists_quoteclip_cannot_clip_are_refused_by_name(playlist, message) 
 
     with pytest.raises(SourceUnavailable, match=message):
         parse_playlist(playlist, "https://cdn.example/ep/index.m3u8")
+
+
+def test_one_proxy_carries_the_extraction_and_the_media(site, settings) -> None:
+    """QUOTECLIP_PROXY: the page (yt-dlp, through the egress rules) and the media (the fetcher) leave through the
+    operator's proxy, asked for the vetted addresses; without it answering, nothing reaches the site."""
+    from sources.egress import EgressProxy
+
+    class OperatorsProxy(EgressProxy):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+            super().__init__(("127.0.0.1/32",))
+
+        def connect(self, scheme: str, host: str, port: int):  # type: ignore[no-untyped-def]
+            self.seen.append(f"{host}:{port}")
+            return super().connect(scheme, host, port)
+
+    with OperatorsProxy() as upstream:
+        result, _ = clip(replace(settings, proxy=upstream.url), site.url("ep1"), 10.9, 12.9)
+    assert_exact(Path(result.path), 0.1)
+    site_address = f"127.0.0.1:{site.server.server_address[1]}"
+    assert site.requests > 2 and upstream.seen.count(site_address) == site.requests, (upstream.seen, site.requests)
+    before = site.requests
+    with pytest.raises(SourceTransient):
+        clip(replace(settings, proxy="http://127.0.0.1:9", cache_dir=settings.cache_dir / "p"), site.url("ep1"), 20, 22)
+    assert site.requests == before
+
+
+def test_the_proxy_setting_is_checked() -> None:
+    from quoteclip.errors import BadInput
+
+    assert Settings.from_env({"QUOTECLIP_PROXY": "http://user:pw@proxy.internal:3128"}).proxy
+    for bad in ("socks5://proxy:1080", "proxy.internal:3128", "http://proxy.internal"):
+        with pytest.raises(BadInput, match="QUOTECLIP_PROXY"):
+            Settings.from_env({"QUOTECLIP_PROXY": bad})

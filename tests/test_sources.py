@@ -286,6 +286,7 @@ def test_health_reports_what_extraction_needs_and_warns_when_it_is_missing(tmp_p
     assert body["extraction"]["js_runtime"].startswith("deno ") and body["extraction"]["challenge_solver"].startswith(
         "yt-dlp-ejs "
     )
+    assert body["extraction"]["po_token_provider"].startswith("bgutil-ytdlp-pot-provider ")  # the youtube extra
     assert "WARNING" not in done.stderr
     hide = tmp_path / "sitecustomize.py"  # the deno wheel made unimportable, and no deno on PATH
     hide.write_text("import sys\nsys.modules['deno'] = None\n")

@@ -56,6 +56,7 @@ class VideoSite:
     lifetime: float = 6 * 3600  # the expire= time written into each URL
     cookie: str | None = None  # "name=value" every media request must carry
     page_loads: Counter[str] = field(default_factory=Counter)
+    requests: int = 0  # every request, of any path
     bytes_sent: Counter[str] = field(default_factory=Counter)  # "ID/FORMAT" -> bytes
     ranges: list[tuple[str, int, int]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)  # ("ID/FORMAT", why)
@@ -129,6 +130,8 @@ class VideoSite:
 
             def open_body(self) -> Body | None:
                 self.media_name: str | None = None
+                with site._lock:
+                    site.requests += 1
                 parts = urlsplit(self.path)
                 path = parts.path.strip("/").split("/")
                 if len(path) == 2 and path[0] == "watch" and path[1] in site.episodes:
