@@ -14,9 +14,9 @@ from fastapi.responses import StreamingResponse
 
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput
-from quoteclip.spec import build_spec
+from quoteclip.spec import build_spec, in_profiles, parse_profiles
 
-from .clips import accepted, status_of
+from .clips import accepted, accepted_profiles, status_of
 from .deps import RateLimited, ServicesDep
 from .errors import APIError
 from .models import BatchRequest
@@ -31,6 +31,7 @@ def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dic
     """One source, many quotes: a batch id, and one clip id a quote (identical quotes share one), queued behind
     on-demand clicks."""
     common = dict(request.model_extra or {})
+    profiles = parse_profiles(common.pop("profiles")) if common.get("profiles") is not None else None
     specs = []
     for i, quote in enumerate(request.quotes):
         data = {**common, "source": request.source, **quote.model_dump()}
@@ -38,7 +39,14 @@ def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dic
             specs.append(build_spec(data, max_seconds=svc.settings.max_clip_seconds))
         except BadInput as exc:
             raise BadInput(f"quotes[{i}].{exc}") from None
-    clips = [accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]
+    if profiles is not None:  # every quote in every profile, each quote's profiles from one decode
+        clips = [
+            c.model_dump()
+            for spec in specs
+            for c in accepted_profiles(svc, in_profiles(spec, profiles), request.callback_url, bulk=True)
+        ]
+    else:
+        clips = [accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]
     batch_id = "batch-" + secrets.token_hex(12)
     key = redis_keys.batch(batch_id)
     svc.connection.rpush(key, *[c["id"] for c in clips])

@@ -10,14 +10,14 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
-from jobs.queue import JOB_ID, enqueue_clip, job_status
-from quoteclip.spec import ClipSpec, build_spec
+from jobs.queue import JOB_ID, Enqueued, enqueue_clip, enqueue_profiles, job_status
+from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 from storage import LocalStorage
 
 from .auth import sign_path
 from .deps import RateLimited, Services, ServicesDep
 from .errors import APIError
-from .models import ClipAccepted, ClipRequest, ClipStatus
+from .models import ClipAccepted, ClipRequest, ClipsAccepted, ClipStatus, ProfileAccepted
 
 router = APIRouter()
 RETRY_AFTER = "2"
@@ -28,13 +28,27 @@ TERMINAL = {"finished", "failed", "stopped", "canceled"}
 
 def accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
     queued = enqueue_clip(spec, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
-    body = ClipAccepted(
+    return _answer(svc, queued), 200 if queued.link else 202
+
+
+def accepted_profiles(
+    svc: Services, specs: list[ClipSpec], callback_url: str | None, bulk: bool = False
+) -> list[ProfileAccepted]:
+    """One quote in several profiles: one clip each, the missing ones rendered together (one decode)."""
+    queued = enqueue_profiles(specs, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
+    return [
+        ProfileAccepted(**_answer(svc, q).model_dump(), profile=spec.profile)
+        for spec, q in zip(specs, queued, strict=True)
+    ]
+
+
+def _answer(svc: Services, queued: Enqueued) -> ClipAccepted:
+    return ClipAccepted(
         id=queued.job_id, status=queued.status, status_url=f"/clips/{queued.job_id}",
         download_url=sign_path(f"/clips/{queued.job_id}/download", svc.settings),
         link=svc.link_for(queued.job_id, queued.link),
         cached=queued.link is not None,
     )  # fmt: skip
-    return body, 200 if queued.link else 202
 
 
 def status_of(svc: Services, clip_id: str) -> dict[str, Any]:
@@ -46,10 +60,20 @@ def status_of(svc: Services, clip_id: str) -> dict[str, Any]:
     return body
 
 
-@router.post("/clips", response_model=ClipAccepted, responses={200: {"model": ClipAccepted}, 422: {}, 429: {}})
+@router.post(
+    "/clips",
+    response_model=ClipAccepted | ClipsAccepted,
+    responses={200: {"model": ClipAccepted | ClipsAccepted}, 422: {}, 429: {}},
+)
 def create_clip(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> JSONResponse:
-    """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise."""
-    spec = build_spec(request.model_dump(exclude={"callback_url"}), max_seconds=svc.settings.max_clip_seconds)
+    """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise. With
+    ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored."""
+    data = request.model_dump(exclude={"callback_url", "profiles"})
+    spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
+    if request.profiles is not None:
+        clips = accepted_profiles(svc, in_profiles(spec, parse_profiles(request.profiles)), request.callback_url)
+        status = 200 if all(c.link and c.cached for c in clips) else 202
+        return JSONResponse(ClipsAccepted(clips=clips).model_dump(), status_code=status)
     body, status = accepted(svc, spec, request.callback_url)
     return JSONResponse(body.model_dump(), status_code=status)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quoteclip.spec import ClipSpec
+from quoteclip.spec import PROFILES, ClipSpec, ProfileName
 
 MAX_BATCH = 100
 
@@ -14,6 +14,8 @@ class ClipRequest(ClipSpec):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     callback_url: str | None = Field(default=None, max_length=2048)
+    # several shapes of the quote from one decode, each its own clip (answered as {"clips": [...]})
+    profiles: list[ProfileName] | None = Field(default=None, min_length=1, max_length=len(PROFILES))
 
 
 class Quote(BaseModel):
@@ -39,6 +41,14 @@ class ClipAccepted(BaseModel):
     download_url: str
     link: str | None = None
     cached: bool = False
+
+
+class ProfileAccepted(ClipAccepted):
+    profile: str
+
+
+class ClipsAccepted(BaseModel):
+    clips: list[ProfileAccepted]
 
 
 class ClipStatus(BaseModel):

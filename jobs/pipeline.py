@@ -13,15 +13,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from quoteclip.errors import QuoteclipError, RenderFailed, SourceUnavailable
+from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
 from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary
-from renderer.frames import frame_span
+from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
 from renderer.probe import MediaInfo, frame_too_large, has_audio, probe
-from renderer.render import cut_for, render_clip
+from renderer.render import RenderResult, cut_for, render_clips
 from sources.opener import open_source
 from storage import Storage
 
@@ -33,7 +33,7 @@ from .results import ClipResult, stored_result
 from .stages import STAGE_START, Reporter, Stage
 from .tempdirs import TEMP_PREFIX, sweep_temp
 
-__all__ = ["ClipResult", "Stage", "produce_clip", "sweep_temp"]  # what other modules import from here
+__all__ = ["ClipResult", "Stage", "produce_clip", "produce_clips", "sweep_temp"]  # what other modules import from here
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +48,43 @@ def produce_clip(
 
     ``settings`` must be resolved for the caller (``Settings.for_cli()`` or ``for_queue()``).
     """
+    return produce_clips([spec], settings, storage, report)[0]
+
+
+def produce_clips(
+    specs: list[ClipSpec],
+    settings: Settings,
+    storage: Storage,
+    report: Reporter | None = None,
+) -> list[ClipResult]:
+    """The stored clips of one quote in several profiles (specs that differ only in profile), in order. Each is
+    looked up on its own; the missing ones are rendered together, from one read and one decode of the source
+    (one ffmpeg run, one encoder per profile), and stored one by one, each with its own key and sidecars."""
 
     def say(stage: Stage, percent: int) -> None:
         if report is not None:
             report(stage, percent)
 
-    source, key, found = find(spec, settings, storage)
-    if found is not None:
+    looked = [find(spec, settings, storage) for spec in specs]
+    results: list[ClipResult | None] = [found for _, _, found in looked]
+    missing = [n for n, found in enumerate(results) if found is None]
+    if not missing:
         say(Stage.FINISHED, 100)
-        return found
+        return [r for r in results if r is not None]
+    spec, (source, _, _) = specs[missing[0]], looked[missing[0]]
+    if spec.quality == "instant" and len(missing) > 1:
+        raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
 
     binary = ffmpeg_binary(settings.ffmpeg_binary)
     with _machine_errors(), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
-        drawn = localize(spec, settings, storage, Path(tmp))  # brand files as local paths (assets fetched)
+        # brand files as local paths (assets fetched), each profile in its own folder
+        drawn = []
+        for n in missing:
+            folder = Path(tmp) / f"assets-{n}"
+            folder.mkdir()
+            drawn.append(localize(specs[n], settings, storage, folder))
 
         def waiting(seconds: float) -> None:
             log.info("waiting %.1f s for the source's format to become available", seconds)
@@ -86,16 +108,17 @@ def produce_clip(
             timeout = settings.render_timeout(spec.duration)
             preview: dict[str, str] | None = None
             try:
-                if drawn.quality == "instant":
+                rendered: list[RenderResult] = []
+                if drawn[0].quality == "instant":
                     try:
-                        result = copy_clip(drawn, opened.video, info, Path(tmp), binary, timeout, opened.audio)
+                        rendered = [copy_clip(drawn[0], opened.video, info, Path(tmp), binary, timeout, opened.audio)]
                         preview = {"mode": "copy"}
                     except CopyRefused as refused:  # the encoded preview instead, saying why
                         log.info("instant preview falls back to an encoded one: %s", refused)
                         preview = {"mode": "encoded", "reason": str(refused)}
-                        drawn = drawn.model_copy(update={"quality": "preview"})
-                if preview is None or preview["mode"] == "encoded":
-                    result = render_clip(
+                        drawn = [drawn[0].model_copy(update={"quality": "preview"})]
+                if not rendered:
+                    rendered = render_clips(
                         drawn,
                         opened.video,
                         info,
@@ -119,35 +142,54 @@ def produce_clip(
             title, extractions = opened.title, opened.extractions
         t2 = time.perf_counter()
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
-        filename = download_name(spec, key)
         cut_start, cut_length = cut_for(spec, info)
         frames = frame_span(cut_start, cut_start + cut_length, source_rate(info))
-        sidecars = sidecar_files(spec, key, source.identity, title, result, binary, frames, preview)
-        meta = {
-            "width": str(result.width),
-            "height": str(result.height),
-            "duration": f"{result.duration:.3f}",
-            "filename": filename,
-            "sidecars": ",".join(sidecars),
-            "frames": json.dumps(frames.to_json(), separators=(",", ":")),
-            **({"preview": json.dumps(preview, separators=(",", ":"))} if preview else {}),
-        }
-        # the sidecars side by side, then the mp4 last: its presence marks the clip complete
-        with ThreadPoolExecutor(max_workers=len(sidecars)) as pool:
-            puts = [pool.submit(storage.put_sidecar, key, x, data, kind) for x, (data, kind) in sidecars.items()]
-            for put in puts:
-                put.result()
-        storage.put(result.path, key, filename, meta)
+        for n, result in zip(missing, rendered, strict=True):
+            key = looked[n][1]
+            stored = _store(specs[n], key, source.identity, title, result, binary, frames, preview, storage)
+            results[n] = replace(stored, source_bytes=fetched)
     say(Stage.FINISHED, 100)
-    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3), "ffmpeg_s": result.ffmpeg_s,
+    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3), "ffmpeg_s": rendered[0].ffmpeg_s,
                "store_s": round(time.perf_counter() - t2, 3)}  # fmt: skip
+    keys = ",".join(looked[n][1] for n in missing)
     log.info(
         "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s (ffmpeg %.2f s), store %.2f s, %s source bytes",
-        key, result.duration, *timings.values(), fetched if fetched is not None else "local",
-        extra={"fields": {"stage": "stored", "key": key, "duration_s": result.duration, **timings,
-                          "source_bytes": fetched, "extractions": extractions}},
+        keys, rendered[0].duration, *timings.values(), fetched if fetched is not None else "local",
+        extra={"fields": {"stage": "stored", "key": keys, "duration_s": rendered[0].duration, **timings,
+                          "source_bytes": fetched, "extractions": extractions, "profiles": len(missing)}},
     )  # fmt: skip
-    return replace(stored_result(storage, key, meta, cached=False), source_bytes=fetched, timings=timings)
+    return [replace(r, timings=timings) if n in missing else r for n, r in enumerate(results) if r is not None]
+
+
+def _store(
+    spec: ClipSpec,
+    key: str,
+    identity: str,
+    title: str | None,
+    result: RenderResult,
+    binary: str,
+    frames: FrameSpan,
+    preview: dict[str, str] | None,
+    storage: Storage,
+) -> ClipResult:
+    """Store one rendered clip: the sidecars side by side, then the mp4 last (its presence marks it complete)."""
+    filename = download_name(spec, key)
+    sidecars = sidecar_files(spec, key, identity, title, result, binary, frames, preview)
+    meta = {
+        "width": str(result.width),
+        "height": str(result.height),
+        "duration": f"{result.duration:.3f}",
+        "filename": filename,
+        "sidecars": ",".join(sidecars),
+        "frames": json.dumps(frames.to_json(), separators=(",", ":")),
+        **({"preview": json.dumps(preview, separators=(",", ":"))} if preview else {}),
+    }
+    with ThreadPoolExecutor(max_workers=len(sidecars)) as pool:
+        puts = [pool.submit(storage.put_sidecar, key, x, data, kind) for x, (data, kind) in sidecars.items()]
+        for put in puts:
+            put.result()
+    storage.put(result.path, key, filename, meta)
+    return stored_result(storage, key, meta, cached=False)
 
 
 def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:

@@ -5,15 +5,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from redis import Redis, WatchError
 from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError, NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import Dependency, Job, JobStatus
 
+from quoteclip import redis_keys
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
@@ -30,8 +33,8 @@ from .stages import Stage
 from .status import job_status
 from .webhooks import add_callback
 
-__all__ = ["JOB_ID", "PENDING", "Enqueued", "bulk_queue_name", "connect", "enqueue_clip", "health", "job_id_for",
-           "job_status", "requeue_lost"]  # fmt: skip
+__all__ = ["JOB_ID", "PENDING", "Enqueued", "bulk_queue_name", "connect", "enqueue_clip", "enqueue_profiles", "health",
+           "job_id_for", "job_status", "requeue_lost"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,72 @@ class Enqueued:
         return body
 
 
+def enqueue_profiles(
+    specs: list[ClipSpec],
+    settings: Settings,
+    connection: Redis | None = None,
+    storage: Storage | None = None,
+    callback_url: str | None = None,
+    bulk: bool = False,
+) -> list[Enqueued]:
+    """One quote in several profiles: each its own clip id (``clip-<key>``, answering status on its own), the
+    missing ones rendered together by one job (``group-…``: one read and decode of the source, one encoder per
+    profile). Each clip's job waits on the group's and then finds its clip stored; a single-profile request for
+    one of them meanwhile joins that job. A profile already queued or rendering on its own is joined, not
+    rendered again; if the group fails, each clip's job renders its own."""
+    if len(specs) == 1:
+        return [enqueue_clip(specs[0], settings, connection, storage, callback_url, bulk)]
+    settings = settings.for_queue()
+    connection = connection or connect(settings)
+    storage = storage or open_storage(settings)
+    answers: list[Enqueued | None] = []
+    group: list[int] = []
+    for n, spec in enumerate(specs):
+        key, cached = lookup(spec, settings, storage)
+        job_id = job_id_for(key)
+        if cached is not None:
+            record_cache_hit(connection)
+            answers.append(Enqueued(job_id, Stage.FINISHED.value, link=cached.link))
+            continue
+        answers.append(None)
+        if not _active(connection, job_id):
+            group.append(n)
+    depends: str | None = None
+    if len(group) > 1:
+        members = [job_id_for(lookup(specs[n], settings, storage)[0]) for n in group]
+        depends = "group-" + hashlib.sha256(",".join(members).encode()).hexdigest()[:32]
+        queue = Queue(bulk_queue_name(settings) if bulk else settings.queue_name, connection=connection)
+        try:
+            queue.enqueue(
+                "jobs.tasks.render_profiles_job",
+                [specs[n].model_dump(mode="json") for n in group],
+                job_id=depends,
+                unique=True,
+                retry=RETRY,
+                job_timeout=int(settings.render_timeout(specs[0].duration) * len(group) + FETCH_ALLOWANCE),
+                result_ttl=RESULT_TTL,
+                failure_ttl=FAILURE_TTL,
+                description=f"{len(group)} profiles of {specs[0].start:.3f}-{specs[0].end:.3f}",
+                meta={"stage": Stage.QUEUED.value, "progress": 0, "members": members},
+            )
+            log.info("enqueued %s for %s", depends, ", ".join(members))
+            mark_pending(connection, depends)
+        except DuplicateJobError:
+            pass  # the same profiles of the same quote are being rendered together already
+    for n, spec in enumerate(specs):
+        if answers[n] is None:
+            after = depends if n in group else None
+            answers[n] = enqueue_clip(spec, settings, connection, storage, callback_url, bulk, depends_on=after)
+    return [a for a in answers if a is not None]
+
+
+def _active(connection: Redis, job_id: str) -> bool:
+    try:
+        return Job.fetch(job_id, connection=connection).get_status(refresh=False) in ACTIVE
+    except NoSuchJobError:
+        return False
+
+
 def enqueue_clip(
     spec: ClipSpec,
     settings: Settings,
@@ -66,12 +135,14 @@ def enqueue_clip(
     storage: Storage | None = None,
     callback_url: str | None = None,
     bulk: bool = False,
+    depends_on: str | None = None,
 ) -> Enqueued:
     """Return at once: the stored clip's link, the id of an identical job already queued or running
     (joined, never a second render), or the id of a newly enqueued job.
 
     ``callback_url`` gets a signed POST when the job finishes or fails (not when the clip is already stored:
-    the answer then carries the link)."""
+    the answer then carries the link). ``depends_on``: a group job rendering this clip with its other profiles;
+    this job runs after it (finding its clip stored), or after its failure (rendering the clip itself)."""
     settings = settings.for_queue()
     connection = connection or connect(settings)
     storage = storage or open_storage(settings)
@@ -92,17 +163,22 @@ def enqueue_clip(
     queue = Queue(bulk_queue_name(settings) if bulk else settings.queue_name, connection=connection)
     for _ in range(3):
         try:
+            # rq's unique enqueue does not take dependencies: a clip's job waiting on its group is created by the
+            # one request that sets its marker; racing ones join it
+            if depends_on is not None and not connection.set(redis_keys.member(job_id), depends_on, nx=True, ex=60):
+                raise DuplicateJobError(job_id)
             queue.enqueue(
                 "jobs.tasks.render_job",
                 spec.model_dump(mode="json"),
                 job_id=job_id,
-                unique=True,  # atomic in Redis: of racing identical requests exactly one enqueues
+                unique=depends_on is None,  # atomic in Redis: of racing identical requests exactly one enqueues
                 retry=RETRY,
                 job_timeout=int(settings.render_timeout(spec.duration) + FETCH_ALLOWANCE),
                 result_ttl=RESULT_TTL,
                 failure_ttl=FAILURE_TTL,
                 description=f"clip {key} {spec.start:.3f}-{spec.end:.3f}",
-                meta={"stage": Stage.QUEUED.value, "progress": 0},
+                meta={"stage": Stage.QUEUED.value, "progress": 0, **({"group": depends_on} if depends_on else {})},
+                depends_on=Dependency(jobs=[depends_on], allow_failure=True) if depends_on else None,
                 on_success=Callback("jobs.webhooks.on_success"),
                 on_failure=Callback("jobs.webhooks.on_failure"),
             )
@@ -114,7 +190,8 @@ def enqueue_clip(
         try:
             job = Job.fetch(job_id, connection=connection)
         except NoSuchJobError:
-            continue  # it expired or was replaced in between: try again
+            time.sleep(0.05)
+            continue  # it expired or was replaced in between, or is being created: try again
         status = job.get_status(refresh=False)
         if status in ACTIVE:
             return Enqueued(job_id, str(job.meta.get("stage", Stage.QUEUED.value)), joined=True)

@@ -50,6 +50,10 @@ def job_status(
     elif status in {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED} and stage != Stage.QUEUED.value:
         stage = Stage.QUEUED.value  # waiting for a retry
     progress = int(job.meta.get("progress") or 0)
+    if status == JobStatus.DEFERRED and job.meta.get("group"):  # rendered with its other profiles: their progress
+        group = _group(connection, str(job.meta["group"]))
+        if group is not None:
+            status, stage, progress = group
     body.update(
         status=status.value if status else "unknown",
         stage=stage,
@@ -60,6 +64,18 @@ def job_status(
     if status == JobStatus.FINISHED:  # finished but the object is missing from the store
         body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
     return body
+
+
+def _group(connection: Redis, group_id: str) -> tuple[JobStatus, str, int] | None:
+    """The status, stage and progress of the job rendering a clip together with its other profiles."""
+    try:
+        group = Job.fetch(group_id, connection=connection)
+    except NoSuchJobError:
+        return None
+    status = group.get_status(refresh=False)
+    if status not in {JobStatus.QUEUED, JobStatus.STARTED}:
+        return None  # done (this clip's own job runs next) or failed (it renders the clip itself)
+    return status, str(group.meta.get("stage") or Stage.QUEUED.value), int(group.meta.get("progress") or 0)
 
 
 STALE_AFTER = 60  # seconds without a heartbeat from a started job's worker

@@ -15,7 +15,7 @@ from storage import open_storage
 
 from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
-from .pipeline import Stage, produce_clip
+from .pipeline import Stage, produce_clips
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,15 @@ META_INTERVAL = 0.5  # seconds between progress writes to Redis
 
 def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
     """Render (or find) the clip for ``spec_data``; returns the ClipResult as JSON."""
+    return _render([spec_data])[0]
+
+
+def render_profiles_job(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
+    """Render (or find) one quote's clips in several profiles from one decode (``enqueue_profiles``)."""
+    return _render(spec_data)
+
+
+def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
     settings = Settings.from_env().for_queue()
     job = get_current_job()
     last = 0.0
@@ -41,8 +50,8 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
     if job is not None:
         job.connection.zrem(PENDING, job.id)  # started: no longer waiting in a queue
     try:
-        spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
-        result = produce_clip(spec, settings, open_storage(settings), report=report)
+        specs = [build_spec(data, max_seconds=settings.max_clip_seconds) for data in spec_data]
+        results = produce_clips(specs, settings, open_storage(settings), report=report)
     except QuoteclipError as exc:
         retrying = bool(job is not None and not exc.permanent and job.retries_left)
         if job is not None:
@@ -59,9 +68,11 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
         if job is not None and not retrying:
             record_failure(job.connection, exc.kind)
         raise
+    result = next((r for r in results if not r.cached), results[0])
     if job is not None:
         if result.cached:
-            record_cache_hit(job.connection)
+            if "group" not in job.meta:  # a profile rendered by its group job is not a cache hit
+                record_cache_hit(job.connection)
         else:
             record_render(job.connection, time.perf_counter() - began, result.source_bytes)
             if result.timings:  # where a click's time went (the benchmark's figure 3d reads these)
@@ -70,4 +81,4 @@ def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
                 )
                 job.meta["timings"] = {**result.timings, "queued_s": round(waited, 3) if waited is not None else None}
                 job.save_meta()
-    return result.to_json()
+    return [r.to_json() for r in results]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInput, QuoteclipError
-from .options import ClipOptions, spec_from_options
+from .options import ClipOptions, specs_from_options
 from .settings import Settings
 from .spec import ClipSpec
 
@@ -117,75 +117,85 @@ def run_batch(
     """Build every quote's spec, then render them inline (or enqueue them and wait for the workers); one outcome
     a quote, in file order: the clip's result plus ``line`` and ``profile``, or ``line`` and ``error``."""
     quotes = read_quotes(quotes_file)
-    specs: list[tuple[Quote, ClipSpec | None, str | None]] = []
+    groups: list[tuple[Quote, list[ClipSpec] | None, str | None]] = []
     for quote in quotes:
         try:
-            specs.append((quote, spec_from_options(options_for(quote, replace(shared, source=source)), settings), None))
+            opts = options_for(quote, replace(shared, source=source))
+            groups.append((quote, specs_from_options(opts, settings), None))
         except BadInput as exc:
             print(f"quoteclip: {quotes_file}: line {quote.line}: {exc.kind}: {exc}", file=sys.stderr)
-            specs.append((quote, None, f"{exc.kind}: {exc}"))
-    todo = [s for _, s, _ in specs if s is not None]
+            groups.append((quote, None, f"{exc.kind}: {exc}"))
+    todo = [g for _, g, _ in groups if g is not None]
     results = _through_queue(todo, settings, say) if queue else _inline(todo, settings, say)
     outcomes: list[Outcome] = []
-    for quote, spec, error in specs:
-        if spec is None:
+    for quote, specs, error in groups:
+        if specs is None:
             outcomes.append({"line": quote.line, "error": error})
             continue
-        got = results.pop(0)
-        if "error" in got:
-            print(f"quoteclip: {quotes_file}: line {quote.line}: {got['error']}", file=sys.stderr)
-            outcomes.append({"line": quote.line, "error": got["error"]})
-        else:
-            outcomes.append({**got, "line": quote.line, "profile": spec.profile})
+        for spec, got in zip(specs, results.pop(0), strict=True):
+            if "error" in got:
+                print(f"quoteclip: {quotes_file}: line {quote.line}: {got['error']}", file=sys.stderr)
+                outcomes.append({"line": quote.line, "profile": spec.profile, "error": got["error"]})
+            else:
+                outcomes.append({**got, "line": quote.line, "profile": spec.profile})
     return outcomes
 
 
-def _inline(specs: list[ClipSpec], settings: Settings, say: Callable[[str], None]) -> list[Outcome]:
-    from jobs.pipeline import produce_clip
+def _inline(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str], None]) -> list[list[Outcome]]:
+    """Each quote's profiles from one decode of the source."""
+    from jobs.pipeline import produce_clips
     from storage import open_storage
 
     storage = open_storage(settings)
-    out: list[Outcome] = []
+    out: list[list[Outcome]] = []
     began = time.monotonic()
-    for n, spec in enumerate(specs, 1):
+    total = sum(len(g) for g in groups)
+    done = 0
+    for specs in groups:
         try:
-            result = produce_clip(spec, settings.for_cli(), storage)
-            out.append(result.to_json())
+            out.append([r.to_json() for r in produce_clips(specs, settings.for_cli(), storage)])
         except QuoteclipError as exc:
-            out.append({"error": f"{exc.kind}: {exc}".splitlines()[0]})
-        say(_progress_line(n, len(specs), began, "rendered inline"))
+            out.append([{"error": f"{exc.kind}: {exc}".splitlines()[0]} for _ in specs])
+        done += len(specs)
+        say(_progress_line(done, total, began, "rendered inline"))
     return out
 
 
-def _through_queue(specs: list[ClipSpec], settings: Settings, say: Callable[[str], None]) -> list[Outcome]:
+def _through_queue(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str], None]) -> list[list[Outcome]]:
     from jobs.assets import upload_paths
-    from jobs.queue import connect, enqueue_clip, job_status
+    from jobs.queue import connect, enqueue_profiles, job_status
     from storage import open_storage
 
     storage = open_storage(settings)
     connection = connect(settings)
-    queued = [enqueue_clip(upload_paths(s, storage), settings, connection, storage, bulk=True) for s in specs]
-    ids = [q.job_id for q in queued]
-    stored = {q.job_id for q in queued if q.link}  # answered from the store at once: nothing to render
+    queued = [
+        enqueue_profiles([upload_paths(s, storage) for s in specs], settings, connection, storage, bulk=True)
+        for specs in groups
+    ]
+    ids = [q.job_id for group in queued for q in group]
+    stored = {q.job_id for group in queued for q in group if q.link}  # answered from the store: nothing to render
     began = time.monotonic()
     done: dict[str, dict[str, Any]] = {}
-    while len(done) < len(ids):
+    while len(done) < len(set(ids)):
         for job_id in ids:
             if job_id not in done:
                 body = job_status(job_id, settings, connection, storage)
                 if body["status"] in ("finished", "failed", "stopped", "canceled", "unknown"):
                     done[job_id] = body
-                    say(_progress_line(len(done), len(ids), began, "through the workers"))
-        if len(done) < len(ids):
+                    say(_progress_line(len(done), len(set(ids)), began, "through the workers"))
+        if len(done) < len(set(ids)):
             time.sleep(0.5)
-    out: list[Outcome] = []
-    for job_id in ids:
-        body = done[job_id]
-        if body["status"] == "finished":
-            out.append({"status": "finished", "link": body["link"], "key": job_id.removeprefix("clip-"),
-                        "job_id": job_id, "cached": job_id in stored})  # fmt: skip
-        else:
-            out.append({"error": body["error"] or body["status"]})
+    out: list[list[Outcome]] = []
+    for group in queued:
+        answers: list[Outcome] = []
+        for q in group:
+            body = done[q.job_id]
+            if body["status"] == "finished":
+                answers.append({"status": "finished", "link": body["link"], "key": q.job_id.removeprefix("clip-"),
+                                "job_id": q.job_id, "cached": q.job_id in stored})  # fmt: skip
+            else:
+                answers.append({"error": body["error"] or body["status"]})
+        out.append(answers)
     return out
 
 

@@ -28,6 +28,7 @@ from .options import (
     PadAfterOpt,
     PadBeforeOpt,
     ProfileOpt,
+    ProfilesOpt,
     QualityOpt,
     StartOpt,
     StyleFileOpt,
@@ -38,7 +39,7 @@ from .options import (
     WmOpacityOpt,
     WmPosOpt,
     WmSizeOpt,
-    spec_from_options,
+    specs_from_options,
 )
 from .settings import Settings
 from .spec import ClipSpec, build_spec
@@ -123,7 +124,7 @@ class _Progress:
             self._bar.__exit__(None, None, None)
 
 
-def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callable[..., None]:
+def _clip_command(action: Callable[[list[ClipSpec], Settings, bool], None]) -> Callable[..., None]:
     """A command taking a clip spec from options; ``action`` does the rest (render inline, or enqueue)."""
 
     def command(
@@ -140,6 +141,7 @@ def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callabl
         style: StyleOpt = None,
         style_file: StyleFileOpt = None,
         profile: ProfileOpt = None,
+        profiles: ProfilesOpt = None,
         fit: FitOpt = None,
         quality: QualityOpt = None,
         pad_before: PadBeforeOpt = None,
@@ -156,43 +158,59 @@ def _clip_command(action: Callable[[ClipSpec, Settings, bool], None]) -> Callabl
             watermark_position=watermark_position, watermark_opacity=watermark_opacity, watermark_size=watermark_size,
             font=font, caption_size=caption_size, style=style, style_file=style_file, profile=profile, fit=fit,
             quality=quality, pad_before=pad_before, pad_after=pad_after, no_fades=no_fades, video_fades=video_fades,
-            transcript=transcript,
+            transcript=transcript, profiles=profiles,
         )  # fmt: skip
 
         def go() -> None:
             settings = Settings.from_env()
-            action(spec_from_options(opts, settings), settings, as_json)
+            action(specs_from_options(opts, settings), settings, as_json)
 
         run_guarded(go)
 
     return command
 
 
-def _render_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None:
+def _render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
     from jobs.lookup import lookup
     from storage import open_storage
 
     storage = open_storage(settings)
     settings = settings.for_cli()
-    _, result = lookup(spec, settings, storage)  # a stored clip is answered without loading the renderer
-    if result is None:
-        from jobs.pipeline import produce_clip
+    found = [lookup(spec, settings, storage)[1] for spec in specs]  # stored clips answered without the renderer
+    results = [r for r in found if r is not None]
+    if len(results) < len(specs):
+        from jobs.pipeline import produce_clips
 
         progress: AbstractContextManager[Any] = _Progress() if not as_json or sys.stderr.isatty() else nullcontext()
         with progress as bar:
-            result = produce_clip(spec, settings, storage, report=bar)
-    payload = result.to_json()
-    _emit(payload, as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
+            results = produce_clips(specs, settings, storage, report=bar)
+    if len(specs) == 1:
+        result = results[0]
+        _emit(result.to_json(), as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
+        return
+    clips = [{**r.to_json(), "profile": s.profile} for s, r in zip(specs, results, strict=True)]
+    lines = [
+        f"{'cached' if r.cached else 'rendered'} {s.profile}: {r.link}" for s, r in zip(specs, results, strict=True)
+    ]
+    _emit({"clips": clips}, as_json, "\n".join(lines))
 
 
-def _enqueue_and_print(spec: ClipSpec, settings: Settings, as_json: bool) -> None:
+def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
     from jobs.assets import upload_paths
-    from jobs.queue import enqueue_clip
+    from jobs.queue import enqueue_profiles
     from storage import open_storage
 
     storage = open_storage(settings)
-    queued = enqueue_clip(upload_paths(spec, storage), settings, storage=storage)  # local files uploaded first
-    _emit(queued.to_json(), as_json, f"{queued.job_id} {queued.status}" + (f" {queued.link}" if queued.link else ""))
+    uploaded = [upload_paths(spec, storage) for spec in specs]  # local files uploaded first
+    queued = enqueue_profiles(uploaded, settings, storage=storage)
+    if len(specs) == 1:
+        one = queued[0]
+        _emit(one.to_json(), as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
+        return
+    clips = [{**q.to_json(), "profile": s.profile} for s, q in zip(specs, queued, strict=True)]
+    lines = [f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
+             for s, q in zip(specs, queued, strict=True)]  # fmt: skip
+    _emit({"clips": clips}, as_json, "\n".join(lines))
 
 
 app.command("render", help="Render one clip inline and store it (an identical call returns the stored clip).")(
@@ -216,6 +234,7 @@ def batch_command(
     style: StyleOpt = None,
     style_file: StyleFileOpt = None,
     profile: ProfileOpt = None,
+    profiles: ProfilesOpt = None,
     fit: FitOpt = None,
     quality: QualityOpt = None,
     pad_before: PadBeforeOpt = None,
@@ -235,7 +254,7 @@ def batch_command(
         source=source, watermark=watermark, watermark_position=watermark_position,
         watermark_opacity=watermark_opacity, watermark_size=watermark_size, font=font, caption_size=caption_size,
         style=style, style_file=style_file, profile=profile, fit=fit, quality=quality, pad_before=pad_before,
-        pad_after=pad_after, no_fades=no_fades, video_fades=video_fades, transcript=transcript,
+        pad_after=pad_after, no_fades=no_fades, video_fades=video_fades, transcript=transcript, profiles=profiles,
     )  # fmt: skip
 
     def go() -> None:
@@ -254,7 +273,7 @@ def batch_command(
                     if "error" in o
                     else f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
                 )
-                typer.echo(f"line {o['line']}: {what}")
+                typer.echo(f"line {o['line']}{' ' + o['profile'] if profiles else ''}: {what}")
             made = len(outcomes) - failed - cached
             typer.echo(f"{len(outcomes)} clips: {made} rendered, {cached} already stored, {failed} failed", err=True)
         if cached == len(outcomes):
@@ -420,7 +439,7 @@ def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
             },
             max_seconds=settings.max_clip_seconds,
         )
-        _render_and_print(spec, settings, as_json)
+        _render_and_print([spec], settings, as_json)
 
     run_guarded(go)
 

@@ -13,7 +13,7 @@ import typer
 
 from .errors import BadInput
 from .settings import Settings
-from .spec import ClipSpec, build_spec
+from .spec import ClipSpec, build_spec, in_profiles, parse_profiles
 
 # Options shared by the commands that take a clip spec (None: the spec's default, or the style file's).
 StartOpt = Annotated[str | None, typer.Option("--start", help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
@@ -31,6 +31,10 @@ StyleOpt = Annotated[str | None, typer.Option("--style", help="clean | bold-outl
 StyleFileOpt = Annotated[str | None, typer.Option("--style-file", help="A brand style JSON file (see README).")]
 ProfileOpt = Annotated[
     str | None, typer.Option("--profile", help="landscape (1280x720) | vertical | square | portrait")
+]
+ProfilesOpt = Annotated[
+    str | None,
+    typer.Option("--profiles", help="Several shapes from one decode, e.g. landscape,vertical,square (one clip each)."),
 ]
 FitOpt = Annotated[str | None, typer.Option("--fit", help="pad (bars) | blur (blurred fill) | center (crop)")]
 QualityOpt = Annotated[
@@ -70,6 +74,7 @@ class ClipOptions:
     no_fades: bool = False
     video_fades: bool = False
     transcript: str | None = None
+    profiles: str | None = None
 
 
 BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
@@ -131,3 +136,9 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
                 raise BadInput(f"{name}: required (or give --transcript and --caption to find the quote)")
             data[name] = value
     return build_spec(data, max_seconds=settings.max_clip_seconds)
+
+
+def specs_from_options(opts: ClipOptions, settings: Settings) -> list[ClipSpec]:
+    """The clip spec, once per profile when ``--profiles`` names several (``--profile`` otherwise)."""
+    spec = spec_from_options(opts, settings)
+    return in_profiles(spec, parse_profiles(opts.profiles)) if opts.profiles is not None else [spec]

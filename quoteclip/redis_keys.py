@@ -37,3 +37,18 @@ def webhook_queue(queue_name: str) -> str:
 def bulk_queue(queue_name: str) -> str:
     """Bulk work (batches) waits behind on-demand clicks: workers listen to the main queue first."""
     return f"{queue_name}-bulk"
+
+
+def member(job_id: str) -> str:
+    """Set for a minute by the request that creates a clip's job waiting on its profiles' group job."""
+    return f"{PREFIX}:member:{job_id}"
+
+
+def extraction(key: str) -> str:
+    """A page's extraction (sources.extraction), shared by the workers until its URLs expire."""
+    return f"{PREFIX}:extraction:{key}"
+
+
+def extraction_lock(key: str) -> str:
+    """Held by the one job extracting a page while the others wait for its entry."""
+    return f"{PREFIX}:extraction-lock:{key}"

@@ -307,3 +307,20 @@ def describe_errors(errors: Sequence[Mapping[str, Any]], skip: tuple[str, ...] =
         else:
             lines.append(f"{field}: {msg}, got {shown}")
     return "; ".join(lines)
+
+
+def parse_profiles(value: str | Sequence[str]) -> tuple[str, ...]:
+    """``landscape,vertical,square`` (or a list): the profiles one quote is rendered in, in order, each once."""
+    names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value)]
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in PROFILES]
+    if unknown:
+        raise BadInput(f"profiles: unknown profile {unknown[0][:40]!r} (one of {', '.join(PROFILES)})")
+    if not names:
+        raise BadInput(f"profiles: name at least one of {', '.join(PROFILES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def in_profiles(spec: ClipSpec, profiles: tuple[str, ...]) -> list[ClipSpec]:
+    """The same quote in each profile (each its own clip, key and link)."""
+    return [spec.model_copy(update={"profile": name}) for name in profiles]

@@ -90,12 +90,72 @@ def build_command(
     ``poster`` (path, seconds): also write the clip's frame at that time as a JPEG, from the same pass (the
     finished picture, captions and watermark included, without decoding the clip again).
     """
-    width, height = spec.size
-    start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
-    preview = spec.quality == "preview"
+    target = Target(spec, overlays, output, crop_x, poster)
+    return build_outputs([target], info, source, ffmpeg_bin, audio_source, cut, max_pixels)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One output of a pass: a spec (its profile, fit, captions) with its overlays, file and poster."""
+
+    spec: ClipSpec
+    overlays: list[Overlay]
+    output: str
+    crop_x: str | None = None
+    poster: tuple[str, float] | None = None
+
+
+def build_outputs(
+    targets: list[Target],
+    info: MediaInfo,
+    source: str,
+    ffmpeg_bin: str = "ffmpeg",
+    audio_source: str | None = None,
+    cut: tuple[float, float] | None = None,
+    max_pixels: int | None = None,
+) -> list[str]:
+    """One ffmpeg pass for several outputs of one cut (profiles): the source is read and decoded once, and the
+    decoded picture and sound are split into one branch per output (fit, overlays, encoder of its own). The
+    targets share the cut and the quality; one target is the one-clip command."""
+    first = targets[0].spec
+    start, duration = cut if cut is not None else (first.cut_start, first.duration)
+    preview = first.quality == "preview"
     src = source_input(source, start - info.timeline_offset, duration, preview, max_pixels)
-    video = _fit(src.video, width, height, spec.fit, crop_x)
-    for overlay in overlays:
+    if audio_source is not None:
+        audio = source_input(audio_source, start - info.audio_offset, duration).audio
+    elif info.has_audio:
+        audio = src.audio
+    else:  # a silent track, so every clip plays the same way in every player
+        audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
+    count = len(targets)
+    videos = [src.video] if count == 1 else _branches(src.video.filter_multi_output("split", count), count)
+    audios = [audio] if count == 1 else _branches(audio.filter_multi_output("asplit", count), count)
+    nodes = []
+    for target, video, sound in zip(targets, videos, audios, strict=True):
+        nodes += _output(target, info, video, sound, start, duration, preview)
+    out = ffmpeg.merge_outputs(*nodes) if len(nodes) > 1 else nodes[0]
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
+    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def _branches(node: ffmpeg.nodes.FilterNode, count: int) -> list[ffmpeg.nodes.FilterableStream]:
+    return [node[i] for i in range(count)]
+
+
+def _output(
+    target: Target,
+    info: MediaInfo,
+    video: ffmpeg.nodes.FilterableStream,
+    audio: ffmpeg.nodes.FilterableStream,
+    start: float,
+    duration: float,
+    preview: bool,
+) -> list[ffmpeg.nodes.OutputStream]:
+    """One output's branch: fit, overlays, fades, the H.264/AAC mp4 (and its poster from the same picture)."""
+    spec = target.spec
+    width, height = spec.size
+    video = _fit(video, width, height, spec.fit, target.crop_x)
+    for overlay in target.overlays:
         if overlay.sequence:
             layer = ffmpeg.input(
                 overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
@@ -103,12 +163,6 @@ def build_command(
         else:
             layer = ffmpeg.input(overlay.path, protocol_whitelist="file")
         video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
-    if audio_source is not None:
-        audio = source_input(audio_source, start - info.audio_offset, duration).audio
-    elif info.has_audio:
-        audio = src.audio
-    else:  # a silent track, so every clip plays the same way in every player
-        audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
     fade = round(min(FADE, duration / 4), 3)
     tail = round(max(0.0, duration - fade), 3)
     if spec.video_fades:  # off by default: the first frame (the thumbnail in most apps) is the source's
@@ -117,16 +171,18 @@ def build_command(
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
     video = video.filter("format", "yuv420p")
     still = None
-    if poster is not None:
+    if target.poster is not None:
         branches = video.filter_multi_output("split")
         video = branches[0]
-        at = _seconds(max(0.0, poster[1] - 0.5 / float(output_rate(info))))  # the frame nearest the time
+        at = _seconds(max(0.0, target.poster[1] - 0.5 / float(output_rate(info))))  # the frame nearest the time
         picture = branches[1].filter("select", f"gte(t,{at})").filter("scale", out_range="full")
-        still = ffmpeg.output(picture.filter("format", "yuvj420p"), poster[0], vframes=1, **{"q:v": POSTER_QSCALE})
+        still = ffmpeg.output(
+            picture.filter("format", "yuvj420p"), target.poster[0], vframes=1, **{"q:v": POSTER_QSCALE}
+        )
     out = ffmpeg.output(
         video,
         audio,
-        output,
+        target.output,
         vcodec="libx264",
         preset=PREVIEW_PRESET if preview else PRESET,
         crf=PREVIEW_CRF if preview else CRF,
@@ -141,10 +197,7 @@ def build_command(
         map_metadata=-1,
         f="mp4",
     )
-    if still is not None:
-        out = ffmpeg.merge_outputs(out, still)
-    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
-    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+    return [out] if still is None else [out, still]
 
 
 def source_input(

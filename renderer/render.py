@@ -16,7 +16,7 @@ from watermarks import watermark_image
 
 from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
-from .plan import Overlay, build_command
+from .plan import Overlay, Target, build_outputs
 from .probe import MediaInfo, Readable, probe
 from .timing import clip_words
 
@@ -115,48 +115,80 @@ def render_clip(
 
     ``on_progress`` receives the fraction done, 0.0–1.0.
     """
-    check_span(spec, info)
-    cut = cut_for(spec, info)
-    overlays, track = make_overlays(spec, workdir, cut)
-    output = workdir / "clip.mp4"
-    crop_x = None
-    if spec.fit == "speaker":
-        from .reframe import crop_x_expression, face_track  # OpenCV only for this fit
+    [result] = render_clips(
+        [spec], source, info, workdir, ffmpeg_bin, timeout, on_progress, audio_source, probe_source, max_pixels
+    )
+    return result
 
-        width, height = spec.size
-        src_w, src_h = info.display_size
-        scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
-        faces = face_track(probe_source if probe_source is not None else source, cut[0] - info.timeline_offset, cut[1])
-        crop_x = crop_x_expression(faces, scaled_w, width)
-        log.info("speaker framing: %d face positions", len(faces))
+
+def render_clips(
+    specs: list[ClipSpec],
+    source: str,
+    info: MediaInfo,
+    workdir: Path,
+    ffmpeg_bin: str,
+    timeout: float,
+    on_progress: Callable[[float], None] | None = None,
+    audio_source: str | None = None,
+    probe_source: Readable | None = None,
+    max_pixels: int | None = None,
+) -> list[RenderResult]:
+    """Several profiles of one cut from one ffmpeg run (the source decoded once, one encoder per output): each in
+    its own folder under ``workdir`` (one spec: ``workdir/clip.mp4``, as ``render_clip``)."""
+    first = specs[0]
+    if any((s.cut_start, s.cut_end, s.quality) != (first.cut_start, first.cut_end, first.quality) for s in specs):
+        raise BadInput("profiles rendered together must share the cut and the quality")
+    check_span(first, info)
+    cut = cut_for(first, info)
     duration = cut[1]
-    still = workdir / "poster.jpg"
-    argv = build_command(
-        spec, info, source, overlays, str(output), ffmpeg_bin, audio_source=audio_source, cut=cut, crop_x=crop_x,
-        max_pixels=max_pixels, poster=(str(still), poster_time(duration)),
-    )  # fmt: skip
+    folders = [workdir] if len(specs) == 1 else [workdir / f"{n}-{s.profile}" for n, s in enumerate(specs)]
+    faces = None
+    targets, tracks = [], []
+    for spec, folder in zip(specs, folders, strict=True):
+        folder.mkdir(exist_ok=True)
+        overlays, track = make_overlays(spec, folder, cut)
+        crop_x = None
+        if spec.fit == "speaker":
+            from .reframe import crop_x_expression, face_track  # OpenCV only for this fit
+
+            if faces is None:  # one face track for every profile
+                start = cut[0] - info.timeline_offset
+                faces = face_track(probe_source if probe_source is not None else source, start, cut[1])
+                log.info("speaker framing: %d face positions", len(faces))
+            width, height = spec.size
+            src_w, src_h = info.display_size
+            scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
+            crop_x = crop_x_expression(faces, scaled_w, width)
+        poster = (str(folder / "poster.jpg"), poster_time(duration))
+        targets.append(Target(spec, overlays, str(folder / "clip.mp4"), crop_x, poster))
+        tracks.append(track)
+    argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
 
     def progress(seconds: float) -> None:
         if on_progress is not None:
             on_progress(min(1.0, seconds / duration))
 
     began = time.perf_counter()
-    said = run_ffmpeg(argv, timeout=timeout, on_progress=progress)
+    said = run_ffmpeg(argv, timeout=timeout * len(specs), on_progress=progress)
     ffmpeg_s = round(time.perf_counter() - began, 3)
     refused = OVERSIZE_FRAME.search(said)
     if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first
         raise RenderFailed(f"a source frame of {refused.group(1)} is over the frame size limit", argv, said)
-    if not output.is_file() or output.stat().st_size == 0:
-        raise RenderFailed("ffmpeg finished but wrote no output", argv)
-    try:
-        out = probe(str(output))
-    except QuoteclipError as exc:
-        raise RenderFailed(f"ffmpeg wrote an unreadable clip ({exc})", argv) from None
-    tolerance = 0.1 + (1 / out.fps if out.fps else 0.05)
-    if abs(out.duration - duration) > tolerance:
-        raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv, said)
-    log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
-    return RenderResult(
-        output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track,
-        still if still.is_file() and still.stat().st_size > 0 else None, ffmpeg_s,
-    )  # fmt: skip
+    results = []
+    for target, track in zip(targets, tracks, strict=True):
+        output, still = Path(target.output), Path(target.poster[0] if target.poster else "")
+        if not output.is_file() or output.stat().st_size == 0:
+            raise RenderFailed("ffmpeg finished but wrote no output", argv)
+        try:
+            out = probe(str(output))
+        except QuoteclipError as exc:
+            raise RenderFailed(f"ffmpeg wrote an unreadable clip ({exc})", argv) from None
+        tolerance = 0.1 + (1 / out.fps if out.fps else 0.05)
+        if abs(out.duration - duration) > tolerance:
+            raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv, said)
+        log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
+        results.append(RenderResult(
+            output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track,
+            still if still.is_file() and still.stat().st_size > 0 else None, ffmpeg_s,
+        ))  # fmt: skip
+    return results

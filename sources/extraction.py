@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from quoteclip import redis_keys
+
 log = logging.getLogger(__name__)
 
 EXPIRY_MARGIN = 120.0  # seconds: an entry is dropped this long before its URLs expire (a job must finish in time)
@@ -110,20 +112,20 @@ class RedisEntries:
         self.redis = connection
 
     def get(self, key: str) -> str | None:
-        raw = self.redis.get(f"quoteclip:extraction:{key}")
+        raw = self.redis.get(redis_keys.extraction(key))
         return raw.decode() if isinstance(raw, bytes) else raw
 
     def put(self, key: str, value: str, ttl: float) -> None:
-        self.redis.set(f"quoteclip:extraction:{key}", value, px=max(1, int(ttl * 1000)))
+        self.redis.set(redis_keys.extraction(key), value, px=max(1, int(ttl * 1000)))
 
     def drop(self, key: str, only_if: str | None = None) -> None:
-        name = f"quoteclip:extraction:{key}"
+        name = redis_keys.extraction(key)
         if only_if is None or self.get(key) == only_if:
             self.redis.delete(name)
 
     @contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        name, token = f"quoteclip:extraction-lock:{key}", uuid.uuid4().hex
+        name, token = redis_keys.extraction_lock(key), uuid.uuid4().hex
         deadline = time.monotonic() + LOCK_SECONDS
         while not self.redis.set(name, token, nx=True, ex=LOCK_SECONDS):
             if self.get(key) is not None or time.monotonic() > deadline:

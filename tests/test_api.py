@@ -509,3 +509,35 @@ def test_batch_status_and_streamed_archive(client, workers, source_url, api_env)
     assert [c["id"] for c in manifest["clips"]] == [c["id"] for c in batch["clips"]] and manifest["missing"] == []
     assert client.get("/batches/batch-" + "0" * 24).status_code == 404
     assert client.get("/batches/../../etc").status_code == 404
+
+
+def test_profiles_in_clip_and_batch_bodies_render_each_quote_once(client, workers, source_url, ffmpeg_counter) -> None:
+    """``profiles``: one clip per profile, each answering on its own, every quote's profiles from one ffmpeg run;
+    the batch's archive holds them all."""
+    import io
+    import zipfile
+
+    from conftest import runs
+
+    one = client.post("/clips", json={"source": source_url, "start": 0, "end": 1, "profiles": ["vertical", "square"]})
+    assert one.status_code == 202
+    clips = one.json()["clips"]
+    assert [c["profile"] for c in clips] == ["vertical", "square"] and len({c["id"] for c in clips}) == 2
+    body = {"source": source_url, "profiles": ["landscape", "vertical"],
+            "quotes": [{"start": 2, "end": 3, "caption": "one"}, {"start": 4, "end": 5, "caption": "two"}]}  # fmt: skip
+    batch = client.post("/batches", json=body).json()
+    assert [c["profile"] for c in batch["clips"]] == ["landscape", "vertical"] * 2
+    workers.burst(1)
+    _, log = ffmpeg_counter
+    assert runs(log) == 3  # one run per quote, whatever the number of profiles
+    for clip in clips + batch["clips"]:
+        status = client.get(clip["status_url"]).json()
+        assert status["status"] == "finished", status
+    done = client.get(batch["status_url"]).json()
+    assert done["counts"] == {"finished": 4}
+    archive = zipfile.ZipFile(io.BytesIO(client.get(batch["archive_url"]).content))
+    assert len(archive.namelist()) == 5 and archive.testzip() is None
+    again = client.post("/clips", json={"source": source_url, "start": 0, "end": 1, "profiles": ["square"]})
+    assert again.status_code == 200 and again.json()["clips"][0]["cached"]
+    bad = client.post("/clips", json={"source": source_url, "start": 0, "end": 1, "profiles": ["cinema"]})
+    assert bad.status_code == 422 and "profiles" in bad.text

@@ -92,3 +92,21 @@ def test_batch_through_the_workers(episode, tmp_path, queue_env, workers) -> Non
     clips = json.loads(done.stdout)["clips"]
     assert [c["status"] for c in clips] == ["finished"] * 3 and all(c["link"] for c in clips)
     assert "3/3 clips through the workers" in done.stderr
+
+
+def test_a_batch_in_three_profiles_decodes_each_quote_once(episode, tmp_path, ffmpeg_counter) -> None:
+    wrapper, log = ffmpeg_counter
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text("start,end,caption\n1,2.5,first quote\n4,5,second quote\n")
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
+    args = ("batch", episode, str(quotes), "--profiles", "landscape,vertical,square", "--json")
+    done = run_cli(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    clips = json.loads(done.stdout)["clips"]
+    assert [(c["line"], c["profile"]) for c in clips] == [
+        (line, p) for line in (2, 3) for p in ("landscape", "vertical", "square")
+    ]
+    assert [(c["width"], c["height"]) for c in clips[:3]] == [(1280, 720), (720, 1280), (720, 720)]
+    assert runs(log) == 2  # one ffmpeg run per quote
+    again = run_cli(*args, env=env)
+    assert all(c["cached"] for c in json.loads(again.stdout)["clips"]) and runs(log) == 2
