@@ -71,6 +71,8 @@ def refs(spec: ClipSpec) -> dict[str, str]:
     found = {"font": spec.font} if spec.font else {}
     if spec.watermark is not None and spec.watermark.logo:
         found["watermark.logo"] = spec.watermark.logo
+    if spec.background is not None and not spec.background.startswith("#"):
+        found["background"] = spec.background
     return found
 
 
@@ -133,6 +135,8 @@ def _replace(spec: ClipSpec, local: dict[str, str]) -> ClipSpec:
         update["font"] = local["font"]
     if "watermark.logo" in local and spec.watermark is not None:
         update["watermark"] = spec.watermark.model_copy(update={"logo": local["watermark.logo"]})
+    if "background" in local:
+        update["background"] = local["background"]
     return spec.model_copy(update=update) if update else spec
 
 

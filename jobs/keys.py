@@ -24,6 +24,10 @@ def clip_key(
     the operator wants keys, and so public clip URLs, that no one can compute from a guessed request."""
     fields = spec.model_dump(exclude={"source"})
     fields["font"] = asset_identity(spec.font)
+    if spec.background is None:  # (a field added later: clips without it keep their keys)
+        del fields["background"]
+    elif not spec.background.startswith("#"):
+        fields["background"] = asset_identity(spec.background)
     if spec.watermark is not None and spec.watermark.logo is not None:
         fields["watermark"]["logo"] = asset_identity(spec.watermark.logo)
     payload = {"renderer": RENDERER_VERSION, "source": source_identity, "spec": fields}

@@ -78,7 +78,7 @@ class ClipOptions:
 
 
 BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
-                "pad_before", "pad_after"}  # fmt: skip
+                "pad_before", "pad_after", "background", "profiles"}  # fmt: skip
 
 
 def load_brand_style(path: str) -> dict[str, Any]:
@@ -102,6 +102,7 @@ def load_brand_style(path: str) -> dict[str, Any]:
 def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
     """Options → spec data: the brand style file first, explicit options over it, a transcript for the times."""
     data: dict[str, Any] = load_brand_style(opts.style_file) if opts.style_file else {}
+    data.pop("profiles", None)  # (read by specs_from_options)
     data["source"] = opts.source
     given = {
         "caption": opts.caption, "font": opts.font, "caption_size": opts.caption_size, "profile": opts.profile,
@@ -141,4 +142,7 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
 def specs_from_options(opts: ClipOptions, settings: Settings) -> list[ClipSpec]:
     """The clip spec, once per profile when ``--profiles`` names several (``--profile`` otherwise)."""
     spec = spec_from_options(opts, settings)
-    return in_profiles(spec, parse_profiles(opts.profiles)) if opts.profiles is not None else [spec]
+    profiles = opts.profiles
+    if profiles is None and opts.style_file:  # a brand kit may name the shapes every clip comes in
+        profiles = load_brand_style(opts.style_file).get("profiles")
+    return in_profiles(spec, parse_profiles(profiles)) if profiles is not None else [spec]

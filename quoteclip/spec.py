@@ -191,6 +191,17 @@ class ClipSpec(BaseModel):
     pad_after: float = Field(default=0.0, ge=0.0, le=10.0)
     fades: bool = True  # a 150 ms fade of the sound in and out (no click at the cut)
     video_fades: bool = False  # fade the picture from and to black too (the first frame is then black)
+    # An audiogram's background (audio-only sources without artwork): a colour #rrggbb or a PNG/JPEG brand image.
+    background: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+
+    @field_validator("background")
+    @classmethod
+    def _background(cls, v: str | None) -> str | None:
+        if v is None or re.fullmatch(r"#[0-9a-fA-F]{6}", v):
+            return v.lower() if v else v
+        if v.startswith("#"):
+            raise ValueError(f"background colour must be #rrggbb, got {v[:40]!r}")
+        return assets.check_ref(v, "background", (".png", ".jpg", ".jpeg"))
 
     @field_validator("watermark", mode="before")
     @classmethod
@@ -311,7 +322,10 @@ def describe_errors(errors: Sequence[Mapping[str, Any]], skip: tuple[str, ...] =
 
 def parse_profiles(value: str | Sequence[str]) -> tuple[str, ...]:
     """``landscape,vertical,square`` (or a list): the profiles one quote is rendered in, in order, each once."""
-    names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value)]
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(n, str) for n in items):
+        raise BadInput(f"profiles: a list of profile names ({', '.join(PROFILES)}), got {str(value)[:80]!r}")
+    names = [n.strip().lower() for n in items]
     names = [n for n in names if n]
     unknown = [n for n in names if n not in PROFILES]
     if unknown:

@@ -36,6 +36,8 @@ class CopyRefused(QuoteclipError):
 
 def copy_refusal(info: MediaInfo) -> str | None:
     """Why the source's streams cannot be copied into an MP4 a browser plays, or None when they can."""
+    if info.audio_only:
+        return "the source has no picture to copy (an audiogram is drawn)"
     if info.video_codec not in COPY_VIDEO:
         return f"the source's video codec {info.video_codec!r} cannot be copied into an MP4 a browser plays"
     if info.audio_codec is not None and info.audio_codec not in COPY_AUDIO:

@@ -27,6 +27,9 @@ DEFAULT_FPS = Fraction(30)
 HTTP_INITIAL_REQUEST = 64 * 1024
 HTTP_REQUEST = 256 * 1024
 POSTER_QSCALE = 3  # MJPEG quality of the poster (2 best … 31 worst)
+DEFAULT_BACKGROUND = "#14181f"  # an audiogram's background when there is no artwork and no brand background
+WAVE_HEIGHT = 0.22  # the waveform band's height, as a share of the frame's
+WAVE_CENTRE = 0.5  # where its middle sits, as a share of the frame's height
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Target:
     output: str
     crop_x: str | None = None
     poster: tuple[str, float] | None = None
+    background: str = DEFAULT_BACKGROUND  # audio-only sources: an image path, or a colour (#rrggbb)
 
 
 def build_outputs(
@@ -128,14 +132,39 @@ def build_outputs(
     else:  # a silent track, so every clip plays the same way in every player
         audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
     count = len(targets)
-    videos = [src.video] if count == 1 else _branches(src.video.filter_multi_output("split", count), count)
-    audios = [audio] if count == 1 else _branches(audio.filter_multi_output("asplit", count), count)
+    if info.audio_only:  # an audiogram: each output's picture made from its background and the sound's waveform
+        sounds = _branches(audio.filter_multi_output("asplit", 2 * count), 2 * count)
+        audios = sounds[:count]
+        rate = output_rate(info)
+        videos = [_audiogram(t, wave, duration, rate) for t, wave in zip(targets, sounds[count:], strict=True)]
+    else:
+        videos = [src.video] if count == 1 else _branches(src.video.filter_multi_output("split", count), count)
+        audios = [audio] if count == 1 else _branches(audio.filter_multi_output("asplit", count), count)
     nodes = []
     for target, video, sound in zip(targets, videos, audios, strict=True):
         nodes += _output(target, info, video, sound, start, duration, preview)
     out = ffmpeg.merge_outputs(*nodes) if len(nodes) > 1 else nodes[0]
     out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def _audiogram(
+    target: Target, wave: ffmpeg.nodes.FilterableStream, duration: float, rate: Fraction
+) -> ffmpeg.nodes.FilterableStream:
+    """An audio-only source's picture: the background (artwork or brand image over a blurred fill of itself, or a
+    colour) and the quote's waveform, drawn live from the sound, across the middle of the frame."""
+    width, height = target.spec.size
+    if target.background.startswith("#"):
+        colour = "0x" + target.background[1:]
+        picture = ffmpeg.input(f"color=c={colour}:s={width}x{height}:r={rate}:d={duration:.3f}", f="lavfi").video
+    else:
+        still = ffmpeg.input(target.background, loop=1, framerate=str(rate), t=_seconds(duration),
+                             protocol_whitelist="file").video  # fmt: skip
+        picture = _fit(still, width, height, "blur")
+    band = max(2, round(height * WAVE_HEIGHT / 2) * 2)
+    waves = wave.filter("showwaves", s=f"{width}x{band}", mode="cline", rate=str(rate), colors="white@0.9")
+    y = round(height * WAVE_CENTRE - band / 2)
+    return ffmpeg.overlay(picture, waves.filter("format", "rgba"), x=0, y=y, eof_action="repeat")
 
 
 def _branches(node: ffmpeg.nodes.FilterNode, count: int) -> list[ffmpeg.nodes.FilterableStream]:
@@ -154,7 +183,8 @@ def _output(
     """One output's branch: fit, overlays, fades, the H.264/AAC mp4 (and its poster from the same picture)."""
     spec = target.spec
     width, height = spec.size
-    video = _fit(video, width, height, spec.fit, target.crop_x)
+    if not info.audio_only:  # (an audiogram's picture is made at the output's size)
+        video = _fit(video, width, height, spec.fit, target.crop_x)
     for overlay in target.overlays:
         if overlay.sequence:
             layer = ffmpeg.input(

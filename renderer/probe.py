@@ -37,6 +37,10 @@ class MediaInfo:
     # HLS source's needed segments were joined into, its first segment's start. ffmpeg cuts at start - offset.
     timeline_offset: float = 0.0
     audio_offset: float = 0.0  # the same for a separate audio input
+    # No video track (a podcast, an audio-only format): rendered as an audiogram. ``artwork``: the source carries
+    # a picture (cover art, an attached picture stream), the audiogram's background.
+    audio_only: bool = False
+    artwork: bool = False
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -82,9 +86,13 @@ def probe(source: Readable, timeout: float = 30.0, name: str | None = None, max_
     except (av.error.HTTPServerError, av.error.HTTPError, TimeoutError, ConnectionError, OSError) as exc:
         raise SourceTransient(f"source could not be read ({_short(exc)}): {label}") from None
     with container:
-        if not container.streams.video:
-            raise BadInput(f"source has no video stream: {label}")
-        video = container.streams.video[0]
+        pictures = [v for v in container.streams.video if v.disposition & av.stream.Disposition.attached_pic]
+        moving = [v for v in container.streams.video if v not in pictures]
+        if not moving:
+            if not container.streams.audio:
+                raise BadInput(f"source has no video or audio stream: {label}")
+            return _audio_only(container, bool(pictures))
+        video = moving[0]
         audio = container.streams.audio[0] if container.streams.audio else None
         duration = _duration(container, video)
         rate = video.average_rate or video.guessed_rate or video.base_rate
@@ -117,12 +125,34 @@ def probe(source: Readable, timeout: float = 30.0, name: str | None = None, max_
         )
 
 
-def _duration(container: av.container.InputContainer, video: av.VideoStream) -> float:
+def _duration(container: av.container.InputContainer, video: av.VideoStream | av.AudioStream) -> float:
     if container.duration:
         return float(container.duration) / av.time_base
     if video.duration and video.time_base:
         return float(video.duration * video.time_base)
     return 0.0
+
+
+def _audio_only(container: av.container.InputContainer, artwork: bool) -> MediaInfo:
+    """An audio-only source: the picture is made (renderer.audiogram), at 30 fps."""
+    audio = container.streams.audio[0]
+    start = float(container.start_time or 0) / av.time_base if container.start_time else 0.0
+    return MediaInfo(
+        duration=_duration(container, audio),
+        width=0,
+        height=0,
+        rotation=0,
+        fps=30.0,
+        frame_rate="30",
+        video_codec="",
+        has_audio=True,
+        audio_codec=audio.codec_context.name,
+        start_time=start,
+        streams=len(container.streams),
+        base_rate="30",
+        audio_only=True,
+        artwork=artwork,
+    )
 
 
 def _short(exc: BaseException) -> str:

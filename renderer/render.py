@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +17,8 @@ from watermarks import watermark_image
 
 from .captions import CaptionTrack, caption_track, write_track
 from .ffmpeg import run_ffmpeg
-from .plan import Overlay, Target, build_outputs
-from .probe import MediaInfo, Readable, probe
+from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs
+from .probe import FORMATS, MediaInfo, Readable, probe
 from .timing import clip_words
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,26 @@ def render_clip(
     return result
 
 
+def extract_artwork(source: Readable, workdir: Path) -> Path | None:
+    """An audio-only source's attached picture (cover art) as a PNG, for the audiogram's background; None when
+    it cannot be decoded (the brand background is used instead)."""
+    import av
+
+    if not isinstance(source, str):
+        source.seek(0)
+    try:
+        with av.open(source, mode="r", options={"format_whitelist": FORMATS}) as container:
+            for stream in container.streams.video:
+                if stream.disposition & av.stream.Disposition.attached_pic:
+                    for frame in container.decode(stream):
+                        path = workdir / "artwork.png"
+                        frame.to_image().save(path, compress_level=1)
+                        return path
+    except (av.error.FFmpegError, OSError, StopIteration) as exc:
+        log.info("the source's artwork could not be read (%s): using the brand background", exc)
+    return None
+
+
 def render_clips(
     specs: list[ClipSpec],
     source: str,
@@ -143,6 +164,7 @@ def render_clips(
     duration = cut[1]
     folders = [workdir] if len(specs) == 1 else [workdir / f"{n}-{s.profile}" for n, s in enumerate(specs)]
     faces = None
+    artwork = extract_artwork(probe_source if probe_source is not None else source, workdir) if info.artwork else None
     targets, tracks = [], []
     for spec, folder in zip(specs, folders, strict=True):
         folder.mkdir(exist_ok=True)
@@ -160,7 +182,10 @@ def render_clips(
             scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
             crop_x = crop_x_expression(faces, scaled_w, width)
         poster = (str(folder / "poster.jpg"), poster_time(duration))
-        targets.append(Target(spec, overlays, str(folder / "clip.mp4"), crop_x, poster))
+        background = str(artwork) if artwork is not None else spec.background or DEFAULT_BACKGROUND
+        if len(specs) > 1 and not background.startswith("#"):  # one input per output's picture: its own copy
+            background = str(shutil.copyfile(background, folder / f"background{Path(background).suffix}"))
+        targets.append(Target(spec, overlays, str(folder / "clip.mp4"), crop_x, poster, background))
         tracks.append(track)
     argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
 

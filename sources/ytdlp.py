@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 _HTTP = "[protocol^=http][protocol!*=dash][protocol!*=m3u8]"
 _HLS = "[protocol^=m3u8]"
 FORMAT = "/".join(f"bv*[height>=720]{p}+ba{p}/b[height>=720]{p}/bv*{p}+ba{p}/b{p}" for p in (_HTTP, _HLS))
+FORMAT += f"/ba{_HTTP}/ba{_HLS}"  # an audio-only page (a podcast): its audio, rendered as an audiogram
 FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
 # Encoded previews (quality "preview", 640×360): the smallest format of at least 360p, when the page offers one.
 # Decoding 360p costs a fraction of 1080p, and decoding is most of a preview's time.
