@@ -31,8 +31,9 @@ def podcasts(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
 
 def render(source: Path, tmp_path: Path, wrapper: str, *extra: str) -> list[dict[str, object]]:
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
-    done = run_cli("render", str(source), "--start", "2.75", "--end", "5.75", "--caption", "a podcast quote",
-                   "--watermark", "StarZero", "--profiles", "landscape,vertical", *extra, "--json", env=env)  # fmt: skip
+    args = ["render", str(source), "--start", "2.75", "--end", "5.75", "--caption", "a podcast quote",
+            "--watermark", "StarZero", "--profiles", "landscape,vertical", *extra, "--json"]  # fmt: skip
+    done = run_cli(*args, env=env)
     assert done.returncode == 0, done.stderr
     clips: list[dict[str, object]] = json.loads(done.stdout)["clips"]
     return clips
