@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 from quoteclip.settings import Settings
 
 PUBLIC = {"/healthz", "/favicon.ico"}
-LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt)\Z")
+LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt|poster\.jpg)\Z")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

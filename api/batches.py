@@ -16,6 +16,7 @@ from quoteclip import redis_keys
 from quoteclip.errors import BadInput
 from quoteclip.spec import build_spec, in_profiles, parse_profiles
 
+from .auth import sign_path
 from .clips import accepted, accepted_profiles, status_of
 from .deps import RateLimited, ServicesDep
 from .errors import APIError
@@ -75,8 +76,12 @@ def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
             body = status_of(svc, clip_id)
         except APIError:
             body = {"status": "unknown", "stage": None, "progress": 0, "link": None, "error": "expired"}
+        finished = body["status"] == "finished"
+        poster = svc.storage.link(clip_id.removeprefix("clip-"), ".jpg") if finished else None
         clips.append({"id": clip_id, "status": body["status"], "stage": body["stage"], "progress": body["progress"],
-                      "link": svc.link_for(clip_id, body["link"]), "error": body["error"]})  # fmt: skip
+                      "link": svc.link_for(clip_id, body["link"]), "error": body["error"],
+                      "poster": svc.link_for(clip_id, poster, "poster.jpg"),
+                      "download_url": sign_path(f"/clips/{clip_id}/download", svc.settings)})  # fmt: skip
     return {"id": batch_id, "counts": dict(Counter(c["status"] for c in clips)), "clips": clips}
 
 

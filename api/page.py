@@ -1,5 +1,5 @@
-"""The demo page at ``/`` (a quote card with a download button, progress, a player and a form) and the edit page
-at ``/edit``."""
+"""The demo page at ``/`` (a quote card with a download button, progress, a player and a form), the edit page
+at ``/edit`` and the batch page at ``/batch``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 router = APIRouter()
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)
 def _page(name: str = "page.html") -> str:
     return resources.files("api").joinpath(name).read_text(encoding="utf-8")
 
@@ -31,3 +31,9 @@ def index() -> HTMLResponse:
 def edit() -> HTMLResponse:
     """The edit page: instant previews of a cut, nudged by a frame, 100 ms or a word, then the final render."""
     return HTMLResponse(_page("edit.html"))
+
+
+@router.get("/batch", response_class=HTMLResponse, include_in_schema=False)
+def batch() -> HTMLResponse:
+    """The batch page: one source, many quotes, several shapes; each clip's poster and download, then a ZIP."""
+    return HTMLResponse(_page("batch.html"))

@@ -29,7 +29,9 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
     keyframe before ``start``, copied into an MP4 whose edit list starts playback at ``start``'s frame."""
     if request.callback_url is not None:
         raise APIError(422, "callback_url: previews answer at once and take no callback")
-    data = request.model_dump(exclude={"callback_url"}) | {"quality": "instant"}
+    if request.profiles is not None:
+        raise APIError(422, "profiles: a preview is one clip in the source's own shape")
+    data = request.model_dump(exclude={"callback_url", "profiles"}) | {"quality": "instant"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     if not _running.acquire(blocking=False):
         raise APIError(503, f"{MAX_PREVIEWS} previews are being made; try again", {"Retry-After": "1"})
@@ -53,9 +55,19 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
 @router.get("/clips/{clip_id}/captions.vtt", include_in_schema=False)
 def captions(clip_id: str, svc: ServicesDep) -> Response:
     """A clip's WebVTT captions from the local-folder store (S3 links point at the bucket instead)."""
+    return _sidecar(svc, clip_id, ".vtt", "text/vtt", "captions")
+
+
+@router.get("/clips/{clip_id}/poster.jpg", include_in_schema=False)
+def poster(clip_id: str, svc: ServicesDep) -> Response:
+    """A clip's poster from the local-folder store (S3 links point at the bucket instead)."""
+    return _sidecar(svc, clip_id, ".jpg", "image/jpeg", "poster")
+
+
+def _sidecar(svc: ServicesDep, clip_id: str, suffix: str, kind: str, what: str) -> Response:
     status_of(svc, clip_id)  # 404 for an unknown clip
     path = svc.storage.local_path(clip_id.removeprefix("clip-"))
-    vtt = path.with_suffix(".vtt") if path is not None else None
-    if vtt is None or not vtt.is_file():
-        return JSONResponse({"detail": "no captions for this clip"}, status_code=404)
-    return Response(vtt.read_bytes(), media_type="text/vtt")
+    file = path.with_suffix(suffix) if path is not None else None
+    if file is None or not file.is_file():
+        return JSONResponse({"detail": f"no {what} for this clip"}, status_code=404)
+    return Response(file.read_bytes(), media_type=kind)

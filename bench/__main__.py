@@ -33,6 +33,7 @@ from storage import LocalStorage
 from tests.services import HttpSource, free_port, start_private_redis, start_seaweedfs, wait_for
 
 from . import baselines
+from .creators import hls_figure, page_batch_figure, profiles_figures
 from .media import episode, source_1080p
 
 CAPTION = (
@@ -609,6 +610,9 @@ def main() -> None:
         rows = render_vs_limit(ffmpeg, source, lengths, reps, work)
         rows.append(moviepy_vs_ours(source, 7.0 if not args.quick else 2.0, reps, work))
         rows += queue_figures(ffmpeg, source, reps, batch, lengths, work)
+        rows += profiles_figures(source, 2 if args.quick else 10, CAPTION, work)
+        rows.append(page_batch_figure(source, 3 if args.quick else 10, CAPTION, work))
+        rows.append(hls_figure(ffmpeg, source, reps, CAPTION, work, paired))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = machine()

@@ -116,11 +116,22 @@ class EgressProxy(LoopbackServer):
                 head.append("Connection: close")
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(min(length, MAX_BYTES)) if length else b""
-                try:
-                    upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-                    _copy(upstream, self.connection, closing=True)
-                finally:
-                    upstream.close()
+                request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+                for attempt in range(2):  # a GET whose connection closed before any answer is asked once more
+                    try:
+                        upstream.sendall(request)
+                        answered = _copy(upstream, self.connection, closing=True)
+                    except OSError:
+                        answered = 0
+                    finally:
+                        upstream.close()
+                    if answered or attempt or self.command not in ("GET", "HEAD"):
+                        break
+                    upstream = proxy.connect("http", parts.hostname, parts.port or 80)
+                    if upstream is None:
+                        break
+                if not answered:
+                    self.refuse()
                 self.close_connection = True
 
             do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = forward  # noqa: N815
@@ -128,9 +139,10 @@ class EgressProxy(LoopbackServer):
         return Handler
 
 
-def _copy(src: socket.socket, dst: socket.socket, closing: bool = False) -> None:
-    """One direction until EOF, the byte cap or an idle timeout. ``closing``: the bytes are an HTTP response,
-    marked ``Connection: close`` so the client opens a new connection (and a new check) for its next request."""
+def _copy(src: socket.socket, dst: socket.socket, closing: bool = False) -> int:
+    """One direction until EOF, the byte cap or an idle timeout; the bytes written. ``closing``: the bytes are an
+    HTTP response, marked ``Connection: close`` so the client opens a new connection (and a new check) for its
+    next request."""
     sent = 0
     head: bytes | None = b"" if closing else None  # the response's header block, until it is complete
     src.settimeout(IDLE_TIMEOUT)
@@ -138,20 +150,21 @@ def _copy(src: socket.socket, dst: socket.socket, closing: bool = False) -> None
         while sent < MAX_BYTES:
             data = src.recv(65536)
             if not data:
-                return
+                return sent
             if head is not None:
                 head += data
                 end = head.find(b"\r\n\r\n")
                 if end < 0:
                     if len(head) > 64 * 1024:
-                        return  # no end of headers in 64 KiB: not an HTTP response
+                        return sent  # no end of headers in 64 KiB: not an HTTP response
                     continue
                 kept = [h for h in head[:end].split(b"\r\n") if not h.lower().startswith(HOP_HEADERS)]
                 data, head = b"\r\n".join([*kept, b"Connection: close"]) + head[end:], None
             dst.sendall(data)
             sent += len(data)
     except OSError:
-        return
+        return sent
+    return sent
 
 
 def _pipe(client: socket.socket, upstream: socket.socket) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import run_cli, runs
@@ -110,3 +111,37 @@ def test_a_batch_in_three_profiles_decodes_each_quote_once(episode, tmp_path, ff
     assert runs(log) == 2  # one ffmpeg run per quote
     again = run_cli(*args, env=env)
     assert all(c["cached"] for c in json.loads(again.stdout)["clips"]) and runs(log) == 2
+
+
+def test_the_readme_creator_example_a_brand_kit_in_three_shapes(episode, tmp_path, ffmpeg_counter) -> None:
+    """The README's "week of clips": a brand file with a logo, caption style, three profiles, a fit and a
+    background; every quote in every shape, in quote order then profile order."""
+    from PIL import Image
+
+    wrapper, log = ffmpeg_counter
+    Image.new("RGBA", (200, 80), (255, 212, 0, 255)).save(tmp_path / "logo.png")
+    brand = tmp_path / "brand.json"
+    brand.write_text(json.dumps({
+        "watermark": {"logo": str(tmp_path / "logo.png"), "position": "top-right", "opacity": 0.85},
+        "style": {"preset": "karaoke", "highlight": "#ffd400"}, "caption_size": 0.06,
+        "profiles": ["landscape", "vertical", "square"], "fit": "blur", "background": "#101820",
+    }))  # fmt: skip
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text('start,end,caption\n1,3,"A first quote, with a comma"\n5,7,A second quote\n')
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "week-of-clips"), "FFMPEG_BINARY": wrapper}
+    done = run_cli("batch", episode, str(quotes), "--style-file", str(brand), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    clips = json.loads(done.stdout)["clips"]
+    assert [(c["line"], c["profile"]) for c in clips] == [
+        (line, p) for line in (2, 3) for p in ("landscape", "vertical", "square")
+    ]
+    assert runs(log) == 2 and all(Path(c["path"]).parent == tmp_path / "week-of-clips" for c in clips)
+    # the logo is in the top-right corner of every shape
+    from mediacheck import rgb_frame
+
+    for clip in clips:
+        frame = rgb_frame(Path(clip["path"]), 0.5)
+        height, width = frame.shape[:2]
+        corner = frame[: height // 6, width * 2 // 3 :].reshape(-1, 3)
+        yellow = (corner[:, 0] > 180) & (corner[:, 1] > 150) & (corner[:, 2] < 90)
+        assert yellow.sum() > 500, (clip["profile"], int(yellow.sum()))

@@ -173,3 +173,48 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
         saved.write_bytes(resp.read())
     assert frame_index(frame_means(saved, limit=1, corner=0.4)[0], 39) == 39 and streams(saved)["width"] == 1280
     assert not [line for line in console if line.startswith("error")], console
+
+
+def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, served, media, http_source) -> None:
+    """The batch page: two quotes in two shapes; each clip's card shows its poster (in its shape) and a
+    download; the ZIP holds them all."""
+    import io
+    import urllib.parse
+    import zipfile
+
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "ep.mp4").symlink_to(media(size="640x360", duration=8, gop=60))
+    query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"),
+                                    "quotes": "1,2.5,first quote\n3,4.5,second, with a comma"})  # fmt: skip
+    with sync_playwright() as p:
+        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        console: list[str] = []
+        try:
+            page = browser.new_page()
+            page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+            page.goto(f"{served}/batch?{query}")
+            page.click("#go")
+            page.wait_for_function(
+                "[...document.querySelectorAll('.clip .poster img')].filter(i => i.complete && i.naturalWidth)"
+                ".length === 4", timeout=120_000,
+            )  # fmt: skip
+            sizes = page.evaluate("[...document.querySelectorAll('.clip .poster img')]"
+                                  ".map(i => [i.naturalWidth, i.naturalHeight])")  # fmt: skip
+            labels = [el.inner_text() for el in page.query_selector_all(".clip strong")]
+            downloads = [el.get_attribute("href") for el in page.query_selector_all(".clip a.dl")]
+            archive = page.get_attribute("#archive", "href")
+            page.screenshot(path=str(ARTIFACTS / "batch-page.png"), full_page=True)
+        finally:
+            browser.close()
+    assert sizes == [[1280, 720], [720, 1280]] * 2, sizes
+    assert labels == ["quote 1 · landscape", "quote 1 · vertical", "quote 2 · landscape", "quote 2 · vertical"]
+    for href in downloads:
+        with urllib.request.urlopen(f"{served}{href}") as resp:
+            assert resp.read(8)[4:8] == b"ftyp"
+    with urllib.request.urlopen(f"{served}{archive}") as resp:
+        names = zipfile.ZipFile(io.BytesIO(resp.read())).namelist()
+    assert len(names) == 5 and names[-1] == "manifest.json"
+    assert not [line for line in console if line.startswith("error")], console

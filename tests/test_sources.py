@@ -183,12 +183,14 @@ def test_playlist_disguised_as_mp4_cannot_reach_files_or_canary(settings, http_s
     assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
 
 
-def test_hls_playlist_url_is_refused_without_touching_the_canary(settings, http_source, canary) -> None:
+def test_hls_playlist_naming_private_and_file_entries_never_reaches_them(settings, http_source, canary) -> None:
+    """An HLS playlist is read by quoteclip, not ffmpeg: every entry passes the address rules (a private address
+    or a file: URL is refused before any request)."""
     (http_source.root / "live.m3u8").write_text(
         f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{canary.url('secret.mp4')}\n#EXTINF:10,\nfile:///etc/passwd\n"
         "#EXT-X-ENDLIST\n"
     )
-    with pytest.raises(SourceUnavailable):
+    with pytest.raises((SourceUnavailable, SourceRefused)):
         clip(settings, http_source.url("live.m3u8"), 1, 2)
     assert canary.requests == {}
 
