@@ -44,6 +44,8 @@ class MediaFormat:
     headers: dict[str, str] = field(default_factory=dict)
     filesize: int | None = None
     available_at: float | None = None  # epoch seconds before which the site refuses it (HTTP 403)
+    # DASH (SegmentTemplate / SegmentList): the init section (no duration) and each fragment (URL, seconds)
+    fragments: tuple[tuple[str, float | None], ...] | None = None
 
     def content_key(self, extractor: str, video_id: str) -> str:
         """What the bytes are, whatever URL this extraction gave: the block cache's key. A site's extractor names
@@ -65,6 +67,11 @@ class Extracted:
     height: int | None = None
 
     @property
+    def segmented(self) -> bool:
+        """Read in segments (HLS playlists, DASH fragments), not by byte range."""
+        return any(f.protocol.startswith("m3u8") or f.fragments is not None for f in self.formats)
+
+    @property
     def formats(self) -> list[MediaFormat]:
         return [self.video] + ([self.audio] if self.audio is not None else [])
 
@@ -75,13 +82,20 @@ class Extracted:
     def from_json(cls, text: str) -> Extracted:
         data = json.loads(text)
         audio = data.pop("audio")
-        return cls(**{**data, "video": MediaFormat(**data["video"]), "audio": MediaFormat(**audio) if audio else None})
+        return cls(**{**data, "video": _format(data["video"]), "audio": _format(audio) if audio else None})
 
     def expires_at(self) -> float | None:
         """The earliest expiry the media URLs carry (``expire=`` epoch seconds, as YouTube signs them)."""
         found = [url_expiry(f.url) for f in self.formats]
         known = [x for x in found if x is not None]
         return min(known) if known else None
+
+
+def _format(data: dict[str, Any]) -> MediaFormat:
+    fragments = data.get("fragments")
+    if fragments is not None:
+        data = {**data, "fragments": tuple((str(u), d) for u, d in fragments)}
+    return MediaFormat(**data)
 
 
 def url_expiry(url: str) -> float | None:

@@ -103,6 +103,22 @@ def _attribute(line: str, name: str) -> str | None:
     return None
 
 
+def from_fragments(fragments: tuple[tuple[str, float | None], ...]) -> MediaPlaylist:
+    """A DASH representation's fragments (as yt-dlp lists them: the init section without a duration first) as a
+    playlist of segments."""
+    init = fragments[0][0] if fragments and fragments[0][1] is None else None
+    segments: list[Segment] = []
+    t = 0.0
+    for url, duration in fragments[1 if init else 0 :]:
+        if duration is None or not math.isfinite(duration) or duration < 0:
+            raise SourceUnavailable("source manifest has a fragment without its duration")
+        segments.append(Segment(url, round(t, 6), duration))
+        t += duration
+    if not segments or len(segments) > MAX_SEGMENTS:
+        raise SourceUnavailable("source manifest has no fragments (or too many)")
+    return MediaPlaylist(tuple(segments), init)
+
+
 def needed(playlist: MediaPlaylist, start: float, end: float) -> list[int]:
     """The segments overlapping [start - PREROLL, end]."""
     lo, hi = start - PREROLL, end
@@ -127,12 +143,17 @@ class HlsFormat:
         cache: BlockCache,
         content_key: str,
         headers: dict[str, str] | None = None,
+        playlist: MediaPlaylist | None = None,
     ) -> None:
+        """``playlist``: the segments when yt-dlp listed them already (DASH); else the HLS playlist at ``url``."""
         self.url = url
         self.fetcher = fetcher
         self.cache = cache
         self.content_key = content_key
         self.headers = headers or {}
+        if playlist is not None:  # (every segment URL is checked when it is fetched, as a redirect is)
+            self.playlist = playlist
+            return
         body = fetcher.get_document(url, MAX_PLAYLIST_BYTES, headers=self.headers, what="playlist")
         try:
             text = body.decode("utf-8-sig")

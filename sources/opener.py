@@ -99,7 +99,7 @@ def open_source(
         found = pages.get()
         wait_until_available(found, settings.available_wait, on_wait)
         title = found.title
-        if any(f.protocol.startswith("m3u8") for f in found.formats):
+        if found.segmented:
             local = _segments(found, fetcher, cache, workdir, span, ffmpeg_bin)
         # media hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply
         remotes = [
@@ -155,19 +155,20 @@ def _segments(
     ffmpeg_bin: str,
 ) -> list[LocalCut | None]:
     """Formats read in segments (HLS) as local files of the cut's segments; formats read by range stay None."""
-    from .hls import HlsFormat
+    from .hls import HlsFormat, from_fragments
 
     if span is None:
-        raise SourceUnavailable("source is offered in segments (HLS) only: give the cut to fetch")
+        raise SourceUnavailable("source is offered in segments (HLS, DASH) only: give the cut to fetch")
     cuts: list[LocalCut | None] = []
     for role, f in enumerate(found.formats):
-        if not f.protocol.startswith("m3u8"):
+        if not f.protocol.startswith("m3u8") and f.fragments is None:
             cuts.append(None)
             continue
-        hls = HlsFormat(f.url, fetcher, cache, f.content_key(found.extractor, found.id), f.headers)
+        listed = from_fragments(f.fragments) if f.fragments is not None else None
+        hls = HlsFormat(f.url, fetcher, cache, f.content_key(found.extractor, found.id), f.headers, listed)
         cuts.append(hls.cut(span[0], span[1], workdir, ("video", "audio")[role], ffmpeg_bin))
     if any(c is None for c in cuts):
-        raise SourceUnavailable("source mixes an HLS format with a plain one, which quoteclip does not join yet")
+        raise SourceUnavailable("source mixes a segmented format (HLS, DASH) with a plain one, not joined yet")
     return cuts
 
 

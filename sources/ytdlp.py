@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urljoin
 
 from quoteclip.errors import (
     BadInput,
@@ -33,8 +34,9 @@ log = logging.getLogger(__name__)
 # than needed (res:720 sorts the closest first), separate video + audio streams or a combined one.
 _HTTP = "[protocol^=http][protocol!*=dash][protocol!*=m3u8]"
 _HLS = "[protocol^=m3u8]"
-FORMAT = "/".join(f"bv*[height>=720]{p}+ba{p}/b[height>=720]{p}/bv*{p}+ba{p}/b{p}" for p in (_HTTP, _HLS))
-FORMAT += f"/ba{_HTTP}/ba{_HLS}"  # an audio-only page (a podcast): its audio, rendered as an audiogram
+_DASH = "[protocol=http_dash_segments]"
+FORMAT = "/".join(f"bv*[height>=720]{p}+ba{p}/b[height>=720]{p}/bv*{p}+ba{p}/b{p}" for p in (_HTTP, _HLS, _DASH))
+FORMAT += f"/ba{_HTTP}/ba{_HLS}/ba{_DASH}"  # an audio-only page (a podcast): its audio, rendered as an audiogram
 FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
 # Encoded previews (quality "preview", 640×360): the smallest format of at least 360p, when the page offers one.
 # Decoding 360p costs a fraction of 1080p, and decoding is most of a preview's time.
@@ -185,7 +187,7 @@ _REASONS: tuple[tuple[tuple[str, ...], type[SourceUnavailable], str], ...] = (
     (("confirm your age", "sign in", "login required", "members-only", "join this channel", "registered users"),
      SourceLoginRequired, "the video needs a signed-in viewer (the operator's cookies)"),
     (("requested format is not available",), SourceUnavailable,
-     "source offers no format quoteclip reads (plain http(s) files or HLS; DASH-only sources are not read yet)"),
+     "source offers no format quoteclip reads (plain http(s) files, HLS or DASH)"),
     (("http error 5", "timed out", "temporary failure", "connection reset"), SourceTransient,
      "source page could not be read"),
 )  # fmt: skip
@@ -234,6 +236,16 @@ def _media_format(f: dict[str, Any]) -> MediaFormat:
     Cookie: cookies come from the operator's file at each request), its size and ``available_at`` when known."""
     skip = {"host", "range", "cookie"}
     size = f.get("filesize")
+    fragments = None
+    if f.get("fragments") and f.get("protocol") == "http_dash_segments":
+        base = str(f.get("fragment_base_url") or f["url"])
+        fragments = tuple(
+            (
+                str(x.get("url") or urljoin(base, str(x.get("path") or ""))),
+                float(x["duration"]) if x.get("duration") else None,
+            )
+            for x in f["fragments"]
+        )
     return MediaFormat(
         url=str(f["url"]),
         format_id=str(f.get("format_id") or ""),
@@ -241,6 +253,7 @@ def _media_format(f: dict[str, Any]) -> MediaFormat:
         headers={k: str(v) for k, v in (f.get("http_headers") or {}).items() if k.lower() not in skip},
         filesize=int(size) if isinstance(size, int | float) and size > 0 else None,
         available_at=float(f["available_at"]) if f.get("available_at") else None,
+        fragments=fragments,
     )
 
 

@@ -30,7 +30,7 @@ def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
     video-only and audio-only files (YouTube's adaptive formats), a muxed file and HLS segments of it."""
     folder = tmp_path_factory.mktemp("site")
     files = {"video": folder / "ep-video.mp4", "audio": folder / "ep-audio.m4a", "muxed": folder / "ep.mp4",
-             "hls": folder / "hls" / "index.m3u8"}  # fmt: skip
+             "hls": folder / "hls" / "index.m3u8", "dash": folder / "dash" / "manifest.mpd"}  # fmt: skip
     quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
     # noise makes the picture cost what real video does (about 1.3 Mbit/s, as 720p): "a few % of the bytes" means
     # something
@@ -52,6 +52,11 @@ def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
     subprocess.run([*quiet, "-i", str(files["muxed"]), "-c", "copy", "-f", "hls", "-hls_time", "10",
                     "-hls_playlist_type", "vod", "-hls_segment_filename", str(files["hls"].parent / "seg%03d.ts"),
                     str(files["hls"])], check=True)  # fmt: skip
+    # and as DASH: a manifest naming fMP4 fragments (SegmentTemplate), video and audio apart
+    files["dash"].parent.mkdir()
+    subprocess.run([*quiet, "-i", str(files["muxed"]), "-map", "0:v", "-map", "0:a", "-c", "copy", "-f", "dash",
+                    "-seg_duration", "10", "-use_template", "1", "-use_timeline", "0", str(files["dash"])],
+                   check=True)  # fmt: skip
     return files
 
 
@@ -199,6 +204,24 @@ def test_an_hls_only_source_fetches_only_the_cuts_segments_and_cuts_exactly(site
     assert_exact(Path(two.path), 0.1)
     assert sorted(site.segments) == ["seg000.ts", "seg029.ts", "seg030.ts"], site.segments
     assert site.page_loads["hls1"] == 1 and site.refused == []
+
+
+def test_a_dash_only_source_fetches_only_the_cuts_fragments_and_cuts_exactly(site, settings, episode_files) -> None:
+    """DASH (the manifest read by yt-dlp's MPD parser): the init sections and only the fragments the cut needs (and
+    the first, the episode's time 0), separate video and audio, cut exactly and in sync."""
+    folder = episode_files["dash"].parent
+    site.episodes["dash1"] = Episode("DASH only", EPISODE_SECONDS, [SiteFormat("dash", episode_files["dash"],
+                                                                             dash=True)])  # fmt: skip
+    total = sum(f.stat().st_size for f in folder.glob("chunk-*.m4s"))
+    one, _ = clip(settings, site.url("dash1"), 300.9, 307.9)
+    assert_exact(Path(one.path), 0.1)
+    assert one.source_bytes is not None and one.source_bytes < 0.05 * total, (one.source_bytes, total)
+    fetched = sorted(set(site.segments))
+    assert [n for n in fetched if n.startswith("chunk-stream0")] == [
+        "chunk-stream0-00001.m4s",
+        "chunk-stream0-00031.m4s",
+    ]
+    assert site.page_loads["dash1"] == 1 and site.refused == []
 
 
 def test_every_playlist_entry_passes_the_address_rules(settings, http_source, canary, ffmpeg_bin, tmp_path) -> None:

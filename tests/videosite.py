@@ -7,6 +7,7 @@ documentation and issue tracker describe them; YouTube itself cannot be reached 
   10 MiB; a signature is good for ``uses`` requests, then 403 (an expired link);
 - a format may be refused (403) until its ``available_at`` time; a cookie may be required for media;
 - a format may be HLS only: a signed playlist URL, segments (10 s, MPEG-TS) beside it, fetched whole;
+- or DASH: a signed manifest (read by yt-dlp's own MPD parser) naming fMP4 fragments beside it;
 - the yt-dlp extractor for it is a plugin (tests/plugins), found on the Python path as any plugin is.
 """
 
@@ -39,6 +40,7 @@ class SiteFormat:
     height: int | None = None
     available_in: float | None = None  # seconds after the page load before the format answers
     hls: bool = False  # ``file`` is an HLS playlist (index.m3u8) with its segments beside it
+    dash: bool = False  # ``file`` is a DASH manifest (manifest.mpd) with its fragments beside it
 
 
 @dataclass
@@ -109,8 +111,9 @@ class VideoSite:
                 "format_id": f.format_id, "ext": f.ext, "vcodec": f.vcodec, "acodec": f.acodec,
                 "width": f.width, "height": f.height,
                 **({"url": f"/hls/{video_id}/{f.format_id}/index.m3u8?{signed}", "protocol": "m3u8_native"}
-                   if f.hls else {"url": f"/media/{video_id}/{f.format_id}?{signed}",
-                                  "filesize": f.file.stat().st_size}),
+                   if f.hls else {"manifest": f"/hls/{video_id}/{f.format_id}/manifest.mpd?{signed}"}
+                   if f.dash else {"url": f"/media/{video_id}/{f.format_id}?{signed}",
+                                   "filesize": f.file.stat().st_size}),
                 **({"available_at": int(available) + 1} if available else {}),
             })  # fmt: skip
         data = {"title": episode.title, "duration": episode.duration, "formats": formats,
@@ -180,12 +183,12 @@ class VideoSite:
 
             def _hls(self, video_id: str, format_id: str, name: str, query: dict[str, list[str]]) -> Body | None:
                 """The playlist needs a live signature and the site's header; segments the header only."""
-                found = [f for f in site.episodes[video_id].formats if f.format_id == format_id and f.hls]
+                found = [f for f in site.episodes[video_id].formats if f.format_id == format_id and (f.hls or f.dash)]
                 sig = (query.get("sig") or [""])[0]
                 why = None
                 with site._lock:
                     entry = site._signatures.get(sig)
-                    if name == "index.m3u8" and (entry is None or entry[0] <= 0):
+                    if name in ("index.m3u8", "manifest.mpd") and (entry is None or entry[0] <= 0):
                         why = "expired link"
                     elif self.headers.get("X-Site-Token") != f"token-{video_id}":
                         why = "missing header"
@@ -195,7 +198,7 @@ class VideoSite:
                 if why is not None or file is None or not file.is_file():
                     self.send_empty(403 if why else 404)
                     return None
-                if name != "index.m3u8":
+                if name not in ("index.m3u8", "manifest.mpd"):
                     self.media_name = f"{video_id}/{format_id}"
                     with site._lock:
                         site.segments.append(name)
@@ -205,7 +208,8 @@ class VideoSite:
                         f.seek(offset)
                         return f.read(count)
 
-                kind = "application/vnd.apple.mpegurl" if name.endswith(".m3u8") else "video/mp2t"
+                kinds = {".m3u8": "application/vnd.apple.mpegurl", ".mpd": "application/dash+xml", ".ts": "video/mp2t"}
+                kind = kinds.get(file.suffix, "video/mp4")
                 return Body(file.stat().st_size, read, kind)
 
             def sent(self, start: int, count: int) -> None:

@@ -17,8 +17,12 @@ class QuoteclipVideoSiteIE(InfoExtractor):
         data = self._search_json(
             r'<script[^>]+id="player"[^>]*>', webpage, "player data", video_id, end_pattern=r"</script>"
         )
-        formats = [
-            {**f, "url": urljoin(url, f["url"]), "http_headers": dict(data.get("headers") or {})}
-            for f in data["formats"]
-        ]
+        headers = dict(data.get("headers") or {})
+        formats = []
+        for f in data["formats"]:
+            if "manifest" in f:  # DASH: the manifest read by yt-dlp's own MPD parser, as real extractors do
+                found = self._extract_mpd_formats(urljoin(url, f["manifest"]), video_id, headers=headers)
+                formats += [{**m, "http_headers": headers} for m in found]
+            else:
+                formats.append({**f, "url": urljoin(url, f["url"]), "http_headers": headers})
         return {"id": video_id, "title": data["title"], "duration": data.get("duration"), "formats": formats}
