@@ -14,7 +14,7 @@ network apart.
 from __future__ import annotations
 
 import logging
-import select
+import selectors
 import socket
 import time
 from http.server import BaseHTTPRequestHandler
@@ -168,20 +168,26 @@ def _copy(src: socket.socket, dst: socket.socket, closing: bool = False) -> int:
 
 
 def _pipe(client: socket.socket, upstream: socket.socket) -> None:
-    """Both directions of a CONNECT tunnel until either side closes, the byte cap or an idle timeout."""
+    """Both directions of a CONNECT tunnel until either side closes, the byte cap or an idle timeout. (A selector,
+    not select(): a long-lived process may hold file descriptors past select's limit of 1024.)"""
     sent = 0
     last = time.monotonic()
+    selector = selectors.DefaultSelector()
     try:
+        selector.register(client, selectors.EVENT_READ)
+        selector.register(upstream, selectors.EVENT_READ)
         while sent < MAX_BYTES and time.monotonic() - last < IDLE_TIMEOUT:
-            ready, _, _ = select.select([client, upstream], [], [], 1.0)
-            for sock in ready:
+            for key, _ in selector.select(1.0):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
                 data = sock.recv(65536)
                 if not data:
                     return
                 (upstream if sock is client else client).sendall(data)
                 sent += len(data)
                 last = time.monotonic()
-    except OSError:
+    except (OSError, ValueError):
         return
     finally:
+        selector.close()
         upstream.close()

@@ -290,3 +290,36 @@ def test_the_proxy_setting_is_checked() -> None:
     for bad in ("socks5://proxy:1080", "proxy.internal:3128", "http://proxy.internal"):
         with pytest.raises(BadInput, match="QUOTECLIP_PROXY"):
             Settings.from_env({"QUOTECLIP_PROXY": bad})
+
+
+def test_a_tunnel_works_in_a_process_holding_over_1024_files(site) -> None:
+    """The egress tunnel waits on its sockets with a selector: select() cannot watch a descriptor past 1024, which a
+    long-lived worker or API process reaches (the tunnel then closed without a byte)."""
+    import os
+    import resource
+    import socket
+
+    from sources.egress import EgressProxy
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this machine allows {hard} open files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        port = site.server.server_address[1]
+        with (
+            EgressProxy(("127.0.0.1/32",)) as egress,
+            socket.create_connection(("127.0.0.1", egress.server.server_address[1]), timeout=10) as conn,
+        ):
+            conn.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200"), "the tunnel was not opened"
+            conn.sendall(f"GET /watch/ep1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200") and b'id="player"' in answer
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
