@@ -611,8 +611,8 @@ def main() -> None:
         rows.append(moviepy_vs_ours(source, 7.0 if not args.quick else 2.0, reps, work))
         rows += queue_figures(ffmpeg, source, reps, batch, lengths, work)
         rows += profiles_figures(source, 2 if args.quick else 10, CAPTION, work)
-        rows.append(page_batch_figure(source, 3 if args.quick else 10, CAPTION, work))
-        rows.append(hls_figure(ffmpeg, source, reps, CAPTION, work, paired))
+        rows.append(page_batch_figure(source, 3 if args.quick else 10, CAPTION, work, 20.0 if args.quick else 200.0))
+        rows.append(hls_figure(ffmpeg, source, reps, CAPTION, work, paired, 30.0 if args.quick else 300.0))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = machine()

@@ -89,7 +89,7 @@ def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> lis
     ]  # fmt: skip
 
 
-def page_batch_figure(source: Path, quotes: int, caption: str, work: Path) -> Row:
+def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first: float = 200.0) -> Row:
     """11a. A batch of quotes from one page whose media URLs are signed afresh at every extraction and expire
     soon (the extraction cache then lasts 10 s), through ``quoteclip batch``: extractions made, bytes fetched,
     no byte fetched twice."""
@@ -102,9 +102,10 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path) -> Ro
             "Episode", 1200, [SiteFormat("22", source, vcodec="avc1.640028", acodec="mp4a.40.2", width=1920,
                                          height=1080)],
         )  # fmt: skip
-        quotes_file = work / "page-quotes.csv"
-        rows = ["start,end,caption"] + [f"{200 + 9 * i},{207 + 9 * i},{caption} {i}" for i in range(quotes)]
-        quotes_file.write_text("\n".join(rows) + "\n")
+        quotes_file = work / "page-quotes.jsonl"
+        lines = [json.dumps({"start": first + 9 * i, "end": first + 7 + 9 * i, "caption": f"{caption} {i}"})
+                 for i in range(quotes)]  # fmt: skip
+        quotes_file.write_text("\n".join(lines) + "\n")
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
                "QUOTECLIP_STORAGE_DIR": str(work / "store-page"), "QUOTECLIP_CACHE_DIR": str(work / "cache-page"),
                "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
@@ -115,6 +116,8 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path) -> Ro
         done = subprocess.run(argv, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t
         failed = json.loads(done.stdout)["failed"] if done.stdout else quotes
+        if failed:
+            print(f"bench: page batch: {done.stderr.strip()[-2000:]}", file=sys.stderr)
         fetched = sum(site.bytes_sent.values())
         size = source.stat().st_size
         twice = site.bytes_sent_twice()
@@ -130,7 +133,7 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path) -> Ro
 
 
 def hls_figure(ffmpeg: str, source: Path, reps: int, caption: str, work: Path,
-               paired: Callable[..., tuple[list[float], list[float]]]) -> Row:  # fmt: skip
+               paired: Callable[..., tuple[list[float], list[float]]], first: float = 300.0) -> Row:  # fmt: skip
     """11b. A 7 s clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
     sys.path.insert(0, str(PLUGINS.parent))
     from videosite import Episode, SiteFormat, VideoSite
@@ -155,7 +158,7 @@ def hls_figure(ffmpeg: str, source: Path, reps: int, caption: str, work: Path,
                 n = next(counter)
                 name = f"hls-{n}"
                 settings = _settings(work, name)
-                spec = build_spec({"source": src, "start": 300.0 + 9 * n, "end": 307.0 + 9 * n, "caption": caption,
+                spec = build_spec({"source": src, "start": first + 9 * n, "end": first + 7 + 9 * n, "caption": caption,
                                    "watermark": {"text": "StarZero"}})  # fmt: skip
                 result = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
                 if src.startswith("http"):
