@@ -124,6 +124,7 @@ class Settings:
     extraction_ttl: float = 3600.0
     available_wait: float = 60.0  # seconds a job waits for a format the site makes available later (available_at)
     origin_concurrency: int = 4  # requests in flight to one origin host from one job at most
+    origin_rate: float = 0.0  # requests a second to one origin host from one job at most (0: no limit)
     # One HTTP proxy for everything sources fetch (yt-dlp's pages and the media), so extraction and fetches leave
     # from one address. The address rules still apply to what quoteclip asks it for.
     proxy: str | None = field(default=None, repr=False)
@@ -188,6 +189,7 @@ class Settings:
             extraction_ttl=_float(env, "QUOTECLIP_EXTRACTION_TTL", cls.extraction_ttl, 0),
             available_wait=_float(env, "QUOTECLIP_AVAILABLE_WAIT", cls.available_wait, 0),
             origin_concurrency=int(_float(env, "QUOTECLIP_ORIGIN_CONCURRENCY", cls.origin_concurrency, 1)),
+            origin_rate=_float(env, "QUOTECLIP_ORIGIN_RATE", cls.origin_rate, 0),
             proxy=_proxy(env.get("QUOTECLIP_PROXY")),
             shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
             maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),

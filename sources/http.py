@@ -58,11 +58,13 @@ class Fetcher:
     rate_grace: float = RATE_GRACE
     cookies: CookieJar | None = None  # the operator's cookies file: a Cookie header for the URLs it covers
     per_origin: int = 4  # requests in flight to one host at most
+    origin_rate: float = 0.0  # requests a second to one host at most (0: no limit)
     proxy: str | None = None  # the operator's QUOTECLIP_PROXY: every request goes through it
     fetched: int = 0
     requests: int = 0
     _pools: dict[tuple[str, str, int, str], urllib3.HTTPConnectionPool] = field(default_factory=dict)
     _origins: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
+    _next_at: dict[str, float] = field(default_factory=dict)  # host -> when its next request may start
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
@@ -82,6 +84,17 @@ class Fetcher:
             if host not in self._origins:
                 self._origins[host] = threading.BoundedSemaphore(self.per_origin)
             return self._origins[host]
+
+    def _pace(self, host: str) -> None:
+        """Keep to ``origin_rate`` requests a second to ``host`` (the time slots are handed out in order)."""
+        if self.origin_rate <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            at = max(now, self._next_at.get(host, 0.0))
+            self._next_at[host] = at + 1.0 / self.origin_rate
+        if at > now:
+            time.sleep(at - now)
 
     def cookie_header(self, url: str) -> str | None:
         if self.cookies is None:
@@ -127,6 +140,7 @@ class Fetcher:
             self.requests += 1
             origin = self._origin(target.host)
             origin.acquire()
+            self._pace(target.host)
             try:
                 resp = self._pool(target).urlopen(
                     "GET",

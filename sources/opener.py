@@ -86,6 +86,7 @@ def open_source(
         rate_grace=settings.fetch_rate_grace,
         cookies=load_cookies(settings.cookies_file) if settings.cookies_file is not None else None,
         per_origin=settings.origin_concurrency,
+        origin_rate=settings.origin_rate,
         proxy=settings.proxy,
     )
     cache = BlockCache(settings.cache_dir, settings.cache_max_bytes)

@@ -323,3 +323,52 @@ def test_a_tunnel_works_in_a_process_holding_over_1024_files(site) -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_requests_to_one_origin_keep_to_the_configured_rate_and_concurrency(http_source, settings) -> None:
+    """QUOTECLIP_ORIGIN_RATE / QUOTECLIP_ORIGIN_CONCURRENCY: at most so many requests a second, and in flight, to
+    one host from one job."""
+    import threading
+
+    from sources.http import Fetcher
+
+    (http_source.root / "f.bin").write_bytes(bytes(range(256)) * 4096)
+    http_source.stalls["f.bin"] = 0.2  # each answer takes a while: requests would overlap if allowed
+    fetcher = Fetcher(None, settings.allow_addresses, origin_rate=10.0, per_origin=2)
+    began = time.monotonic()
+    threads = [threading.Thread(target=fetcher.get_range, args=(http_source.url("f.bin"), i * 1000, i * 1000 + 999))
+               for i in range(6)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fetcher.close()
+    assert fetcher.requests == 6 and time.monotonic() - began >= 0.5  # 6 starts at 10 a second
+    assert Settings.from_env({"QUOTECLIP_ORIGIN_RATE": "2.5"}).origin_rate == 2.5
+
+
+def test_an_extraction_lives_no_longer_than_its_links(tmp_path) -> None:
+    """The cached entry ends two minutes before the earliest ``expire=`` of its media URLs (YouTube's form), and
+    never later than the cap; links that expire sooner are not cached at all."""
+    from sources.extraction import Extracted, Extractions, FileEntries, MediaFormat, url_expiry
+
+    now = time.time()
+    calls: list[int] = []
+
+    def extract(lifetime: float) -> Extracted:
+        calls.append(1)
+        url = f"https://media.example/videoplayback?sig=x&expire={int(now + lifetime)}&itag=22"
+        return Extracted("id", "t", "Site", 60.0, MediaFormat(url, "22"))
+
+    assert url_expiry("https://r1.googlevideo.com/videoplayback/expire/1700000000/itag/22") == 1700000000.0
+    entries = FileEntries(tmp_path / "entries")
+    pages = Extractions(entries, "url:https://site.example/watch/1", "final", lambda: extract(300), cap=3600)
+    pages.get()
+    until = json.loads(next((tmp_path / "entries").glob("*.json")).read_text())["until"]
+    assert 170 <= until - now <= 185  # 300 s of link less the 120 s margin
+    pages.get()
+    assert len(calls) == 1
+    short = Extractions(entries, "url:https://site.example/watch/2", "final", lambda: extract(60), cap=3600)
+    short.get()
+    short.get()
+    assert len(calls) == 3  # links expiring within the margin: extracted each time, never cached

@@ -118,9 +118,9 @@ class VideoSite:
             })  # fmt: skip
         data = {"title": episode.title, "duration": episode.duration, "formats": formats,
                 "headers": {"X-Site-Token": f"token-{video_id}"}}  # fmt: skip
-        body = html.escape(json.dumps(data), quote=False)
+        body = json.dumps(data).replace("</", "<\\/")  # raw text inside <script>: no HTML escaping
         player = f'<script id="player" type="application/json">{body}</script>'
-        return f"<html><head><title>{episode.title}</title></head><body>{player}</body></html>"
+        return f"<html><head><title>{html.escape(episode.title)}</title></head><body>{player}</body></html>"
 
     def _handler(self) -> type[RangeHandler]:
         site = self
