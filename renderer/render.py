@@ -1,4 +1,5 @@
-"""Render one clip: overlays (Pillow) → plan (pure) → one ffmpeg run → probe of the result."""
+"""Render a clip (or one cut in several profiles): overlays (Pillow) → plan (pure) → one ffmpeg run → probe of the
+results."""
 
 from __future__ import annotations
 
@@ -100,28 +101,6 @@ def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tu
     return overlays, track
 
 
-def render_clip(
-    spec: ClipSpec,
-    source: str,
-    info: MediaInfo,
-    workdir: Path,
-    ffmpeg_bin: str,
-    timeout: float,
-    on_progress: Callable[[float], None] | None = None,
-    audio_source: str | None = None,
-    probe_source: Readable | None = None,
-    max_pixels: int | None = None,
-) -> RenderResult:
-    """Render ``spec`` from ``source`` (already probed as ``info``) to ``workdir/clip.mp4``.
-
-    ``on_progress`` receives the fraction done, 0.0–1.0.
-    """
-    [result] = render_clips(
-        [spec], source, info, workdir, ffmpeg_bin, timeout, on_progress, audio_source, probe_source, max_pixels
-    )
-    return result
-
-
 def extract_artwork(source: Readable, workdir: Path) -> Path | None:
     """An audio-only source's attached picture (cover art) as a PNG, for the audiogram's background; None when
     it cannot be decoded (the brand background is used instead)."""
@@ -154,8 +133,9 @@ def render_clips(
     probe_source: Readable | None = None,
     max_pixels: int | None = None,
 ) -> list[RenderResult]:
-    """Several profiles of one cut from one ffmpeg run (the source decoded once, one encoder per output): each in
-    its own folder under ``workdir`` (one spec: ``workdir/clip.mp4``, as ``render_clip``)."""
+    """Render ``specs`` (one cut in one or several profiles) from ``source`` (already probed as ``info``) in one
+    ffmpeg run: the source decoded once, one encoder per output, each in its own folder under ``workdir`` (one
+    spec: ``workdir/clip.mp4``). ``on_progress`` receives the fraction done, 0.0–1.0."""
     first = specs[0]
     if any((s.cut_start, s.cut_end, s.quality) != (first.cut_start, first.cut_end, first.quality) for s in specs):
         raise BadInput("profiles rendered together must share the cut and the quality")
