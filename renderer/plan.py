@@ -205,7 +205,10 @@ def _output(
         branches = video.filter_multi_output("split")
         video = branches[0]
         at = _seconds(max(0.0, target.poster[1] - 0.5 / float(output_rate(info))))  # the frame nearest the time
-        picture = branches[1].filter("select", f"gte(t,{at})").filter("scale", out_range="full")
+        # trim after select: only the chosen frame goes on (select alone passes every later frame to the
+        # conversion below, which then runs on the whole clip for one picture)
+        picture = branches[1].filter("select", f"gte(t,{at})").filter("trim", end_frame=1)
+        picture = picture.filter("scale", out_range="full")
         still = ffmpeg.output(
             picture.filter("format", "yuvj420p"), target.poster[0], vframes=1, **{"q:v": POSTER_QSCALE}
         )
