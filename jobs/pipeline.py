@@ -21,7 +21,7 @@ from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
 from renderer.probe import MediaInfo, frame_too_large, has_audio, probe
-from renderer.render import RenderResult, cut_for, render_clips
+from renderer.render import RenderResult, cut_for, draw_overlays, render_clips
 from sources.opener import open_source
 from storage import Storage
 
@@ -76,7 +76,11 @@ def produce_clips(
         raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
 
     binary = ffmpeg_binary(settings.ffmpeg_binary)
-    with _machine_errors(), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+    with (
+        _machine_errors(),
+        tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp,
+        ThreadPoolExecutor(max_workers=1) as ahead,
+    ):
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         # brand files as local paths (assets fetched), each profile in its own folder
@@ -92,6 +96,11 @@ def produce_clips(
 
         preview_format = spec.quality == "preview"
         cut_span = (spec.cut_start, spec.cut_end)
+        # the overlays are drawn (Pillow) while the source is opened and probed (PyAV): they need only the cut
+        # (the pool is left, so the drawing has ended, before the temp folder goes)
+        overlays = (
+            None if spec.quality == "instant" else ahead.submit(draw_overlays, drawn, Path(tmp), cut_for(spec, None))
+        )
         with open_source(source, settings, Path(tmp), binary, preview_format, waiting, cut_span) as opened:
             info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
             if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
@@ -118,6 +127,7 @@ def produce_clips(
                         preview = {"mode": "encoded", "reason": str(refused)}
                         drawn = [drawn[0].model_copy(update={"quality": "preview"})]
                 if not rendered:
+                    ready = overlays.result() if overlays is not None and drawn[0].quality != "instant" else None
                     rendered = render_clips(
                         drawn,
                         opened.video,
@@ -129,6 +139,7 @@ def produce_clips(
                         audio_source=opened.audio,
                         probe_source=opened.probe_video,
                         max_pixels=settings.max_frame_pixels,
+                        drawn=ready,
                     )
             except QuoteclipError:
                 source_error = opened.error()

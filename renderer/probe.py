@@ -57,11 +57,18 @@ def frame_too_large(width: int, height: int, max_pixels: int) -> bool:
 MAX_SIDE = 16384
 
 
-def probe(source: Readable, timeout: float = 30.0, name: str | None = None, max_pixels: int | None = None) -> MediaInfo:
+def probe(
+    source: Readable,
+    timeout: float = 30.0,
+    name: str | None = None,
+    max_pixels: int | None = None,
+    first_frame: bool = True,
+) -> MediaInfo:
     """Read the container header and the first video frame of a local path, an http(s) URL or a seekable file.
 
     With ``max_pixels``, a frame size over the cap (as the header declares it) is refused before any frame is
-    decoded."""
+    decoded. ``first_frame=False``: the header only (a file quoteclip wrote itself: no rotation to read, the
+    frames known to decode)."""
     options = {"format_whitelist": FORMATS}
     if isinstance(source, str):
         remote = source.startswith(("http://", "https://"))
@@ -101,13 +108,14 @@ def probe(source: Readable, timeout: float = 30.0, name: str | None = None, max_
         declared = (video.codec_context.width or 0, video.codec_context.height or 0)
         if max_pixels is not None and frame_too_large(*declared, max_pixels):
             raise SourceUnavailable(f"source frame size {declared[0]}x{declared[1]} is over the limit: {label}")
-        try:
-            frame = next(container.decode(video=0))
-            rotation = int(round(getattr(frame, "rotation", 0) or 0)) % 360
-        except (StopIteration, av.error.FFmpegError):
-            raise BadInput(f"source has no decodable video frames: {label}") from None
-        width = video.codec_context.width or frame.width
-        height = video.codec_context.height or frame.height
+        width, height = declared
+        if first_frame or not (width and height):
+            try:
+                frame = next(container.decode(video=0))
+                rotation = int(round(getattr(frame, "rotation", 0) or 0)) % 360
+            except (StopIteration, av.error.FFmpegError):
+                raise BadInput(f"source has no decodable video frames: {label}") from None
+            width, height = width or frame.width, height or frame.height
         start = float(container.start_time or 0) / av.time_base if container.start_time else 0.0
         return MediaInfo(
             duration=duration,

@@ -62,10 +62,10 @@ def check_span(spec: ClipSpec, info: MediaInfo) -> None:
         )
 
 
-def cut_for(spec: ClipSpec, info: MediaInfo) -> tuple[float, float]:
+def cut_for(spec: ClipSpec, info: MediaInfo | None) -> tuple[float, float]:
     """(start, duration) of the cut in the source: the quote plus padding, the padding cut short at the end
-    of the video."""
-    end = spec.cut_end if not info.duration else min(spec.cut_end, max(spec.end, info.duration))
+    of the video (with no ``info``, the cut as asked for)."""
+    end = spec.cut_end if info is None or not info.duration else min(spec.cut_end, max(spec.end, info.duration))
     return spec.cut_start, round(end - spec.cut_start, 3)
 
 
@@ -101,6 +101,29 @@ def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tu
     return overlays, track
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """The overlays of one cut's outputs, drawn before the render (each profile in its own folder)."""
+
+    cut: tuple[float, float]
+    folders: list[Path]
+    overlays: list[list[Overlay]]
+    tracks: list[CaptionTrack | None]
+
+
+def draw_overlays(specs: list[ClipSpec], workdir: Path, cut: tuple[float, float]) -> Drawn:
+    """Every output's captions and watermark for ``cut``: ``workdir`` for one spec, else a folder per profile.
+    Needs no probe of the source (the pipeline draws them while the source is opened and probed)."""
+    folders = [workdir] if len(specs) == 1 else [workdir / f"{n}-{s.profile}" for n, s in enumerate(specs)]
+    overlays, tracks = [], []
+    for spec, folder in zip(specs, folders, strict=True):
+        folder.mkdir(exist_ok=True)
+        drawn, track = make_overlays(spec, folder, cut)
+        overlays.append(drawn)
+        tracks.append(track)
+    return Drawn(cut, folders, overlays, tracks)
+
+
 def extract_artwork(source: Readable, workdir: Path) -> Path | None:
     """An audio-only source's attached picture (cover art) as a PNG, for the audiogram's background; None when
     it cannot be decoded (the brand background is used instead)."""
@@ -132,23 +155,24 @@ def render_clips(
     audio_source: str | None = None,
     probe_source: Readable | None = None,
     max_pixels: int | None = None,
+    drawn: Drawn | None = None,
 ) -> list[RenderResult]:
     """Render ``specs`` (one cut in one or several profiles) from ``source`` (already probed as ``info``) in one
     ffmpeg run: the source decoded once, one encoder per output, each in its own folder under ``workdir`` (one
-    spec: ``workdir/clip.mp4``). ``on_progress`` receives the fraction done, 0.0–1.0."""
+    spec: ``workdir/clip.mp4``). ``on_progress`` receives the fraction done, 0.0–1.0. ``drawn``: the overlays,
+    drawn ahead by ``draw_overlays`` for the cut the quote asks for (drawn again if the video's end shortens it)."""
     first = specs[0]
     if any((s.cut_start, s.cut_end, s.quality) != (first.cut_start, first.cut_end, first.quality) for s in specs):
         raise BadInput("profiles rendered together must share the cut and the quality")
     check_span(first, info)
     cut = cut_for(first, info)
     duration = cut[1]
-    folders = [workdir] if len(specs) == 1 else [workdir / f"{n}-{s.profile}" for n, s in enumerate(specs)]
+    if drawn is None or drawn.cut != cut:
+        drawn = draw_overlays(specs, workdir, cut)
     faces = None
     artwork = extract_artwork(probe_source if probe_source is not None else source, workdir) if info.artwork else None
-    targets, tracks = [], []
-    for spec, folder in zip(specs, folders, strict=True):
-        folder.mkdir(exist_ok=True)
-        overlays, track = make_overlays(spec, folder, cut)
+    targets = []
+    for spec, folder, overlays in zip(specs, drawn.folders, drawn.overlays, strict=True):
         crop_x = None
         if spec.fit == "speaker":
             from .reframe import crop_x_expression, face_track  # OpenCV only for this fit
@@ -166,7 +190,6 @@ def render_clips(
         if len(specs) > 1 and not background.startswith("#"):  # one input per output's picture: its own copy
             background = str(shutil.copyfile(background, folder / f"background{Path(background).suffix}"))
         targets.append(Target(spec, overlays, str(folder / "clip.mp4"), crop_x, poster, background))
-        tracks.append(track)
     argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
 
     def progress(seconds: float) -> None:
@@ -180,12 +203,12 @@ def render_clips(
     if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first
         raise RenderFailed(f"a source frame of {refused.group(1)} is over the frame size limit", argv, said)
     results = []
-    for target, track in zip(targets, tracks, strict=True):
+    for target, track in zip(targets, drawn.tracks, strict=True):
         output, still = Path(target.output), Path(target.poster[0] if target.poster else "")
         if not output.is_file() or output.stat().st_size == 0:
             raise RenderFailed("ffmpeg finished but wrote no output", argv)
         try:
-            out = probe(str(output))
+            out = probe(str(output), first_frame=False)
         except QuoteclipError as exc:
             raise RenderFailed(f"ffmpeg wrote an unreadable clip ({exc})", argv) from None
         tolerance = 0.1 + (1 / out.fps if out.fps else 0.05)

@@ -185,3 +185,20 @@ def test_an_ffmpeg_run_over_its_time_limit_is_stopped(ffmpeg_bin, tmp_path) -> N
     assert run_ffmpeg([ffmpeg_bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=d=0.2",
                        "-f", "null", "-"], timeout=30) is not None  # fmt: skip
     assert time.monotonic() - done < 5  # a quick run is not held back by the timer
+
+
+def test_overlays_drawn_ahead_are_drawn_again_when_the_video_ends_the_cut(media, ffmpeg_bin, tmp_path) -> None:
+    """The pipeline draws the overlays for the cut the quote asks for while the source is probed; when the video's
+    end shortens the cut, the render draws them again (the caption sequence lasts as long as the clip)."""
+    from renderer.probe import probe
+    from renderer.render import cut_for, draw_overlays, render_clips
+
+    src = media(size="320x180", duration=6, gop=60)
+    spec = build_spec({"source": str(src), "start": 5, "end": 5.8, "pad_after": 3, "caption": "the last words"})
+    info = probe(str(src))
+    ahead = draw_overlays([spec], tmp_path, cut_for(spec, None))
+    assert ahead.cut == (5.0, 3.8) and cut_for(spec, info) == (5.0, 1.0)
+    [result] = render_clips([spec], str(src), info, tmp_path, ffmpeg_bin, timeout=60, drawn=ahead)
+    assert abs(result.duration - 1.0) < 0.05
+    # the 0.8 s caption over a 3.8 s cut is a timed sequence (shown, then blank); over the 1 s clip, one still
+    assert str(tmp_path / "caption.png") in result.argv and not any(a.endswith(".ffconcat") for a in result.argv)
