@@ -13,6 +13,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NoReturn
 
+# pydantic looks for plugins in every installed distribution's metadata when the first model is built (tens of
+# ms of each command's start-up); the command validates with plain models, so it skips them unless told otherwise
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 import typer
 
 from .errors import BadInput, QuoteclipError
