@@ -16,7 +16,7 @@ from pathlib import Path
 from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
-from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary
+from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary, ffmpeg_version
 from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
@@ -75,14 +75,15 @@ def produce_clips(
     if spec.quality == "instant" and len(missing) > 1:
         raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
 
-    binary = ffmpeg_binary(settings.ffmpeg_binary)
     with (
         _machine_errors(),
         tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp,
-        ThreadPoolExecutor(max_workers=1) as ahead,
+        ThreadPoolExecutor(max_workers=2) as ahead,
     ):
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
+        # found in the background (imageio-ffmpeg runs its binary once to check it) while brand files are localized
+        found_binary = ahead.submit(ffmpeg_binary, settings.ffmpeg_binary)
         # brand files as local paths (assets fetched), each profile in its own folder
         drawn = []
         for n in missing:
@@ -101,6 +102,8 @@ def produce_clips(
         overlays = (
             None if spec.quality == "instant" else ahead.submit(draw_overlays, drawn, Path(tmp), cut_for(spec, None))
         )
+        binary = found_binary.result()
+        ahead.submit(ffmpeg_version, binary)  # for the manifest (cached): asked now, not after the render
         with open_source(source, settings, Path(tmp), binary, preview_format, waiting, cut_span) as opened:
             info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
             if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
