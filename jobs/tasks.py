@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import open_storage
 
+from .connection import bulk_queue_name
 from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
 from .pipeline import Stage, produce_clips
@@ -20,6 +22,7 @@ from .pipeline import Stage, produce_clips
 log = logging.getLogger(__name__)
 
 META_INTERVAL = 0.5  # seconds between progress writes to Redis
+BULK_NICE = 10  # scheduling niceness of a bulk job's work-horse and ffmpeg
 
 
 def render_job(spec_data: dict[str, Any]) -> dict[str, object]:
@@ -49,6 +52,10 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
     began = time.perf_counter()
     if job is not None:
         job.connection.zrem(PENDING, job.id)  # started: no longer waiting in a queue
+        if job.origin == bulk_queue_name(settings):
+            # batch work yields the cores to a click rendering beside it (this work-horse and its ffmpeg; the
+            # horse is forked for the one job and exits after it)
+            os.nice(BULK_NICE)
     try:
         specs = [build_spec(data, max_seconds=settings.max_clip_seconds) for data in spec_data]
         results = produce_clips(specs, settings, open_storage(settings), report=report)

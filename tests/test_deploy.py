@@ -101,6 +101,27 @@ def test_clicks_before_batches(media, queue_env, workers) -> None:
     assert ended[click] < min(ended[i] for i in bulk)  # enqueued last, rendered first
 
 
+def test_batch_renders_yield_the_cores_to_clicks(media, queue_env, workers, ffmpeg_bin, tmp_path) -> None:
+    """A bulk job's work-horse, and so its ffmpeg, runs 10 steps nicer than a click's: a click rendering beside a
+    batch gets the cores first."""
+    log = tmp_path / "nice.log"
+    wrapper = tmp_path / "ffmpeg-nice"
+    wrapper.write_text(  # field 19 of /proc/<pid>/stat is the niceness
+        f'#!/bin/sh\ncase " $* " in *" -version "*) ;; *) cut -d" " -f19 /proc/$$/stat >> "{log}" ;; esac\n'
+        f'exec "{ffmpeg_bin}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {**queue_env, "FFMPEG_BINARY": str(wrapper)}
+    src = str(media(size="320x180", duration=6, gop=60))
+    settings = Settings.from_env(env)
+    enqueue_clip(build_spec({"source": src, "start": 1, "end": 2}), settings, bulk=True)
+    enqueue_clip(build_spec({"source": src, "start": 3, "end": 4}), settings)
+    workers.env = env
+    workers.burst(1)
+    click, bulk = (int(n) for n in log.read_text().split())  # the click goes first
+    assert bulk == min(19, click + 10), (click, bulk)
+
+
 def _rendering(media, queue_env, workers, end: float):  # type: ignore[no-untyped-def]
     """A long render under way in a real worker: (settings, job id, worker process)."""
     settings = Settings.from_env(queue_env)
