@@ -62,9 +62,12 @@ class ClipWorker(Worker):
                 pass
 
 
-def run_worker(settings: Settings, burst: bool = False, name: str | None = None, webhooks: bool = False) -> bool:
+def run_worker(
+    settings: Settings, burst: bool = False, name: str | None = None, webhooks: bool = False, clicks_only: bool = False
+) -> bool:
     """Run an rq worker on the clip queues until stopped (or, with ``burst``, until they are empty); with
-    ``webhooks``, on the webhook delivery queue instead (short jobs, kept apart from renders).
+    ``webhooks``, on the webhook delivery queue instead (short jobs, kept apart from renders); with
+    ``clicks_only``, on the clicks' queue alone (always free for a click while batch clips render beside it).
 
     When Redis goes away (a restart, a failover) the worker waits and reconnects, with backoff up to 30 s,
     instead of exiting: queued jobs are picked up again once Redis is back (with persistence on, none is lost).
@@ -77,6 +80,7 @@ def run_worker(settings: Settings, burst: bool = False, name: str | None = None,
             connection = connect(settings)
             names = (
                 [redis_keys.webhook_queue(settings.queue_name)] if webhooks
+                else [settings.queue_name] if clicks_only
                 else [settings.queue_name, bulk_queue_name(settings)]
             )  # fmt: skip
             queues = [Queue(q, connection=connection) for q in names]

@@ -315,6 +315,9 @@ def worker(
     burst: Annotated[bool, typer.Option("--burst", help="Exit when the queue is empty.")] = False,
     name: Annotated[str | None, typer.Option("--name", help="Worker name (default: rq's).")] = None,
     webhooks: Annotated[bool, typer.Option("--webhooks", help="Deliver webhooks instead of rendering.")] = False,
+    clicks_only: Annotated[
+        bool, typer.Option("--clicks-only", help="Render clicks only, never batch clips: a click never waits for one.")
+    ] = False,
 ) -> None:
     """Run a queue worker (rq) that renders clips and stores them (local folder or S3)."""
 
@@ -324,7 +327,9 @@ def worker(
         from .logs import setup_service_logging
 
         setup_service_logging()
-        run_worker(Settings.from_env(), burst=burst, name=name, webhooks=webhooks)
+        if webhooks and clicks_only:
+            raise BadInput("--webhooks and --clicks-only: a webhook worker renders nothing; choose one")
+        run_worker(Settings.from_env(), burst=burst, name=name, webhooks=webhooks, clicks_only=clicks_only)
 
     run_guarded(go)
 

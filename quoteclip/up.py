@@ -75,6 +75,9 @@ def start(settings: Settings, host: str, port: int, workers: int, choice: RedisC
     children = [("api", subprocess.Popen([*python, "serve", "--host", host, "--port", str(port)], env=env))]
     for n in range(workers):
         children.append((f"worker {n + 1}", subprocess.Popen([*python, "worker"], env=env)))
+    # one more for clicks only: a click never waits for a batch render to end (batch renders run nicer, so the
+    # click's render gets the cores first)
+    children.append(("click worker", subprocess.Popen([*python, "worker", "--clicks-only"], env=env)))
     children.append(("webhook worker", subprocess.Popen([*python, "worker", "--webhooks"], env=env)))
     return Running(url, server, children)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 from services import wait_for
 
 from jobs.queue import enqueue_clip, job_status
@@ -58,6 +59,7 @@ def test_compose_file() -> None:
     assert services["worker"]["deploy"]["replicas"] == 2
     assert services["worker"]["command"] == ["quoteclip", "worker"]
     assert services["webhooks"]["command"] == ["quoteclip", "worker", "--webhooks"]
+    assert services["click-worker"]["command"] == ["quoteclip", "worker", "--clicks-only"]
     env = services["worker"]["environment"]
     for name in ("QUOTECLIP_REDIS_URL", "QUOTECLIP_S3_ENDPOINT", "QUOTECLIP_S3_BUCKET", "AWS_ACCESS_KEY_ID"):
         assert name in env
@@ -99,6 +101,22 @@ def test_clicks_before_batches(media, queue_env, workers) -> None:
     conn = Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
     ended = {i: Job.fetch(i, connection=conn).ended_at for i in [*bulk, click]}
     assert ended[click] < min(ended[i] for i in bulk)  # enqueued last, rendered first
+
+
+def test_a_clicks_only_worker_leaves_batch_clips_to_the_others(media, queue_env, workers) -> None:
+    """``quoteclip worker --clicks-only`` renders the click and leaves the batch clip queued (``quoteclip up`` and
+    compose run one, so a click never waits for a batch render to end)."""
+    src = str(media(size="320x180", duration=6, gop=60))
+    settings = Settings.from_env(queue_env)
+    bulk = enqueue_clip(build_spec({"source": src, "start": 1, "end": 2}), settings, bulk=True).job_id
+    click = enqueue_clip(build_spec({"source": src, "start": 3, "end": 4}), settings).job_id
+    done = subprocess.run([sys.executable, "-m", "quoteclip", "worker", "--burst", "--clicks-only"],
+                          env=workers.full_env(), capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert job_status(click, settings)["status"] == "finished"
+    assert job_status(bulk, settings)["status"] == "queued"
+    both = run_cli("worker", "--webhooks", "--clicks-only", env=queue_env)
+    assert both.returncode == 2 and "--webhooks and --clicks-only" in both.stderr
 
 
 def test_batch_renders_yield_the_cores_to_clicks(media, queue_env, workers, ffmpeg_bin, tmp_path) -> None:
