@@ -59,7 +59,9 @@ def run_ffmpeg(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=err,
-            start_new_session=True,
+            # its own process group (killed as one), but the worker's session: Linux's autogroup scheduling then
+            # weighs it against the other workers' ffmpeg by niceness (a batch render's is 10 steps nicer)
+            process_group=0,
             preexec_fn=_die_with_parent,
         )
         reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
