@@ -62,6 +62,19 @@ class ClipWorker(Worker):
                 pass
 
 
+def preload(settings: Settings) -> None:
+    """Load once, in the worker, what every render job needs, so each work-horse forked from it starts with it:
+    the job code and, for an S3 store, boto3 with its S3 model (a first client costs a horse about 0.3 s)."""
+    from storage import open_storage
+
+    from . import tasks  # noqa: F401
+
+    try:
+        open_storage(settings)  # builds a client only: no request is made
+    except Exception as exc:  # noqa: BLE001  (a warm-up: a store that cannot be opened fails the job, not the worker)
+        log.warning("the object store could not be prepared ahead of the jobs: %s", exc)
+
+
 def run_worker(
     settings: Settings, burst: bool = False, name: str | None = None, webhooks: bool = False, clicks_only: bool = False
 ) -> bool:
@@ -72,8 +85,8 @@ def run_worker(
     When Redis goes away (a restart, a failover) the worker waits and reconnects, with backoff up to 30 s,
     instead of exiting: queued jobs are picked up again once Redis is back (with persistence on, none is lost).
     """
-    from . import tasks  # noqa: F401  (imported once here, so each forked work-horse starts with it loaded)
-
+    if not webhooks:
+        preload(settings)
     delay = 1.0
     while True:
         try:

@@ -177,3 +177,19 @@ def test_sigterm_grace_limit_stops_a_long_render(media, queue_env, workers) -> N
                                capture_output=True)  # fmt: skip
     assert leftovers.returncode == 1  # ffmpeg died with its work-horse
     assert not list(Path(queue_env["TMPDIR"]).glob("quoteclip-*"))  # and its temp folder was swept
+
+
+def test_a_worker_loads_the_store_client_before_its_work_horses_fork(queue_env) -> None:
+    """With an S3 store, the worker imports boto3 and loads its S3 model once, before any job: each work-horse,
+    forked from it, starts with them instead of spending its click's time on them."""
+    env = {**queue_env, "QUOTECLIP_S3_BUCKET": "clips", "QUOTECLIP_S3_ENDPOINT": "http://127.0.0.1:9",
+           "AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret"}  # fmt: skip
+    code = (
+        "import sys; from quoteclip.settings import Settings; from jobs.worker import preload; "
+        "assert 'boto3' not in sys.modules; preload(Settings.from_env()); import boto3; "
+        "loader = boto3.DEFAULT_SESSION._session.get_component('data_loader'); "
+        "print('boto3' in sys.modules, any('s3' in str(k) for k in loader._cache))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"], done.stdout
