@@ -61,6 +61,7 @@ def test_compose_file() -> None:
     assert services["worker"]["command"] == ["quoteclip", "worker"]
     assert services["webhooks"]["command"] == ["quoteclip", "worker", "--webhooks"]
     assert services["click-worker"]["command"] == ["quoteclip", "worker", "--clicks-only"]
+    assert services["click-worker"]["cpu_shares"] > services["worker"].get("cpu_shares", 1024)
     env = services["worker"]["environment"]
     for name in ("QUOTECLIP_REDIS_URL", "QUOTECLIP_S3_ENDPOINT", "QUOTECLIP_S3_BUCKET", "AWS_ACCESS_KEY_ID"):
         assert name in env
