@@ -37,7 +37,9 @@ def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dic
     for i, quote in enumerate(request.quotes):
         data = {**common, "source": request.source, **quote.model_dump()}
         try:
-            specs.append(build_spec(data, max_seconds=svc.settings.max_clip_seconds))
+            specs.append(
+                build_spec(data, max_seconds=svc.settings.max_clip_seconds, encoder_preset=svc.settings.encoder_preset)
+            )
         except BadInput as exc:
             raise BadInput(f"quotes[{i}].{exc}") from None
     if profiles is not None:  # every quote in every profile, each quote's profiles from one decode

@@ -69,7 +69,7 @@ def create_clip(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> JSONR
     """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise. With
     ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored."""
     data = request.model_dump(exclude={"callback_url", "profiles"})
-    spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
+    spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds, encoder_preset=svc.settings.encoder_preset)
     if request.profiles is not None:
         clips = accepted_profiles(svc, in_profiles(spec, parse_profiles(request.profiles)), request.callback_url)
         status = 200 if all(c.link and c.cached for c in clips) else 202

@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Callable
 
 from quoteclip import RENDERER_VERSION
-from quoteclip.spec import ClipSpec
+from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
 
 def clip_key(
@@ -28,6 +28,8 @@ def clip_key(
         del fields["background"]
     elif not spec.background.startswith("#"):
         fields["background"] = asset_identity(spec.background)
+    if spec.encoder_preset in (None, DEFAULT_ENCODER_PRESET):  # (likewise: the product's preset, named or not)
+        del fields["encoder_preset"]
     if spec.watermark is not None and spec.watermark.logo is not None:
         fields["watermark"]["logo"] = asset_identity(spec.watermark.logo)
     payload = {"renderer": RENDERER_VERSION, "source": source_identity, "spec": fields}

@@ -25,6 +25,7 @@ from .options import (
     CaptionOpt,
     CaptionSizeOpt,
     ClipOptions,
+    EncoderPresetOpt,
     EndOpt,
     FitOpt,
     FontOpt,
@@ -148,6 +149,7 @@ def _clip_command(action: Callable[[list[ClipSpec], Settings, bool], None]) -> C
         profiles: ProfilesOpt = None,
         fit: FitOpt = None,
         quality: QualityOpt = None,
+        encoder_preset: EncoderPresetOpt = None,
         pad_before: PadBeforeOpt = None,
         pad_after: PadAfterOpt = None,
         no_fades: NoFadesOpt = False,
@@ -162,7 +164,7 @@ def _clip_command(action: Callable[[list[ClipSpec], Settings, bool], None]) -> C
             watermark_position=watermark_position, watermark_opacity=watermark_opacity, watermark_size=watermark_size,
             font=font, caption_size=caption_size, style=style, style_file=style_file, profile=profile, fit=fit,
             quality=quality, pad_before=pad_before, pad_after=pad_after, no_fades=no_fades, video_fades=video_fades,
-            transcript=transcript, profiles=profiles,
+            transcript=transcript, profiles=profiles, encoder_preset=encoder_preset,
         )  # fmt: skip
 
         def go() -> None:
@@ -241,6 +243,7 @@ def batch_command(
     profiles: ProfilesOpt = None,
     fit: FitOpt = None,
     quality: QualityOpt = None,
+    encoder_preset: EncoderPresetOpt = None,
     pad_before: PadBeforeOpt = None,
     pad_after: PadAfterOpt = None,
     no_fades: NoFadesOpt = False,
@@ -259,6 +262,7 @@ def batch_command(
         watermark_opacity=watermark_opacity, watermark_size=watermark_size, font=font, caption_size=caption_size,
         style=style, style_file=style_file, profile=profile, fit=fit, quality=quality, pad_before=pad_before,
         pad_after=pad_after, no_fades=no_fades, video_fades=video_fades, transcript=transcript, profiles=profiles,
+        encoder_preset=encoder_preset,
     )  # fmt: skip
 
     def go() -> None:

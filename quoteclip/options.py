@@ -44,6 +44,10 @@ PadBeforeOpt = Annotated[float | None, typer.Option("--pad-before", help="Second
 PadAfterOpt = Annotated[float | None, typer.Option("--pad-after", help="Seconds of source after the quote.")]
 NoFadesOpt = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]
 VideoFadesOpt = Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")]
+EncoderPresetOpt = Annotated[
+    str | None,
+    typer.Option("--encoder-preset", help="veryfast (default) | superfast | ultrafast: less CPU, larger files."),
+]
 TranscriptOpt = Annotated[
     str | None,
     typer.Option("--transcript", help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
@@ -75,10 +79,11 @@ class ClipOptions:
     video_fades: bool = False
     transcript: str | None = None
     profiles: str | None = None
+    encoder_preset: str | None = None
 
 
 BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
-                "pad_before", "pad_after", "background", "profiles"}  # fmt: skip
+                "pad_before", "pad_after", "background", "profiles", "encoder_preset"}  # fmt: skip
 
 
 def load_brand_style(path: str) -> dict[str, Any]:
@@ -107,6 +112,7 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
     given = {
         "caption": opts.caption, "font": opts.font, "caption_size": opts.caption_size, "profile": opts.profile,
         "fit": opts.fit, "quality": opts.quality, "pad_before": opts.pad_before, "pad_after": opts.pad_after,
+        "encoder_preset": opts.encoder_preset,
     }  # fmt: skip
     data.update({name: value for name, value in given.items() if value is not None})
     if opts.no_fades:
@@ -136,7 +142,7 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
             if value is None:
                 raise BadInput(f"{name}: required (or give --transcript and --caption to find the quote)")
             data[name] = value
-    return build_spec(data, max_seconds=settings.max_clip_seconds)
+    return build_spec(data, max_seconds=settings.max_clip_seconds, encoder_preset=settings.encoder_preset)
 
 
 def specs_from_options(opts: ClipOptions, settings: Settings) -> list[ClipSpec]:

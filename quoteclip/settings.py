@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import embedded
 from .errors import BadInput
-from .spec import DEFAULT_MAX_SECONDS
+from .spec import DEFAULT_MAX_SECONDS, EncoderPreset
 
 DEFAULT_SOURCE_HOSTS = (
     "youtube.com",
@@ -70,6 +70,18 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
 
 def configured_redis_url(env: Mapping[str, str]) -> str | None:
     return env.get("QUOTECLIP_REDIS_URL") or env.get("REDIS_URL") or None
+
+
+def _preset(value: str | None) -> EncoderPreset | None:
+    """``QUOTECLIP_ENCODER_PRESET``: the x264 preset of final renders whose request names none."""
+    from typing import get_args
+
+    if not value:
+        return None
+    allowed = get_args(EncoderPreset)
+    if value not in allowed:
+        raise BadInput(f"QUOTECLIP_ENCODER_PRESET must be one of {', '.join(allowed)}, got {value[:40]!r}")
+    return value  # type: ignore[return-value]
 
 
 def _proxy(value: str | None) -> str | None:
@@ -132,6 +144,7 @@ class Settings:
     max_frame_pixels: int = 8192 * 8192
     max_streams: int = 8
     ffmpeg_binary: str | None = None
+    encoder_preset: EncoderPreset | None = None  # for requests that name none; None: the product's (veryfast)
     max_clip_seconds: float = DEFAULT_MAX_SECONDS
     # A render may take this many seconds per second of clip, plus a fixed allowance.
     render_timeout_factor: float = 20.0
@@ -176,6 +189,7 @@ class Settings:
             max_source_seconds=_float(env, "QUOTECLIP_MAX_SOURCE_SECONDS", cls.max_source_seconds, 1),
             fetch_timeout=_float(env, "QUOTECLIP_FETCH_TIMEOUT", cls.fetch_timeout, 0.1),
             ffmpeg_binary=env.get("FFMPEG_BINARY") or None,
+            encoder_preset=_preset(env.get("QUOTECLIP_ENCODER_PRESET")),
             max_clip_seconds=_float(env, "QUOTECLIP_MAX_CLIP_SECONDS", DEFAULT_MAX_SECONDS, minimum=0.1),
             api_keys=_list(env, "QUOTECLIP_API_KEYS"),
             rate_limit_per_minute=int(_float(env, "QUOTECLIP_RATE_LIMIT", cls.rate_limit_per_minute, 1)),

@@ -38,6 +38,11 @@ ProfileName = Literal["landscape", "vertical", "square", "portrait"]
 Corner = Literal["top-left", "top-right", "bottom-left", "bottom-right"]
 Fit = Literal["pad", "blur", "center", "speaker"]
 Quality = Literal["final", "preview", "instant"]  # instant: the source's frames copied (renderer/instant.py)
+# x264 presets a final render may use: the product's (veryfast) and two that spend less CPU per clip for larger
+# files (figure 5c in BENCHMARKS.md gives their CPU, size and SSIM/PSNR against veryfast). Slower presets are not
+# offered: a request must not be able to make a worker spend more than the product's own settings.
+EncoderPreset = Literal["veryfast", "superfast", "ultrafast"]
+DEFAULT_ENCODER_PRESET = "veryfast"
 MAX_WORDS = 2000
 WORDS_PER_SECOND = 10  # timed words a clip may carry per second (speech runs at 2–4), plus WORDS_SLACK
 WORDS_SLACK = 20
@@ -193,6 +198,9 @@ class ClipSpec(BaseModel):
     video_fades: bool = False  # fade the picture from and to black too (the first frame is then black)
     # An audiogram's background (audio-only sources without artwork): a colour #rrggbb or a PNG/JPEG brand image.
     background: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+    # The x264 preset of a final render; None: not named (the operator's, else veryfast). Previews and instant
+    # clips ignore it.
+    encoder_preset: EncoderPreset | None = None
 
     @field_validator("background")
     @classmethod
@@ -281,8 +289,13 @@ class ClipSpec(BaseModel):
         return width, height
 
 
-def build_spec(data: dict[str, Any], max_seconds: float = DEFAULT_MAX_SECONDS) -> ClipSpec:
-    """Validate ``data`` into a ClipSpec, turning pydantic's report into one readable BadInput."""
+def build_spec(
+    data: dict[str, Any], max_seconds: float = DEFAULT_MAX_SECONDS, encoder_preset: str | None = None
+) -> ClipSpec:
+    """Validate ``data`` into a ClipSpec, turning pydantic's report into one readable BadInput.
+    ``encoder_preset``: the operator's (``QUOTECLIP_ENCODER_PRESET``), for a request that does not name one."""
+    if encoder_preset is not None and data.get("encoder_preset") is None:
+        data = {**data, "encoder_preset": encoder_preset}
     try:
         return ClipSpec.model_validate(data, context={"max_seconds": max_seconds})
     except ValidationError as exc:

@@ -7,12 +7,12 @@ from fractions import Fraction
 
 import ffmpeg
 
-from quoteclip.spec import ClipSpec
+from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
-PRESET = "veryfast"
+PRESET = DEFAULT_ENCODER_PRESET  # (a spec may name a faster one: encoder_preset)
 CRF = 23
 AUDIO_BITRATE = "128k"
 # Previews (editors deciding on a cut): half the size, the fastest x264 preset.
@@ -217,7 +217,7 @@ def _output(
         audio,
         target.output,
         vcodec="libx264",
-        preset=PREVIEW_PRESET if preview else PRESET,
+        preset=PREVIEW_PRESET if preview else spec.encoder_preset or PRESET,
         crf=PREVIEW_CRF if preview else CRF,
         r=str(output_rate(info)),
         fps_mode="cfr",

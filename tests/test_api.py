@@ -72,6 +72,7 @@ def test_clip_lifecycle_and_download_redirects(client, workers, source_url, api_
         ({"source": "x.mp4", "start": "abc", "end": 3}, "start"),
         ({"source": "x.mp4", "start": 1, "end": 3, "profile": "tiktok"}, "profile"),
         ({"source": "x.mp4", "start": 1, "end": 3, "bogus": 1}, "bogus"),
+        ({"source": "x.mp4", "start": 1, "end": 3, "encoder_preset": "placebo"}, "encoder_preset"),
         ({"source": "http://127.0.0.1/x.mp4", "start": 1, "end": 300}, "over the 180 s limit"),
         ({"source": "/etc/passwd", "start": 1, "end": 3}, "local paths are not allowed"),
         ({"source": "https://evil.example/x.mp4", "start": 1, "end": 3}, "source host not allowed"),
@@ -102,6 +103,17 @@ def test_api_reads_specs_as_the_cli_does(api_env, source_url) -> None:
     profile = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "profile": "tiktok"})
     assert profile.json()["detail"].startswith("bad input: profile: Input should be 'landscape'")
     assert profile.json()["detail"].endswith("got 'tiktok'")
+
+
+def test_operator_encoder_preset_for_requests_that_name_none(api_env, source_url) -> None:
+    quote = {"source": source_url, "start": 1, "end": 2}
+    product = TestClient(create_app(Settings.from_env(api_env))).post("/clips", json=quote).json()["id"]
+    api_env["QUOTECLIP_ENCODER_PRESET"] = "superfast"
+    app = TestClient(create_app(Settings.from_env(api_env)))
+    unnamed = app.post("/clips", json=quote).json()["id"]
+    assert unnamed == app.post("/clips", json={**quote, "encoder_preset": "superfast"}).json()["id"]
+    assert unnamed != product
+    assert app.post("/clips", json={**quote, "encoder_preset": "veryfast"}).json()["id"] == product
 
 
 def test_unknown_and_malformed_ids(client) -> None:

@@ -104,6 +104,10 @@ def test_render_failure_exits_1_with_ffmpeg_tail(media, tmp_path) -> None:
 def test_bad_environment_exits_2(tmp_path) -> None:
     done = run_cli("render", "a.mp4", "--start", "0", "--end", "1", env={"QUOTECLIP_LINK_TTL": "soon"})
     assert done.returncode == 2 and "QUOTECLIP_LINK_TTL must be a number, got 'soon'" in done.stderr
+    done = run_cli("render", "a.mp4", "--start", "0", "--end", "1", env={"QUOTECLIP_ENCODER_PRESET": "slow"})
+    assert done.returncode == 2 and "QUOTECLIP_ENCODER_PRESET must be one of veryfast, superfast" in done.stderr
+    done = run_cli("render", "a.mp4", "--start", "0", "--end", "1", "--encoder-preset", "slow")
+    assert done.returncode == 2 and "encoder_preset: Input should be 'veryfast', 'superfast'" in done.stderr
 
 
 def test_demo_renders_offline(tmp_path) -> None:

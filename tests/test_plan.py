@@ -44,6 +44,17 @@ def test_picture_fades_only_when_asked() -> None:
     assert "fade=d=0.15:st=0:t=in" in text and "afade" not in text
 
 
+def test_encoder_preset_of_final_renders_only() -> None:
+    def preset(**fields: object) -> str:
+        argv = build_command(ClipSpec(source="in.mp4", start=1, end=3, **fields), INFO, "in.mp4", [], "o.mp4")
+        return argv[argv.index("-preset") + 1]
+
+    assert preset() == "veryfast"
+    assert preset(encoder_preset="superfast") == "superfast"
+    assert preset(encoder_preset="ultrafast") == "ultrafast"
+    assert preset(encoder_preset="superfast", quality="preview") == "ultrafast"  # a preview's own
+
+
 def test_remote_source_allows_network_protocols_only() -> None:
     spec = ClipSpec(source="https://cdn.example/ep.mp4", start=1, end=2)
     argv = build_command(spec, INFO, "https://cdn.example/ep.mp4", [], "/t/o.mp4")

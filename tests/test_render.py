@@ -46,6 +46,27 @@ def test_output_is_h264_aac_720p_faststart(media, settings) -> None:
     assert atoms.index("moov") < atoms.index("mdat")
 
 
+def _x264_settings(path: Path) -> str:
+    """The options x264 wrote into the stream (its SEI text): what the encoder really ran with."""
+    data = path.read_bytes()
+    at = data.index(b"x264 - core")
+    return data[at : data.index(b"\x00", at)].decode("ascii", "replace")
+
+
+def test_encoder_preset_is_what_x264_ran_with_and_a_clip_of_its_own(media, settings) -> None:
+    src = str(media(size="640x360", duration=6))
+    quote = {"source": src, "start": 1, "end": 3.5, "caption": "Hello"}
+    store = LocalStorage(settings.storage_dir)
+    default = produce_clip(build_spec(quote), settings, store)
+    fast = produce_clip(build_spec({**quote, "encoder_preset": "ultrafast"}), settings, store)
+    assert fast.key != default.key and not fast.cached
+    assert " subme=2 " in _x264_settings(Path(str(default.path)))  # veryfast
+    assert " subme=0 " in _x264_settings(Path(str(fast.path)))  # ultrafast
+    assert streams(Path(str(fast.path)))["frames"] == streams(Path(str(default.path)))["frames"] == 75
+    named = produce_clip(build_spec({**quote, "encoder_preset": "veryfast"}), settings, store)
+    assert named.cached and named.key == default.key  # the product's preset named: the same clip
+
+
 def test_cut_is_frame_exact_with_sparse_keyframes(media, settings) -> None:
     """With the default options, the first output frame is the source frame at start (not a fade from black)
     and the frame count is duration × fps (keyframes 10 s apart)."""

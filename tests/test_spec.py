@@ -92,6 +92,7 @@ def test_spec_is_frozen_and_normalised() -> None:
         ({"watermark": {}}, "watermark needs exactly one of text or logo"),
         ({"watermark": {"logo": "brand.jpg"}}, "watermark.logo must be a .png file"),
         ({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+        ({"encoder_preset": "veryslow"}, "encoder_preset: Input should be 'veryfast', 'superfast' or 'ultrafast'"),
     ],
 )
 def test_bad_specs_name_field_and_value(changes: dict[str, object], message: str) -> None:
@@ -135,6 +136,21 @@ def test_settings_from_env() -> None:
         Settings.from_env({"QUOTECLIP_LINK_TTL": "soon"})
     with pytest.raises(BadInput, match="QUOTECLIP_ALLOW_LOCAL_SOURCES must be true or false"):
         Settings.from_env({"QUOTECLIP_ALLOW_LOCAL_SOURCES": "maybe"})
+
+
+def test_encoder_preset_request_then_operator_then_product() -> None:
+    """A request's preset wins; else the operator's (QUOTECLIP_ENCODER_PRESET); else veryfast (None: not named;
+    the key treats it as veryfast, tests/test_render.py)."""
+    data = {"source": "a.mp4", "start": 0, "end": 2}
+    assert build_spec(data).encoder_preset is None
+    assert build_spec({**data, "encoder_preset": "veryfast"}, encoder_preset="ultrafast").encoder_preset == "veryfast"
+    assert build_spec(data, encoder_preset="ultrafast").encoder_preset == "ultrafast"
+    assert build_spec({**data, "encoder_preset": None}, encoder_preset="ultrafast").encoder_preset == "ultrafast"
+    assert build_spec({**data, "encoder_preset": "superfast"}, encoder_preset="ultrafast").encoder_preset == "superfast"
+    assert Settings.from_env({"QUOTECLIP_ENCODER_PRESET": "superfast"}).encoder_preset == "superfast"
+    assert Settings.from_env({}).encoder_preset is None
+    with pytest.raises(BadInput, match="QUOTECLIP_ENCODER_PRESET must be one of veryfast, superfast, ultrafast, got"):
+        Settings.from_env({"QUOTECLIP_ENCODER_PRESET": "placebo"})
 
 
 def test_cli_and_queue_defaults_differ() -> None:
