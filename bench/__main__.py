@@ -338,6 +338,68 @@ def click_to_file(stack: Stack, start: float, length: float, work: Path, parts: 
     return total
 
 
+def run_batch(stack: Stack, worker: int, starts: list[float], length: float, **fields: Any
+              ) -> tuple[float, float, list[str], list[str]]:  # fmt: skip
+    """The quotes at ``starts`` on the bulk queue from a cold source cache: wall seconds, the worker tree's CPU
+    seconds, the job ids and the failures."""
+    stack.clear_source_cache()
+    cpu_before = _tree_cpu(worker)
+    t = time.perf_counter()
+    settings = stack.settings()
+    ids = [enqueue_clip(build_spec({**clip_body(stack, s, length), **fields}), settings, bulk=True).job_id
+           for s in starts]  # fmt: skip
+    while not all(job_status(i, settings)["status"] in ("finished", "failed") for i in ids):
+        time.sleep(0.05)
+    wall = time.perf_counter() - t
+    cpu = _tree_cpu(worker) - cpu_before
+    failed = [job_status(i, settings) for i in ids]
+    failed = [f"{b['job_id']}: {b['error']}" for b in failed if b["status"] != "finished"]
+    for line in failed:
+        print(f"bench: batch job failed: {line}", file=sys.stderr)
+    return wall, cpu, ids, failed
+
+
+def preset_figures(ffmpeg: str, stack: Stack, worker: int, source: Path, starts: list[float], length: float,
+                   product_ids: list[str], work: Path) -> list[Row]:  # fmt: skip
+    """Figure 5c: the batch of figure 5 again with each faster x264 preset (``encoder_preset``), run the same way
+    (once, cold source cache, the same worker): CPU per output second, the bare transcodes' at that preset, the
+    mp4 sizes, and each clip's SSIM/PSNR against the same quote's clip at the product's preset (figure 5)."""
+    settings = stack.settings()
+
+    def fetched(ids: list[str], tag: str) -> list[Path]:
+        paths = []
+        for n, job_id in enumerate(ids):
+            path = work / f"{tag}-{n}.mp4"
+            urllib.request.urlretrieve(str(job_status(job_id, settings)["link"]), path)
+            paths.append(path)
+        return paths
+
+    reference = fetched(product_ids, "veryfast")
+    seconds = len(starts) * length
+    ref_bytes = sum(p.stat().st_size for p in reference)
+    rows: list[Row] = []
+    for preset in ("superfast", "ultrafast"):
+        _, cpu, ids, failed = run_batch(stack, worker, starts, length, encoder_preset=preset)
+        if failed:
+            raise SystemExit(f"bench: {len(failed)} {preset} clips failed")
+        before = _children_cpu()
+        for s in starts:
+            baselines.bare_ffmpeg(ffmpeg, str(source), s, length, work / "bare.mp4", preset)
+        bare = (_children_cpu() - before) / seconds
+        clips = fetched(ids, preset)
+        scores = [baselines.similarity(ffmpeg, str(c), str(r)) for c, r in zip(clips, reference, strict=True)]
+        size = sum(p.stat().st_size for p in clips)
+        rows.append({"figure": f"5c. encoder_preset {preset}: the batch of figure 5 again (CPU-s per output second, "
+                               "size, and each clip against the same quote's veryfast clip)",
+                     "value": f"ours {cpu / seconds:.2f} (bare ffmpeg at {preset} {bare:.2f}), "
+                              f"{size * 8 / seconds / 1e6:.1f} Mb/s ({size / ref_bytes:.2f}× veryfast's "
+                              f"{ref_bytes * 8 / seconds / 1e6:.1f}), SSIM {min(x for x, _ in scores):.4f}–"
+                              f"{max(x for x, _ in scores):.4f}, PSNR {min(y for _, y in scores):.1f}–"
+                              f"{max(y for _, y in scores):.1f} dB",
+                     "target": "≤ 0.45 (report quality)", "met": cpu / seconds <= 0.45})  # fmt: skip
+    return rows
+
+
 def _children_cpu() -> float:
     """CPU seconds of this process's finished children (the bare ffmpeg runs)."""
     times = os.times()
@@ -589,21 +651,9 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
                      "target": "p50 < 50 ms, no render", "met": p50 < 0.05 and stack.renders() == renders})  # fmt: skip
 
         # 5. batch on the recommended set-up: one worker per 2 cores (the worker started above)
-        stack.clear_source_cache()
         first = 200.0 if source.stat().st_size > 200 * 1024**2 else 20.0
         starts = [first + 9.0 * i for i in range(batch)]  # 7 s quotes, 2 s apart: neighbours share blocks
-        cpu_before = _tree_cpu(worker.pid)
-        t = time.perf_counter()
-        settings = stack.settings()
-        ids = [enqueue_clip(build_spec(clip_body(stack, s, length)), settings, bulk=True).job_id for s in starts]
-        while not all(job_status(i, settings)["status"] in ("finished", "failed") for i in ids):
-            time.sleep(0.05)
-        wall = time.perf_counter() - t
-        cpu = _tree_cpu(worker.pid) - cpu_before
-        failed = [job_status(i, settings) for i in ids]
-        failed = [f"{b['job_id']}: {b['error']}" for b in failed if b["status"] != "finished"]
-        for line in failed:
-            print(f"bench: batch job failed: {line}", file=sys.stderr)
+        wall, cpu, ids, failed = run_batch(stack, worker.pid, starts, length)
         twice = stack.http.bytes_sent_twice()
         cores = os.cpu_count() or 1
         before = _children_cpu()
@@ -622,6 +672,7 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
                      "value": f"ours {cpu / (batch * length):.2f}, bare ffmpeg {bare_cpu:.2f} "
                               f"({cpu / (batch * length) / bare_cpu:.2f}×)",
                      "target": "≤ 0.45", "met": cpu / (batch * length) <= 0.45})  # fmt: skip
+        rows += preset_figures(ffmpeg, stack, worker.pid, source, starts, length, ids, work)
         rows.append(click_during_batch(stack, 20 if reps > 1 else 4, statistics.median(times), work))
         rows.append({"figure": "6. peak memory while rendering 720p (worker + work-horse + ffmpeg)",
                      "value": f"{rss.peak_tree / 1024**2:.0f} MB PSS (RSS summed: {rss.peak_rss_sum / 1024**2:.0f} MB; "

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from renderer.plan import CRF, PRESET
 
 
-def bare_ffmpeg(ffmpeg: str, source: str, start: float, duration: float, out: Path) -> None:
+def bare_ffmpeg(ffmpeg: str, source: str, start: float, duration: float, out: Path, preset: str = PRESET) -> None:
     """``ffmpeg -ss S -i SRC -t D -vf scale=-2:720 -c:v libx264 -preset P -crf C -c:a aac``."""
     subprocess.run(
         [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-ss", f"{start:.3f}", "-i", source,
-         "-t", f"{duration:.3f}", "-vf", "scale=-2:720", "-c:v", "libx264", "-preset", PRESET, "-crf", str(CRF),
+         "-t", f"{duration:.3f}", "-vf", "scale=-2:720", "-c:v", "libx264", "-preset", preset, "-crf", str(CRF),
          "-c:a", "aac", str(out)],
         check=True,
     )  # fmt: skip
+
+
+def similarity(ffmpeg: str, clip: str, reference: str) -> tuple[float, float]:
+    """SSIM (all planes) and PSNR (dB, average) of ``clip``'s frames against ``reference``'s, frame by frame."""
+    done = subprocess.run(
+        [ffmpeg, "-hide_banner", "-nostats", "-i", clip, "-i", reference, "-filter_complex",
+         "[0:v]split[a0][a1];[1:v]split[b0][b1];[a0][b0]ssim;[a1][b1]psnr", "-f", "null", "-"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    ssim = re.search(r"SSIM .* All:([0-9.]+)", done.stderr)
+    psnr = re.search(r"PSNR .* average:([0-9.]+|inf)", done.stderr)
+    if ssim is None or psnr is None:
+        raise SystemExit(f"bench: ffmpeg printed no SSIM/PSNR for {clip}")
+    return float(ssim.group(1)), float(psnr.group(1))
 
 
 def moviepy_clip(source: str, start: float, end: float, caption: str, brand: str, font: str, out: Path) -> None:
