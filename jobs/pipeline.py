@@ -20,7 +20,7 @@ from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary, ffmpeg_version
 from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
-from renderer.probe import MediaInfo, frame_too_large, has_audio, probe
+from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
 from renderer.render import RenderResult, cut_for, draw_overlays, render_clips
 from sources.opener import open_source
 from storage import Storage
@@ -105,7 +105,13 @@ def produce_clips(
         binary = found_binary.result()
         ahead.submit(ffmpeg_version, binary)  # for the manifest (cached): asked now, not after the render
         with open_source(source, settings, Path(tmp), binary, preview_format, waiting, cut_span) as opened:
-            info = probe(opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels)
+            # the header only, unless the render needs the picture's rotation (the speaker fit's face track, an
+            # instant copy); whether its frames decode is asked only if ffmpeg fails (below): a first frame
+            # decoded here would hold up every render (about 20 ms for 1080p)
+            first_frame = spec.quality == "instant" or any(s.fit == "speaker" for s in drawn)
+            info = probe(
+                opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels, first_frame=first_frame
+            )
             if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
                 offsets = opened.offsets
                 info = replace(info, duration=opened.duration, timeline_offset=offsets[0], audio_offset=offsets[1])
@@ -144,10 +150,12 @@ def produce_clips(
                         max_pixels=settings.max_frame_pixels,
                         drawn=ready,
                     )
-            except QuoteclipError:
+            except QuoteclipError as failed:
                 source_error = opened.error()
                 if source_error is not None:  # the render failed because the source did: say so
                     raise source_error from None
+                if isinstance(failed, RenderFailed) and not first_frame:
+                    _refuse_undecodable(opened.probe_video, spec.source)
                 raise
             source_error = opened.error()
             if source_error is not None:  # ffmpeg may take a failed read for the end of the file
@@ -204,6 +212,17 @@ def _store(
             put.result()
     storage.put(result.path, key, filename, meta)
     return stored_result(storage, key, meta, cached=False)
+
+
+def _refuse_undecodable(video: Readable, label: str) -> None:
+    """After a failed render: BadInput when not one frame of the source decodes (the source's fault, said as
+    such), else nothing (the render's own failure stands)."""
+    try:
+        probe(video, name=label, first_frame=True)
+    except BadInput:
+        raise
+    except QuoteclipError:
+        return
 
 
 def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:
