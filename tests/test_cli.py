@@ -156,10 +156,10 @@ def test_worker_script_is_the_worker_command(tmp_path) -> None:
 
 IMPORT_PROBE = """
 import json, sys
-from quoteclip.cli import main
+from quoteclip.cli import app  # (main() would end the process at once: ONE_SHOT)
 sys.argv = ["quoteclip", *sys.argv[1:]]
 try:
-    main()
+    app()
 except SystemExit:
     pass
 heavy = ["av", "PIL", "numpy", "urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "fontTools", "ffmpeg",
