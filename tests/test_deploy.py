@@ -180,6 +180,42 @@ def test_sigterm_grace_limit_stops_a_long_render(media, queue_env, workers) -> N
     assert not list(Path(queue_env["TMPDIR"]).glob("quoteclip-*"))  # and its temp folder was swept
 
 
+HORSE = """
+import json, os, sys
+from pathlib import Path
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from jobs.worker import preload
+settings = Settings(storage_dir=Path(sys.argv[2]), source_hosts=("127.0.0.1",), allow_addresses=("127.0.0.1/32",),
+                    cache_dir=Path(sys.argv[3])).for_queue()
+preload(settings)
+before = set(sys.modules)
+pid = os.fork()
+if pid == 0:  # as rq forks a work-horse for a job
+    from jobs.pipeline import produce_clip
+    from storage import open_storage
+    spec = build_spec({"source": sys.argv[1], "start": 1, "end": 2, "caption": "Hello", "watermark": "StarZero"})
+    done = produce_clip(spec, settings, open_storage(settings))
+    print(json.dumps({"cached": done.cached, "new": sorted(set(sys.modules) - before)}), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_work_horse_renders_without_importing_a_module(media, http_source, tmp_path) -> None:
+    """What a queued render loads (the job code, the remote-source modules, Pillow's plugins, the fonts' list) is
+    loaded by the worker before it forks: a horse spends its job's CPU on the job, not on imports."""
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=60))
+    done = subprocess.run(
+        [sys.executable, "-c", HORSE, http_source.url("ep.mp4"), str(tmp_path / "clips"), str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), done.stderr  # the horse printed its answer
+    horse = json.loads(done.stdout.strip().splitlines()[-1])
+    assert horse["cached"] is False and horse["new"] == [], " ".join(horse["new"])
+
+
 def test_a_worker_loads_the_store_client_before_its_work_horses_fork(queue_env) -> None:
     """With an S3 store, the worker imports boto3 and loads its S3 model once, before any job: each work-horse,
     forked from it, starts with them instead of spending its click's time on them."""
