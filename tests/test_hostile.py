@@ -21,7 +21,7 @@ JSONISH = st.recursive(
     max_leaves=10,
 )
 FIELDS = ["source", "start", "end", "caption", "font", "caption_size", "words", "style", "watermark", "profile",
-          "fit", "quality", "pad_before", "pad_after", "fades"]  # fmt: skip
+          "fit", "quality", "pad_before", "pad_after", "fades", "encoder_preset"]  # fmt: skip
 
 
 def _check(data: object) -> None:

@@ -180,18 +180,6 @@ def test_quote_past_the_end_is_refused_naming_the_length(media, settings) -> Non
         render(settings, source=str(src), start=3, end=5)
 
 
-def test_a_source_whose_frames_do_not_decode_is_bad_input(media, settings, tmp_path) -> None:
-    """The header is sound, the coded pictures are noise: the probe reads the header only, so the failed render
-    is followed by a look at the first frame, and the error says the source is at fault (exit 2, not 1)."""
-    data = bytearray(media(size="320x180", duration=4, gop=60).read_bytes())
-    mdat, moov = data.index(b"mdat"), data.index(b"moov")
-    noise = np.random.default_rng(7).integers(0, 256, (moov if moov > mdat else len(data)) - mdat - 80, np.uint8)
-    data[mdat + 64 : mdat + 64 + len(noise)] = noise.tobytes()
-    (tmp_path / "noise.mp4").write_bytes(data)
-    with pytest.raises(BadInput, match="source has no decodable video frames"):
-        render(settings, source=str(tmp_path / "noise.mp4"), start=1, end=2)
-
-
 def test_missing_sources(settings, http_source, tmp_path) -> None:
     with pytest.raises(SourceUnavailable, match="source not found"):
         render(settings, source=str(tmp_path / "nope.mp4"), start=1, end=2)

@@ -381,6 +381,20 @@ def test_size_known_when_another_worker_fetched_the_first_block(long_source, set
     assert http_source.requests["ep.mp4"] == 1
 
 
+def test_a_source_whose_frames_do_not_decode_is_bad_input(media, settings, tmp_path) -> None:
+    """The header is sound, the coded pictures are noise: the probe reads the header only, so the failed render
+    is followed by a look at the first frame, and the error says the source is at fault (exit 2, not 1)."""
+    data = bytearray(media(size="320x180", duration=4, gop=60).read_bytes())
+    mdat, moov = data.index(b"mdat"), data.index(b"moov")
+    noise = np.random.default_rng(7).integers(0, 256, (moov if moov > mdat else len(data)) - mdat - 80, np.uint8)
+    data[mdat + 64 : mdat + 64 + len(noise)] = noise.tobytes()
+    (tmp_path / "noise.mp4").write_bytes(data)
+    with pytest.raises(BadInput, match="source has no decodable video frames"):
+        produce_clip(build_spec({"source": str(tmp_path / "noise.mp4"), "start": 1, "end": 2}), settings,
+                     LocalStorage(settings.storage_dir))  # fmt: skip
+    assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
+
+
 def test_crafted_huge_frame_header_is_refused_without_decoding_it(settings, http_source, ffmpeg_bin, tmp_path) -> None:
     """A real file whose frame is 20000 pixels wide (one tiny MJPEG frame): refused by the size cap."""
     wide = tmp_path / "wide.mov"
