@@ -136,7 +136,7 @@ def produce_clips(
                         preview = {"mode": "encoded", "reason": str(refused)}
                         drawn = [drawn[0].model_copy(update={"quality": "preview"})]
                 if not rendered:
-                    ready = overlays.result() if overlays is not None and drawn[0].quality != "instant" else None
+                    ready = overlays.result() if overlays is not None else None  # (none for an instant clip)
                     rendered = render_clips(
                         drawn,
                         opened.video,
