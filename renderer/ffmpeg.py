@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import IO
 
 from quoteclip.errors import RenderFailed
@@ -29,8 +30,21 @@ def ffmpeg_binary(override: str | None = None) -> str:
         if not found:
             raise RenderFailed(f"FFMPEG_BINARY points at {override!r}, which is not an executable")
         return found
+    return _bundled_ffmpeg()
+
+
+@lru_cache(maxsize=1)
+def _bundled_ffmpeg() -> str:
+    """The wheel's own binary, found without running it: imageio-ffmpeg's lookup runs ``ffmpeg -version`` to
+    check it (about 15 ms before every cold render could start); the manifest's version query runs it anyway.
+    Where the wheel holds no binary, or ``IMAGEIO_FFMPEG_EXE`` names one, imageio-ffmpeg's own lookup decides."""
     import imageio_ffmpeg
 
+    folder = Path(imageio_ffmpeg.__file__).parent / "binaries"
+    if not os.environ.get("IMAGEIO_FFMPEG_EXE"):
+        found = [p for p in folder.glob("ffmpeg*") if p.is_file() and os.access(p, os.X_OK)]
+        if len(found) == 1:
+            return str(found[0])
     return str(imageio_ffmpeg.get_ffmpeg_exe())
 
 

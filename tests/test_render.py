@@ -208,6 +208,33 @@ def test_an_ffmpeg_run_over_its_time_limit_is_stopped(ffmpeg_bin, tmp_path) -> N
     assert time.monotonic() - done < 5  # a quick run is not held back by the timer
 
 
+def test_the_wheels_ffmpeg_is_found_without_running_it(monkeypatch, tmp_path) -> None:
+    """The bundled binary is the one imageio-ffmpeg's lookup finds, but found without a check run of it (a cold
+    render would wait for that run); ``IMAGEIO_FFMPEG_EXE`` still names another."""
+    import subprocess
+
+    import imageio_ffmpeg
+
+    from renderer import ffmpeg
+
+    expected = imageio_ffmpeg.get_ffmpeg_exe()
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"ffmpeg was run to find it: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    ffmpeg._bundled_ffmpeg.cache_clear()
+    imageio_ffmpeg._utils._get_ffmpeg_exe.cache_clear()  # its lookup would find its cached answer
+    try:
+        assert ffmpeg.ffmpeg_binary(None) == expected
+        ffmpeg._bundled_ffmpeg.cache_clear()
+        other = tmp_path / "my-ffmpeg"
+        monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(other))
+        assert ffmpeg.ffmpeg_binary(None) == str(other)
+    finally:
+        ffmpeg._bundled_ffmpeg.cache_clear()
+
+
 def test_overlays_drawn_ahead_are_drawn_again_when_the_video_ends_the_cut(media, ffmpeg_bin, tmp_path) -> None:
     """The pipeline draws the overlays for the cut the quote asks for while the source is probed; when the video's
     end shortens the cut, the render draws them again (the caption sequence lasts as long as the clip)."""
