@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from rq import Worker
 from rq.job import Job
 
 from jobs.pipeline import produce_clip
@@ -343,6 +344,7 @@ def run_batch(stack: Stack, worker: int, starts: list[float], length: float, **f
     """The quotes at ``starts`` on the bulk queue from a cold source cache: wall seconds, the worker tree's CPU
     seconds, the job ids and the failures."""
     stack.clear_source_cache()
+    _reaped(stack, worker)
     cpu_before = _tree_cpu(worker)
     t = time.perf_counter()
     settings = stack.settings()
@@ -351,6 +353,7 @@ def run_batch(stack: Stack, worker: int, starts: list[float], length: float, **f
     while not all(job_status(i, settings)["status"] in ("finished", "failed") for i in ids):
         time.sleep(0.05)
     wall = time.perf_counter() - t
+    _reaped(stack, worker)
     cpu = _tree_cpu(worker) - cpu_before
     failed = [job_status(i, settings) for i in ids]
     failed = [f"{b['job_id']}: {b['error']}" for b in failed if b["status"] != "finished"]
@@ -404,6 +407,18 @@ def _children_cpu() -> float:
     """CPU seconds of this process's finished children (the bare ffmpeg runs)."""
     times = os.times()
     return times.children_user + times.children_system
+
+
+def _reaped(stack: Stack, pid: int) -> None:
+    """Wait until the worker is idle: a job reads as finished a moment before its work-horse ends, and the horse's
+    CPU (its ffmpeg's with it) counts in the worker's children's times only once the worker has reaped it, which
+    it does before it says it is idle again."""
+    conn = connect(stack.settings())
+    deadline = time.monotonic() + 60
+    while [w.get_state() for w in Worker.all(connection=conn) if w.pid == pid] != ["idle"]:
+        if time.monotonic() > deadline:
+            raise SystemExit("bench: the worker did not come back to idle within 60 s of its last job")
+        time.sleep(0.02)
 
 
 def _tree_cpu(pid: int) -> float:
@@ -511,7 +526,9 @@ def cli_figures(ffmpeg: str, source: Path, reps: int, work: Path, stack: Stack) 
     base = {k: v for k, v in stack.env.items() if not k.startswith(("QUOTECLIP_S3_", "AWS_"))}
     base.pop("PYTHONDONTWRITEBYTECODE", None)
     base.pop("QUOTECLIP_REDIS_URL", None)  # the inline CLI needs no Redis
-    base["FFMPEG_BINARY"] = ffmpeg
+    base.pop("FFMPEG_BINARY", None)  # the CLI finds the wheel's ffmpeg (the bare side's) as a user's finds it
+    if os.environ.get("FFMPEG_BINARY"):
+        base["FFMPEG_BINARY"] = ffmpeg
 
     def cli(src: str, store: Path | None, extra: dict[str, str] | None = None) -> Callable[[], None]:
         env = {**base, **(extra or {})}
