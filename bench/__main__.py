@@ -111,8 +111,7 @@ def render_inline(source: Path | str, start: float, length: float, work: Path, q
                         allow_addresses=("127.0.0.1/32",), cache_dir=work / "inline-cache").for_cli()  # fmt: skip
     spec = build_spec({"source": str(source), "start": start, "end": start + length, "caption": CAPTION,
                        "watermark": {"text": "StarZero"}, "quality": quality})  # fmt: skip
-    produce_clip(spec, settings, LocalStorage(store))
-    shutil.rmtree(store)
+    produce_clip(spec, settings, LocalStorage(store))  # (the stores go with the work folder, after the run)
 
 
 def render_vs_limit(ffmpeg: str, source: Path, lengths: list[float], reps: int, work: Path) -> list[Row]:
@@ -722,7 +721,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     ffmpeg = ffmpeg_binary(os.environ.get("FFMPEG_BINARY"))
-    minutes, reps, lengths, batch = (2, 1, [7.0], 4) if args.quick else (20, 5, [7.0, 30.0], 10)
+    minutes, reps, lengths, batch = (2, 1, [7.0], 4) if args.quick else (20, 9, [7.0, 30.0], 10)
     work = Path(tempfile.mkdtemp(prefix="quoteclip-bench-"))
     try:
         source = source_1080p(ffmpeg, minutes)
