@@ -82,7 +82,8 @@ def produce_clips(
     ):
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
-        # found in the background (imageio-ffmpeg runs its binary once to check it) while brand files are localized
+        # found in the background while brand files are localized (imageio-ffmpeg's own lookup, used where the wheel
+        # holds no binary or IMAGEIO_FFMPEG_EXE names one, may run the binary to check it)
         found_binary = ahead.submit(ffmpeg_binary, settings.ffmpeg_binary)
         # brand files as local paths (assets fetched), each profile in its own folder
         drawn = []

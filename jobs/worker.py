@@ -85,7 +85,7 @@ def preload(settings: Settings) -> None:
     # the fonts' list, and the default caption font at the default size (FreeType's set-up, done once)
     size = round(ClipSpec.model_fields["caption_size"].default * min(PROFILES["landscape"]))
     font_set("Aa", None, size).primary.getlength("Aa")
-    try:  # found (imageio-ffmpeg runs the binary to check it) and asked its version once, not once a job
+    try:  # found and asked its version (a run of the binary) once, not once a job
         ffmpeg_version(ffmpeg_binary(settings.ffmpeg_binary))
     except Exception as exc:  # noqa: BLE001  (a job then fails saying why)
         log.warning("ffmpeg could not be found ahead of the jobs: %s", exc)
