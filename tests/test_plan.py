@@ -19,7 +19,7 @@ def test_landscape_with_overlays_exact_argv() -> None:
     assert argv == [
         "ffmpeg",
         "-format_whitelist", FORMATS, "-protocol_whitelist", "file", "-ss", "1133.9995", "-t", "7.000",
-        "-i", "/src/in.mp4",
+        "-threads", "1", "-i", "/src/in.mp4",
         "-protocol_whitelist", "file", "-i", "/t/caption.png",
         "-filter_complex",
         "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
@@ -55,6 +55,19 @@ def test_encoder_preset_of_final_renders_only() -> None:
     assert preset(encoder_preset="superfast", quality="preview") == "ultrafast"  # a preview's own
 
 
+def test_final_renders_of_sources_up_to_1080p_decode_in_one_thread() -> None:
+    def decoder_threads(info: MediaInfo, **fields: object) -> str | None:
+        argv = build_command(ClipSpec(source="in.mp4", start=1, end=3, **fields), info, "in.mp4", [], "o.mp4")
+        before_source = argv[: argv.index("in.mp4")]
+        return before_source[before_source.index("-threads") + 1] if "-threads" in before_source else None
+
+    uhd = MediaInfo(duration=60, width=3840, height=2160, rotation=0, fps=30, frame_rate="30", video_codec="h264",
+                    has_audio=True)  # fmt: skip
+    assert decoder_threads(INFO) == "1"
+    assert decoder_threads(INFO, quality="preview") is None  # the decoder is a preview's slower stage
+    assert decoder_threads(uhd) is None  # and a 4K source's
+
+
 def test_remote_source_allows_network_protocols_only() -> None:
     spec = ClipSpec(source="https://cdn.example/ep.mp4", start=1, end=2)
     argv = build_command(spec, INFO, "https://cdn.example/ep.mp4", [], "/t/o.mp4")
@@ -62,7 +75,7 @@ def test_remote_source_allows_network_protocols_only() -> None:
     assert argv[1:i] == [
         "-format_whitelist", FORMATS, "-initial_request_size", "65536", "-multiple_requests", "1",
         "-protocol_whitelist", "http,https,tcp,tls", "-request_size", "262144",
-        "-ss", "0.9995", "-t", "1.000", "-i",
+        "-ss", "0.9995", "-t", "1.000", "-threads", "1", "-i",
     ]  # fmt: skip
     assert "hls" not in FORMATS and "concat" not in FORMATS
 

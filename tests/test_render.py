@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -65,6 +66,24 @@ def test_encoder_preset_is_what_x264_ran_with_and_a_clip_of_its_own(media, setti
     assert streams(Path(str(fast.path)))["frames"] == streams(Path(str(default.path)))["frames"] == 75
     named = produce_clip(build_spec({**quote, "encoder_preset": "veryfast"}), settings, store)
     assert named.cached and named.key == default.key  # the product's preset named: the same clip
+
+
+def test_one_decoder_thread_writes_the_same_clip(ffmpeg_bin, settings, monkeypatch, tmp_path) -> None:
+    """A final render decodes sources up to 1080p in one thread (renderer/plan.py) to spend less CPU: the clip's
+    bytes are the ones ffmpeg's automatic decoder threads give (a source with B-frames and deblocking, as
+    published video has them)."""
+    source = tmp_path / "published.mp4"
+    subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30:d=6",
+         "-c:v", "libx264", "-preset", "veryfast", "-g", "60", "-bf", "3", "-an", str(source)],
+        check=True,
+    )  # fmt: skip
+    quote = {"source": str(source), "start": 2.2, "end": 4.5, "caption": "Hi"}
+    one = produce_clip(build_spec(quote), settings, LocalStorage(settings.storage_dir))
+    monkeypatch.setattr("renderer.plan.SINGLE_THREAD_DECODE_PIXELS", 0)
+    auto = produce_clip(build_spec(quote), settings, LocalStorage(tmp_path / "auto"))
+    assert not auto.cached and auto.key == one.key
+    assert Path(str(auto.path)).read_bytes() == Path(str(one.path)).read_bytes()
 
 
 def test_cut_is_frame_exact_with_sparse_keyframes(media, settings) -> None:
