@@ -16,7 +16,7 @@ from pathlib import Path
 from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
-from renderer.ffmpeg import MACHINE_ERRNOS, ffmpeg_binary, ffmpeg_version
+from renderer.ffmpeg import MACHINE_ERRNOS, die_with_parent, ffmpeg_binary, ffmpeg_version
 from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
@@ -105,6 +105,7 @@ def produce_clips(
         )
         binary = found_binary.result()
         ahead.submit(ffmpeg_version, binary)  # for the manifest (cached): asked now, not after the render
+        ahead.submit(die_with_parent)  # (cached) ffmpeg's start then only forks and calls it
         with open_source(source, settings, Path(tmp), binary, preview_format, waiting, cut_span) as opened:
             # the header only, unless the render needs the picture's rotation (the speaker fit's face track, an
             # instant copy); whether its frames decode is asked only if ffmpeg fails (below): a first frame

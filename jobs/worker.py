@@ -65,9 +65,9 @@ class ClipWorker(Worker):
 def preload(settings: Settings) -> None:
     """Load once, in the worker, what every render job needs, so each work-horse forked from it starts with it:
     the job code, the remote-source modules (every queued source is remote), Pillow's common image plugins (a
-    first PNG save loads them), the caption fonts, ffmpeg's path and version and, for an S3 store, boto3 with
-    its S3 model (a first client costs a horse about 0.3 s). A horse renders without importing a module
-    (tests/test_deploy.py)."""
+    first PNG save loads them), the caption fonts, ffmpeg's path and version, the call that ties an ffmpeg's
+    life to its horse's and, for an S3 store, boto3 with its S3 model (a first client costs a horse about
+    0.3 s). A horse renders without importing a module (tests/test_deploy.py)."""
     import encodings.idna  # noqa: F401  (host names of requests)
 
     import av.subtitles.stream  # noqa: F401  (PyAV's first open loads it)
@@ -75,7 +75,7 @@ def preload(settings: Settings) -> None:
 
     from quoteclip.fonts import font_set
     from quoteclip.spec import PROFILES, ClipSpec
-    from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
+    from renderer.ffmpeg import die_with_parent, ffmpeg_binary, ffmpeg_version
     from sources import cache, http, proxy, remote, safety  # noqa: F401
     from storage import open_storage
 
@@ -85,6 +85,7 @@ def preload(settings: Settings) -> None:
     # the fonts' list, and the default caption font at the default size (FreeType's set-up, done once)
     size = round(ClipSpec.model_fields["caption_size"].default * min(PROFILES["landscape"]))
     font_set("Aa", None, size).primary.getlength("Aa")
+    die_with_parent()  # prctl looked up once (ffmpeg's start in a horse then only calls it)
     try:  # found and asked its version (a run of the binary) once, not once a job
         ffmpeg_version(ffmpeg_binary(settings.ffmpeg_binary))
     except Exception as exc:  # noqa: BLE001  (a job then fails saying why)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -225,6 +227,34 @@ def test_an_ffmpeg_run_over_its_time_limit_is_stopped(ffmpeg_bin, tmp_path) -> N
     assert run_ffmpeg([ffmpeg_bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=d=0.2",
                        "-f", "null", "-"], timeout=30) is not None  # fmt: skip
     assert time.monotonic() - done < 5  # a quick run is not held back by the timer
+
+
+def test_ffmpeg_dies_with_the_process_that_started_it(ffmpeg_bin, tmp_path) -> None:
+    """A process killed outright (a work-horse by the OOM killer, a CLI by ``kill -9``) takes its ffmpeg with it,
+    even one that writes nothing it would fail on."""
+    import psutil
+
+    script = (
+        "import sys; from renderer.ffmpeg import run_ffmpeg\n"
+        f"run_ffmpeg([{ffmpeg_bin!r}, '-nostdin', '-loglevel', 'error', '-re', '-f', 'lavfi', '-i',"
+        " 'testsrc2=size=64x36:rate=5', '-f', 'null', '-'], timeout=600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parent.parent)
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (children := psutil.Process(parent.pid).children()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert children, "run_ffmpeg started no ffmpeg"
+        parent.kill()
+        parent.wait()
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, "ffmpeg outlived the process that started it"
+    finally:
+        parent.kill()
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
 
 
 def test_the_wheels_ffmpeg_is_found_without_running_it(monkeypatch, tmp_path) -> None:
