@@ -70,6 +70,7 @@ def probe(
     decoded. ``first_frame=False``: the header only (a file quoteclip wrote itself: no rotation to read, the
     frames known to decode)."""
     options = {"format_whitelist": FORMATS}
+    remote = False
     if isinstance(source, str):
         remote = source.startswith(("http://", "https://"))
         options["protocol_whitelist"] = NETWORK_PROTOCOLS if remote else "file"
@@ -77,7 +78,10 @@ def probe(
         source.seek(0)
     label = name or (source if isinstance(source, str) else "source")
     try:
-        container = av.open(source, mode="r", options=options, timeout=timeout)
+        # ``timeout`` bounds a URL's network reads only: PyAV's timeout check takes the GIL at every I/O step, so
+        # a local file's open took 2-15× as long while another thread ran Python (the overlays drawn beside
+        # it); a file object's reads are bounded by its own fetcher
+        container = av.open(source, mode="r", options=options, timeout=timeout if remote else None)
     except av.error.InvalidDataError:
         raise BadInput(f"source is not a readable video file: {label}") from None
     except av.error.ArgumentError:

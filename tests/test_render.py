@@ -229,6 +229,30 @@ def test_an_ffmpeg_run_over_its_time_limit_is_stopped(ffmpeg_bin, tmp_path) -> N
     assert time.monotonic() - done < 5  # a quick run is not held back by the timer
 
 
+def test_only_a_urls_probe_has_pyavs_timeout(media, http_source, monkeypatch) -> None:
+    """PyAV's timeout check takes the GIL at every I/O step, which held a local probe up for as long as the
+    overlays were drawn beside it: a local file (and a file object, bounded by its fetcher) is probed without."""
+    import av
+
+    from renderer import probe as probing
+
+    src = media(size="320x180", duration=2)
+    seen: list[float | None] = []
+    real_open = av.open
+
+    def recording_open(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("timeout"))  # type: ignore[arg-type]
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(probing.av, "open", recording_open)
+    assert probing.probe(str(src)).width == 320
+    with open(src, "rb") as handle:
+        assert probing.probe(handle).width == 320
+    http_source.root.joinpath("p.mp4").write_bytes(src.read_bytes())
+    assert probing.probe(http_source.url("p.mp4"), timeout=12.0).width == 320
+    assert seen == [None, None, 12.0]
+
+
 def test_ffmpeg_dies_with_the_process_that_started_it(ffmpeg_bin, tmp_path) -> None:
     """A process killed outright (a work-horse by the OOM killer, a CLI by ``kill -9``) takes its ffmpeg with it,
     even one that writes nothing it would fail on."""
