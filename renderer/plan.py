@@ -45,6 +45,7 @@ class Overlay:
     x: int
     y: int
     sequence: bool = False  # a concat list of timed PNG states (captions that change), not a still
+    size: tuple[int, int] | None = None  # (width, height) of a still written as raw RGBA pixels; None: a PNG
 
 
 def output_rate(info: MediaInfo) -> Fraction:
@@ -196,6 +197,9 @@ def _output(
             layer = ffmpeg.input(
                 overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
             )
+        elif overlay.size is not None:  # (ffmpeg-python writes a video_size pair as WxH)
+            layer = ffmpeg.input(overlay.path, f="rawvideo", pixel_format="rgba", video_size=overlay.size,
+                                 protocol_whitelist="file", format_whitelist="rawvideo")  # fmt: skip
         else:
             layer = ffmpeg.input(overlay.path, protocol_whitelist="file")
         video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")

@@ -16,7 +16,7 @@ from quoteclip.spec import ClipSpec, Word, format_time
 from quoteclip.transcript import spread
 from watermarks import watermark_image
 
-from .captions import CaptionTrack, caption_track, write_track
+from .captions import CaptionTrack, caption_track, write_still, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs
 from .probe import FORMATS, MediaInfo, Readable, probe
@@ -87,17 +87,17 @@ def caption_layout(spec: ClipSpec, cut: tuple[float, float]) -> CaptionTrack | N
 
 
 def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tuple[list[Overlay], CaptionTrack | None]:
-    """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output."""
+    """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output (stills
+    as raw RGBA: ``write_still``)."""
     overlays = []
     track = caption_layout(spec, cut)
     if track is not None:
         path, sequence = write_track(track, workdir, cut[1])
-        overlays.append(Overlay(path, track.x, track.y, sequence=sequence))
+        overlays.append(Overlay(path, track.x, track.y, sequence=sequence, size=None if sequence else track.canvas))
     if spec.watermark is not None:
         img, (x, y) = watermark_image(spec.watermark, spec.size, spec.font)
-        mark = workdir / "watermark.png"
-        img.save(mark, compress_level=1)
-        overlays.append(Overlay(str(mark), x, y))
+        mark = workdir / "watermark.rgba"
+        overlays.append(Overlay(str(mark), x, y, size=write_still(img, mark)))
     return overlays, track
 
 

@@ -68,6 +68,17 @@ def test_final_renders_of_sources_up_to_1080p_decode_in_one_thread() -> None:
     assert decoder_threads(uhd) is None  # and a 4K source's
 
 
+def test_a_still_overlay_of_raw_pixels_is_read_as_rawvideo_only() -> None:
+    spec = ClipSpec(source="in.mp4", start=1, end=3)
+    still = Overlay("/t/caption.rgba", 0, 552, size=(1280, 118))
+    argv = build_command(spec, INFO, "in.mp4", [still], "/t/o.mp4")
+    i = argv.index("/t/caption.rgba")
+    assert argv[i - 11 : i + 1] == [
+        "-f", "rawvideo", "-video_size", "1280x118", "-format_whitelist", "rawvideo", "-pixel_format", "rgba",
+        "-protocol_whitelist", "file", "-i", "/t/caption.rgba",
+    ]  # fmt: skip
+
+
 def test_remote_source_allows_network_protocols_only() -> None:
     spec = ClipSpec(source="https://cdn.example/ep.mp4", start=1, end=2)
     argv = build_command(spec, INFO, "https://cdn.example/ep.mp4", [], "/t/o.mp4")

@@ -170,6 +170,36 @@ def test_caption_and_watermark_pixels_are_there(media, settings) -> None:
     assert diff(plain, captioned, *top_right) < 3 and diff(plain, captioned, *middle) < 3
 
 
+def test_still_overlays_as_raw_pixels_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_path) -> None:
+    """The caption and the watermark go to ffmpeg as raw RGBA (no PNG encoded, none decoded): the clip and its
+    poster are byte for byte the ones the same images as PNGs give."""
+    from PIL import Image
+
+    from renderer.plan import Overlay, build_command
+    from renderer.probe import probe
+    from renderer.render import make_overlays
+
+    src = media(size="640x360", duration=4, gop=60)
+    spec = build_spec({"source": str(src), "start": 1, "end": 2.5, "caption": "Raw or PNG, the same",
+                       "style": {"color": "#FF4000", "box": "#0020C0"}, "watermark": {"text": "StarZero"}})  # fmt: skip
+    raw, _ = make_overlays(spec, tmp_path, (spec.cut_start, spec.duration))
+    assert [Path(o.path).suffix for o in raw] == [".rgba", ".rgba"] and all(o.size for o in raw)
+    pngs = []
+    for o in raw:
+        assert o.size is not None
+        png = Path(o.path).with_suffix(".png")
+        Image.frombytes("RGBA", o.size, Path(o.path).read_bytes()).save(png)
+        pngs.append(Overlay(str(png), o.x, o.y))
+    info = probe(str(src), first_frame=False)
+    outputs = []
+    for name, overlays in (("raw", raw), ("png", pngs)):
+        out, poster = tmp_path / f"{name}.mp4", tmp_path / f"{name}.jpg"
+        argv = build_command(spec, info, str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5))
+        subprocess.run(argv, check=True, capture_output=True)
+        outputs.append((out.read_bytes(), poster.read_bytes()))
+    assert outputs[0] == outputs[1]
+
+
 def test_logo_watermark_and_user_font(media, settings, tmp_path) -> None:
     from PIL import Image
 
@@ -322,4 +352,4 @@ def test_overlays_drawn_ahead_are_drawn_again_when_the_video_ends_the_cut(media,
     [result] = render_clips([spec], str(src), info, tmp_path, ffmpeg_bin, timeout=60, drawn=ahead)
     assert abs(result.duration - 1.0) < 0.05
     # the 0.8 s caption over a 3.8 s cut is a timed sequence (shown, then blank); over the 1 s clip, one still
-    assert str(tmp_path / "caption.png") in result.argv and not any(a.endswith(".ffconcat") for a in result.argv)
+    assert str(tmp_path / "caption.rgba") in result.argv and not any(a.endswith(".ffconcat") for a in result.argv)
