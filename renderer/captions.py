@@ -165,35 +165,49 @@ def _shown(text: str, style: CaptionStyle) -> str:
     return text.upper() if style.uppercase else text
 
 
+# A caption's timed states are written as PAM up to this many bytes in all, else as PNG (compressed: the states
+# of a long word-highlighted clip would otherwise take gigabytes of temp space)
+STATE_BYTES = 16 * 1024**2
+
+
 def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool]:
-    """Files for ffmpeg: one still (raw RGBA, ``track.canvas`` in size: ``write_still``) when the caption never
-    changes, else PNG states and a concat list (relative names only, so the list can name nothing outside
-    ``workdir``). Returns (path, is_sequence)."""
+    """Files for ffmpeg: one still (``write_still``) when the caption never changes, else timed states and a
+    concat list (relative names only, so the list can name nothing outside ``workdir``). Returns
+    (path, is_sequence)."""
     if len(track.states) == 1 and track.states[0].start <= 0.0 and track.states[0].end >= duration - 0.001:
-        path = workdir / "caption.rgba"
+        path = workdir / "caption.pam"
         write_still(track.image(track.states[0]), path)
         return str(path), False
-    blank = Image.new("RGBA", track.canvas, TRANSPARENT)
-    blank.save(workdir / "c-blank.png", compress_level=1)
+    width, height = track.canvas
+    raw = (len(track.states) + 1) * width * height * 4 <= STATE_BYTES
+    ext, write = (".pam", write_still) if raw else (".png", _write_png)
+    write(Image.new("RGBA", track.canvas, TRANSPARENT), workdir / f"c-blank{ext}")
     lines = ["ffconcat version 1.0"]
     t = 0.0
     for n, state in enumerate(track.states):
         if state.start > t + 0.0005:
-            lines += ["file 'c-blank.png'", f"duration {state.start - t:.3f}"]
-        name = f"c-{n:04d}.png"
-        track.image(state).save(workdir / name, compress_level=1)  # drawn, written, let go
+            lines += [f"file 'c-blank{ext}'", f"duration {state.start - t:.3f}"]
+        name = f"c-{n:04d}{ext}"
+        write(track.image(state), workdir / name)  # drawn, written, let go
         lines += [f"file '{name}'", f"duration {state.end - state.start:.3f}"]
         t = state.end
-    lines += ["file 'c-blank.png'", f"duration {max(0.04, duration - t + 1):.3f}"]
+    lines += [f"file 'c-blank{ext}'", f"duration {max(0.04, duration - t + 1):.3f}"]
     path = workdir / "captions.ffconcat"
     path.write_text("\n".join(lines) + "\n")
     return str(path), True
 
 
-def write_still(image: Image.Image, path: Path) -> tuple[int, int]:
-    """A still overlay as its raw RGBA pixels (ffmpeg's rawvideo input, ``Overlay.size``): the same pixels a PNG
-    holds, with nothing to encode here or decode in ffmpeg, and Pillow's file plugins never loaded (about 10 ms
-    of a cold render's start). Returns the image's size."""
+def _write_png(image: Image.Image, path: Path) -> None:
+    image.save(path, compress_level=1)
+
+
+def write_still(image: Image.Image, path: Path) -> None:
+    """An overlay image as a PAM file: its RGBA pixels as they are behind a short header, which ffmpeg reads as
+    an image. The same pixels a PNG holds, with nothing to compress here or inflate in ffmpeg, and Pillow's
+    file plugins never loaded (a cold render's captions were drawn about 15 ms sooner)."""
     rgba = image if image.mode == "RGBA" else image.convert("RGBA")
-    path.write_bytes(rgba.tobytes())
-    return rgba.size
+    width, height = rgba.size
+    header = f"P7\nWIDTH {width}\nHEIGHT {height}\nDEPTH 4\nMAXVAL 255\nTUPLTYPE RGB_ALPHA\nENDHDR\n"
+    with open(path, "wb") as out:
+        out.write(header.encode("ascii"))
+        out.write(rgba.tobytes())

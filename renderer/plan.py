@@ -20,7 +20,8 @@ PREVIEW_PRESET = "ultrafast"
 PREVIEW_CRF = 28
 PREVIEW_AUDIO_BITRATE = "96k"
 FADE = 0.15  # seconds of fade in and out: the sound by default (no click), the picture only when asked
-SEQUENCE_FORMATS = "concat,png_pipe,image2"
+STILL_FORMATS = "image2,pam_pipe,png_pipe"  # the overlays' images: PAM as quoteclip writes them (a PNG read too)
+SEQUENCE_FORMATS = f"concat,{STILL_FORMATS}"
 AUDIO_RATE = 48000
 MAX_FPS = Fraction(60)
 DEFAULT_FPS = Fraction(30)
@@ -44,8 +45,7 @@ class Overlay:
     path: str
     x: int
     y: int
-    sequence: bool = False  # a concat list of timed PNG states (captions that change), not a still
-    size: tuple[int, int] | None = None  # (width, height) of a still written as raw RGBA pixels; None: a PNG
+    sequence: bool = False  # a concat list of timed states (captions that change), not a still
 
 
 def output_rate(info: MediaInfo) -> Fraction:
@@ -197,11 +197,8 @@ def _output(
             layer = ffmpeg.input(
                 overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
             )
-        elif overlay.size is not None:  # (ffmpeg-python writes a video_size pair as WxH)
-            layer = ffmpeg.input(overlay.path, f="rawvideo", pixel_format="rgba", video_size=overlay.size,
-                                 protocol_whitelist="file", format_whitelist="rawvideo")  # fmt: skip
         else:
-            layer = ffmpeg.input(overlay.path, protocol_whitelist="file")
+            layer = ffmpeg.input(overlay.path, protocol_whitelist="file", format_whitelist=STILL_FORMATS)
         video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
     fade = round(min(FADE, duration / 4), 3)
     tail = round(max(0.0, duration - fade), 3)

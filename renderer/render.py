@@ -87,17 +87,18 @@ def caption_layout(spec: ClipSpec, cut: tuple[float, float]) -> CaptionTrack | N
 
 
 def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tuple[list[Overlay], CaptionTrack | None]:
-    """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output (stills
-    as raw RGBA: ``write_still``)."""
+    """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output (as
+    PAM images: ``write_still``)."""
     overlays = []
     track = caption_layout(spec, cut)
     if track is not None:
         path, sequence = write_track(track, workdir, cut[1])
-        overlays.append(Overlay(path, track.x, track.y, sequence=sequence, size=None if sequence else track.canvas))
+        overlays.append(Overlay(path, track.x, track.y, sequence=sequence))
     if spec.watermark is not None:
         img, (x, y) = watermark_image(spec.watermark, spec.size, spec.font)
-        mark = workdir / "watermark.rgba"
-        overlays.append(Overlay(str(mark), x, y, size=write_still(img, mark)))
+        mark = workdir / "watermark.pam"
+        write_still(img, mark)
+        overlays.append(Overlay(str(mark), x, y))
     return overlays, track
 
 

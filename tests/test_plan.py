@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from quoteclip.spec import ClipSpec
-from renderer.plan import Overlay, build_command, output_rate
+from renderer.plan import SEQUENCE_FORMATS, STILL_FORMATS, Overlay, build_command, output_rate
 from renderer.probe import FORMATS, MediaInfo
 
 INFO = MediaInfo(
@@ -20,7 +20,7 @@ def test_landscape_with_overlays_exact_argv() -> None:
         "ffmpeg",
         "-format_whitelist", FORMATS, "-protocol_whitelist", "file", "-ss", "1133.9995", "-t", "7.000",
         "-threads", "1", "-i", "/src/in.mp4",
-        "-protocol_whitelist", "file", "-i", "/t/caption.png",
+        "-format_whitelist", STILL_FORMATS, "-protocol_whitelist", "file", "-i", "/t/caption.png",
         "-filter_complex",
         "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
         "[s0]pad=1280:720:(ow-iw)/2:(oh-ih)/2[s1];[s1]setsar=1[s2];"
@@ -66,17 +66,6 @@ def test_final_renders_of_sources_up_to_1080p_decode_in_one_thread() -> None:
     assert decoder_threads(INFO) == "1"
     assert decoder_threads(INFO, quality="preview") is None  # the decoder is a preview's slower stage
     assert decoder_threads(uhd) is None  # and a 4K source's
-
-
-def test_a_still_overlay_of_raw_pixels_is_read_as_rawvideo_only() -> None:
-    spec = ClipSpec(source="in.mp4", start=1, end=3)
-    still = Overlay("/t/caption.rgba", 0, 552, size=(1280, 118))
-    argv = build_command(spec, INFO, "in.mp4", [still], "/t/o.mp4")
-    i = argv.index("/t/caption.rgba")
-    assert argv[i - 11 : i + 1] == [
-        "-f", "rawvideo", "-video_size", "1280x118", "-format_whitelist", "rawvideo", "-pixel_format", "rgba",
-        "-protocol_whitelist", "file", "-i", "/t/caption.rgba",
-    ]  # fmt: skip
 
 
 def test_remote_source_allows_network_protocols_only() -> None:
@@ -141,7 +130,7 @@ def test_preview_padding_and_caption_sequence() -> None:
     assert argv[i - 5 : i] == ["-ss", "8.9995", "-t", "3.500", "-i"]  # the pads widen the cut
     j = argv.index("/t/captions.ffconcat")
     assert argv[j - 9 : j] == [
-        "-f", "concat", "-format_whitelist", "concat,png_pipe,image2", "-protocol_whitelist", "file",
+        "-f", "concat", "-format_whitelist", SEQUENCE_FORMATS, "-protocol_whitelist", "file",
         "-safe", "1", "-i",
     ]  # fmt: skip
     graph = argv[argv.index("-filter_complex") + 1]

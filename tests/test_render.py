@@ -170,29 +170,57 @@ def test_caption_and_watermark_pixels_are_there(media, settings) -> None:
     assert diff(plain, captioned, *top_right) < 3 and diff(plain, captioned, *middle) < 3
 
 
-def test_still_overlays_as_raw_pixels_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_path) -> None:
-    """The caption and the watermark go to ffmpeg as raw RGBA (no PNG encoded, none decoded): the clip and its
-    poster are byte for byte the ones the same images as PNGs give."""
+WORDS = [("Raw", 1.0, 1.4), ("or", 1.4, 1.6), ("PNG,", 1.6, 2.0), ("the", 2.0, 2.2), ("same", 2.2, 2.5)]
+
+
+@pytest.mark.parametrize(("words", "state_bytes"), [(None, None), (WORDS, None), (WORDS, 0)])
+def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_path, monkeypatch, words,
+                                                        state_bytes) -> None:  # fmt: skip
+    """Captions (a still, or timed states) and the watermark go to ffmpeg as PAM images, raw RGBA behind a
+    header (nothing compressed or inflated): the clip and its poster are byte for byte the ones the same images
+    drawn again as PNGs give. States past ``STATE_BYTES`` in all are written as PNGs."""
     from PIL import Image
 
     from renderer.plan import Overlay, build_command
     from renderer.probe import probe
-    from renderer.render import make_overlays
+    from renderer.render import caption_layout, make_overlays
+    from watermarks import watermark_image
 
+    if state_bytes is not None:
+        monkeypatch.setattr("renderer.captions.STATE_BYTES", state_bytes)
     src = media(size="640x360", duration=4, gop=60)
-    spec = build_spec({"source": str(src), "start": 1, "end": 2.5, "caption": "Raw or PNG, the same",
-                       "style": {"color": "#FF4000", "box": "#0020C0"}, "watermark": {"text": "StarZero"}})  # fmt: skip
-    raw, _ = make_overlays(spec, tmp_path, (spec.cut_start, spec.duration))
-    assert [Path(o.path).suffix for o in raw] == [".rgba", ".rgba"] and all(o.size for o in raw)
-    pngs = []
-    for o in raw:
-        assert o.size is not None
-        png = Path(o.path).with_suffix(".png")
-        Image.frombytes("RGBA", o.size, Path(o.path).read_bytes()).save(png)
-        pngs.append(Overlay(str(png), o.x, o.y))
+    fields = {"caption": "Raw or PNG, the same"} if words is None else {
+        "words": [{"text": w, "start": a, "end": b} for w, a, b in words]}  # fmt: skip
+    spec = build_spec({"source": str(src), "start": 1, "end": 2.5, **fields, "watermark": {"text": "StarZero"},
+                       "style": {"color": "#FF4000", "box": "#0020C0", "highlight": "#10E040"}})  # fmt: skip
+    cut = (spec.cut_start, spec.duration)
+    ours, _ = make_overlays(spec, tmp_path, cut)
+    assert (ours[0].sequence, Path(ours[0].path).suffix) == ((True, ".ffconcat") if words else (False, ".pam"))
+    # the same images drawn again, written as PNGs in a folder of their own
+    track = caption_layout(spec, cut)
+    assert track is not None and spec.watermark is not None
+    drawn = {"watermark": watermark_image(spec.watermark, spec.size, spec.font)[0]}
+    if words:
+        drawn |= {f"c-{n:04d}": track.image(state) for n, state in enumerate(track.states)}
+        drawn["c-blank"] = Image.new("RGBA", track.canvas, (0, 0, 0, 0))
+    else:
+        drawn["caption"] = track.image(track.states[0])
+    state_ext = ".png" if state_bytes == 0 else ".pam"
+    assert {p.name for p in tmp_path.glob("*.p[an][mg]")} == {
+        k + (state_ext if k.startswith("c-") else ".pam") for k in drawn}  # fmt: skip
+    folder = tmp_path / "png"
+    folder.mkdir()
+    for stem, image in drawn.items():
+        image.save(folder / f"{stem}.png")
+    listed = folder / (Path(ours[0].path).stem + ".png")
+    if words:
+        listed = folder / "captions.ffconcat"
+        listed.write_text(Path(ours[0].path).read_text().replace(state_ext + "'", ".png'"))
+    pngs = [Overlay(str(listed), ours[0].x, ours[0].y, sequence=ours[0].sequence),
+            Overlay(str(folder / "watermark.png"), ours[1].x, ours[1].y)]  # fmt: skip
     info = probe(str(src), first_frame=False)
     outputs = []
-    for name, overlays in (("raw", raw), ("png", pngs)):
+    for name, overlays in (("ours", ours), ("png", pngs)):
         out, poster = tmp_path / f"{name}.mp4", tmp_path / f"{name}.jpg"
         argv = build_command(spec, info, str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5))
         subprocess.run(argv, check=True, capture_output=True)
@@ -352,4 +380,4 @@ def test_overlays_drawn_ahead_are_drawn_again_when_the_video_ends_the_cut(media,
     [result] = render_clips([spec], str(src), info, tmp_path, ffmpeg_bin, timeout=60, drawn=ahead)
     assert abs(result.duration - 1.0) < 0.05
     # the 0.8 s caption over a 3.8 s cut is a timed sequence (shown, then blank); over the 1 s clip, one still
-    assert str(tmp_path / "caption.rgba") in result.argv and not any(a.endswith(".ffconcat") for a in result.argv)
+    assert str(tmp_path / "caption.pam") in result.argv and not any(a.endswith(".ffconcat") for a in result.argv)
