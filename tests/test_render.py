@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import runs
 from mediacheck import (
     first_bright_frame,
     first_loud_sample,
@@ -337,6 +338,32 @@ def test_ffmpeg_dies_with_the_process_that_started_it(ffmpeg_bin, tmp_path) -> N
         for child in children:
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
+
+
+def test_ffmpegs_version_is_asked_once_per_binary(ffmpeg_bin, tmp_path, monkeypatch) -> None:
+    """The manifest's ffmpeg version is remembered in the cache folder: a cold render does not run ffmpeg to ask
+    it again, until the binary changes."""
+    from renderer.ffmpeg import VERSIONS_FILE, ffmpeg_version
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    asked = tmp_path / "asked.log"
+    binary = tmp_path / "ffmpeg"
+    binary.write_text(f'#!/bin/sh\necho asked >> "{asked}"\nexec "{ffmpeg_bin}" "$@"\n')
+    binary.chmod(0o755)
+
+    def version() -> str:
+        ffmpeg_version.cache_clear()  # as a new process
+        return ffmpeg_version(str(binary))
+
+    first = version()
+    assert first and first[0].isalnum() and runs(asked) == 1
+    assert version() == first and runs(asked) == 1
+    assert (tmp_path / "cache" / "quoteclip" / VERSIONS_FILE).exists()
+    binary.write_text(binary.read_text() + "# another build\n")  # the binary replaced: asked again
+    assert version() == first and runs(asked) == 2
+    assert version() == first and runs(asked) == 2
+    (tmp_path / "cache" / "quoteclip" / VERSIONS_FILE).write_text("not json")  # a spoilt file: asked again
+    assert version() == first and runs(asked) == 3
 
 
 def test_the_wheels_ffmpeg_is_found_without_running_it(monkeypatch, tmp_path) -> None:
