@@ -28,7 +28,7 @@ DEFAULT_FPS = Fraction(30)
 HTTP_INITIAL_REQUEST = 64 * 1024
 HTTP_REQUEST = 256 * 1024
 # A final render decodes a source of up to this many pixels a frame in one thread: x264 (veryfast, 720p) is the
-# slower stage, so the decoder's frame threads only add their own cost (about 5% of the render's CPU on 1080p,
+# slower stage, so the decoder's frame threads only add their own cost (3–6% of the render's CPU on 1080p,
 # the same wall time, the same output bytes). Larger sources, and previews (whose encoder is faster than the
 # decoder), keep ffmpeg's automatic threads.
 SINGLE_THREAD_DECODE_PIXELS = 1920 * 1088
