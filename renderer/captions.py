@@ -171,16 +171,16 @@ STATE_BYTES = 16 * 1024**2
 
 
 def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool]:
-    """Files for ffmpeg: one still (``write_still``) when the caption never changes, else timed states and a
+    """Files for ffmpeg (images: ``write_pam``): one still when the caption never changes, else timed states and a
     concat list (relative names only, so the list can name nothing outside ``workdir``). Returns
     (path, is_sequence)."""
     if len(track.states) == 1 and track.states[0].start <= 0.0 and track.states[0].end >= duration - 0.001:
         path = workdir / "caption.pam"
-        write_still(track.image(track.states[0]), path)
+        write_pam(track.image(track.states[0]), path)
         return str(path), False
     width, height = track.canvas
     raw = (len(track.states) + 1) * width * height * 4 <= STATE_BYTES
-    ext, write = (".pam", write_still) if raw else (".png", _write_png)
+    ext, write = (".pam", write_pam) if raw else (".png", _write_png)
     write(Image.new("RGBA", track.canvas, TRANSPARENT), workdir / f"c-blank{ext}")
     lines = ["ffconcat version 1.0"]
     t = 0.0
@@ -201,7 +201,7 @@ def _write_png(image: Image.Image, path: Path) -> None:
     image.save(path, compress_level=1)
 
 
-def write_still(image: Image.Image, path: Path) -> None:
+def write_pam(image: Image.Image, path: Path) -> None:
     """An overlay image as a PAM file: its RGBA pixels as they are behind a short header, which ffmpeg reads as
     an image. The same pixels a PNG holds, with nothing to compress here or inflate in ffmpeg, and Pillow's
     file plugins never loaded (a cold render's captions were drawn about 15 ms sooner)."""

@@ -37,7 +37,8 @@ def ffmpeg_binary(override: str | None = None) -> str:
 @lru_cache(maxsize=1)
 def _bundled_ffmpeg() -> str:
     """The wheel's own binary, found without running it: imageio-ffmpeg's lookup runs ``ffmpeg -version`` to
-    check it (about 15 ms before every cold render could start); the manifest's version query runs it anyway.
+    check it (about 15 ms before every cold render could start; the manifest's version is asked once per binary:
+    ``ffmpeg_version``).
     Where the wheel holds no binary, or ``IMAGEIO_FFMPEG_EXE`` names one, imageio-ffmpeg's own lookup decides."""
     import imageio_ffmpeg
 

@@ -16,7 +16,7 @@ from quoteclip.spec import ClipSpec, Word, format_time
 from quoteclip.transcript import spread
 from watermarks import watermark_image
 
-from .captions import CaptionTrack, caption_track, write_still, write_track
+from .captions import CaptionTrack, caption_track, write_pam, write_track
 from .ffmpeg import run_ffmpeg
 from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs
 from .probe import FORMATS, MediaInfo, Readable, probe
@@ -88,7 +88,7 @@ def caption_layout(spec: ClipSpec, cut: tuple[float, float]) -> CaptionTrack | N
 
 def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tuple[list[Overlay], CaptionTrack | None]:
     """Caption (a still or a timed PNG sequence) and watermark files in ``workdir``, placed for the output (as
-    PAM images: ``write_still``)."""
+    PAM images: ``write_pam``)."""
     overlays = []
     track = caption_layout(spec, cut)
     if track is not None:
@@ -97,7 +97,7 @@ def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tu
     if spec.watermark is not None:
         img, (x, y) = watermark_image(spec.watermark, spec.size, spec.font)
         mark = workdir / "watermark.pam"
-        write_still(img, mark)
+        write_pam(img, mark)
         overlays.append(Overlay(str(mark), x, y))
     return overlays, track
 
