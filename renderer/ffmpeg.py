@@ -62,9 +62,10 @@ def ffmpeg_version(binary: str) -> str:
     from quoteclip.settings import default_cache_dir
 
     store = default_cache_dir() / VERSIONS_FILE
+    path = os.path.realpath(binary)
     try:
-        st = os.stat(binary)
-        key = f"{os.path.realpath(binary)}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns}"
+        st = os.stat(path)
+        key = f"{path}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns}"
     except OSError:
         key = ""
     known = _read_versions(store)
@@ -74,7 +75,7 @@ def ffmpeg_version(binary: str) -> str:
     first = out.stdout.splitlines()[0] if out.stdout else ""
     version = first.removeprefix("ffmpeg version ").split(" ")[0]
     if key and version:
-        known = {k: v for k, v in known.items() if not k.startswith(f"{os.path.realpath(binary)}:")}
+        known = {k: v for k, v in known.items() if not k.startswith(f"{path}:")}  # the binary's older builds
         _write_versions(store, dict(list({**known, key: version}.items())[-VERSIONS_KEPT:]))
     return version
 
