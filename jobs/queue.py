@@ -22,10 +22,10 @@ from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
 from sources import allowed_hosts
 from sources.safety import check_url
-from storage import Storage, open_storage
+from storage import Storage
 
 from .assets import check_allowed
-from .connection import JOB_ID, bulk_queue_name, connect, job_id_for
+from .connection import JOB_ID, bulk_queue_name, clients, connect, job_id_for
 from .lookup import lookup
 from .maintenance import PENDING, health, mark_pending, requeue_lost
 from .metrics import record_cache_hit
@@ -78,8 +78,18 @@ def enqueue_profiles(
     if len(specs) == 1:
         return [enqueue_clip(specs[0], settings, connection, storage, callback_url, bulk)]
     settings = settings.for_queue()
-    connection = connection or connect(settings)
-    storage = storage or open_storage(settings)
+    with clients(settings, connection, storage) as (redis, store):
+        return _enqueue_group(specs, settings, redis, store, callback_url, bulk)
+
+
+def _enqueue_group(
+    specs: list[ClipSpec],
+    settings: Settings,
+    connection: Redis,
+    storage: Storage,
+    callback_url: str | None,
+    bulk: bool,
+) -> list[Enqueued]:
     answers: list[Enqueued | None] = []
     group: list[int] = []
     for n, spec in enumerate(specs):
@@ -144,8 +154,19 @@ def enqueue_clip(
     the answer then carries the link). ``depends_on``: a group job rendering this clip with its other profiles;
     this job runs after it (finding its clip stored), or after its failure (rendering the clip itself)."""
     settings = settings.for_queue()
-    connection = connection or connect(settings)
-    storage = storage or open_storage(settings)
+    with clients(settings, connection, storage) as (redis, store):
+        return _enqueue_one(spec, settings, redis, store, callback_url, bulk, depends_on)
+
+
+def _enqueue_one(
+    spec: ClipSpec,
+    settings: Settings,
+    connection: Redis,
+    storage: Storage,
+    callback_url: str | None,
+    bulk: bool,
+    depends_on: str | None,
+) -> Enqueued:
     check_allowed(spec, settings.allow_local_sources is True)  # no path on a worker's disk from a request
     key, cached = lookup(spec, settings, storage)
     if urlsplit(spec.source).scheme in ("http", "https"):  # (lower-cased by urlsplit: HTTP:// too)

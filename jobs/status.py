@@ -11,9 +11,9 @@ from rq.job import Job, JobStatus
 
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
-from storage import Storage, open_storage
+from storage import Storage
 
-from .connection import JOB_ID, connect
+from .connection import JOB_ID, clients
 from .stages import Stage
 
 
@@ -24,9 +24,11 @@ def job_status(
     match = JOB_ID.match(job_id)
     if not match:
         raise BadInput(f"job_id must look like clip-<32 hex digits>, got {job_id!r}")
-    key = match.group(1)
-    connection = connection or connect(settings)
-    storage = storage or open_storage(settings)
+    with clients(settings, connection, storage) as (redis, store):
+        return _status(job_id, match.group(1), redis, store)
+
+
+def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[str, Any]:
     try:
         job: Job | None = Job.fetch(job_id, connection=connection)
     except NoSuchJobError:

@@ -189,3 +189,36 @@ def test_a_key_secret_makes_clip_keys_unguessable(media, settings) -> None:
     secret_b, _ = lookup(spec, replace(settings, key_secret="s3cret-b"), store)
     assert len({plain, secret_a, secret_b}) == 3 and all(len(k) == 32 for k in (plain, secret_a, secret_b))
     assert lookup(spec, replace(settings, key_secret="s3cret-a"), store)[0] == secret_a  # stable
+
+
+def test_calls_without_a_connection_close_what_they_open(media, queue_env, s3) -> None:
+    """``job_status`` and ``enqueue_clip`` called without a Redis connection open their own and close it on
+    return, so a script polling a status holds no socket per call until the garbage collector runs."""
+    import gc
+    import os
+
+    env = {**queue_env, **s3.env()}
+    settings = Settings.from_env(env)
+    spec = build_spec({"source": str(media(size="320x180", duration=3, gop=30)), "start": 1, "end": 2})
+    job_id = enqueue_clip(spec, settings).job_id
+
+    def sockets() -> int:
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except FileNotFoundError:  # the listing's own descriptor, closed by now
+                pass
+        return sum(link.startswith("socket:") for link in links)
+
+    gc.collect()
+    gc.disable()  # what the calls leave open stays open: nothing collects it here
+    try:
+        before = sockets()
+        for _ in range(20):
+            assert job_status(job_id, settings)["status"] == "queued"
+            assert enqueue_clip(spec, settings).joined
+        after = sockets()
+    finally:
+        gc.enable()
+    assert after - before <= 2, f"{after - before} sockets left open by 40 calls"
