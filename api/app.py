@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CollectorRegistry
@@ -20,7 +24,21 @@ from .errors import MAX_BODY
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = (settings or Settings.from_env()).for_queue()
     svc = open_services(settings)
-    app = FastAPI(title="quoteclip", version="0.1.0", description="Exact-quote video clips, rendered on demand.")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        listening = asyncio.create_task(svc.events.listen())  # wakes status long-polls (api/events.py)
+        try:
+            yield
+        finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+
+    app = FastAPI(
+        title="quoteclip", version="0.1.0", description="Exact-quote video clips, rendered on demand.",
+        lifespan=lifespan,
+    )  # fmt: skip
     app.state.services = svc
     app.state.registry = CollectorRegistry()
     app.state.registry.register(QueueCollector(svc.connection, (settings.queue_name, bulk_queue_name(settings))))

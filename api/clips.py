@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any
 
@@ -22,7 +21,6 @@ from .models import ClipAccepted, ClipRequest, ClipsAccepted, ClipStatus, Profil
 router = APIRouter()
 RETRY_AFTER = "2"
 MAX_WAIT = 30.0  # seconds a status long-poll may hold
-WAIT_STEP = 0.05  # how often a long-poll looks again (one Redis read)
 TERMINAL = {"finished", "failed", "stopped", "canceled"}
 
 
@@ -86,14 +84,15 @@ async def get_clip(
 ) -> ClipStatus:
     """The clip's status. With ``wait``, the answer comes as soon as the clip finishes or fails, its stage or
     progress changes, or ``wait`` seconds pass: a page learns of the link without polling delay."""
-    body = await run_in_threadpool(status_of, svc, clip_id)
-    seen = (body["status"], body["stage"], body["progress"])
-    deadline = time.monotonic() + wait
-    while body["status"] not in TERMINAL and time.monotonic() < deadline:
-        await asyncio.sleep(WAIT_STEP)
+    async with svc.events.watch(clip_id) as watch:  # woken when the worker announces a change
         body = await run_in_threadpool(status_of, svc, clip_id)
-        if (body["status"], body["stage"], body["progress"]) != seen:
-            break
+        seen = (body["status"], body["stage"], body["progress"])
+        deadline = time.monotonic() + wait
+        while body["status"] not in TERMINAL and time.monotonic() < deadline:
+            await watch.changed(deadline - time.monotonic())
+            body = await run_in_threadpool(status_of, svc, clip_id)
+            if (body["status"], body["stage"], body["progress"]) != seen:
+                break
     return ClipStatus(
         id=clip_id, status=body["status"], stage=body["stage"], progress=body["progress"],
         link=svc.link_for(clip_id, body["link"]), error=body["error"],

@@ -20,6 +20,7 @@ from storage import LocalStorage, Storage, open_storage
 
 from .auth import given_key, sign_path
 from .errors import APIError
+from .events import JobEvents
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Services:
     storage: Storage
     limiter: FixedWindowRateLimiter
     limit: RateLimitItem
+    events: JobEvents
 
     def link_for(self, job_id: str, link: str | None, route: str = "file") -> str | None:
         """Local-folder links are file:// URIs a browser cannot open: served through the API instead (signed,
@@ -42,7 +44,10 @@ def open_services(settings: Settings) -> Services:
     connection = connect(settings)
     storage = RedisStorage(settings.redis_url, key_prefix=redis_keys.RATE_LIMITS)
     limit = RateLimitItemPerMinute(settings.rate_limit_per_minute)
-    return Services(settings, connection, open_storage(settings), FixedWindowRateLimiter(storage), limit)
+    return Services(
+        settings, connection, open_storage(settings), FixedWindowRateLimiter(storage), limit,
+        JobEvents(settings.redis_url),
+    )  # fmt: skip
 
 
 def services(request: Request) -> Services:

@@ -9,6 +9,7 @@ from redis import Redis
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
+from quoteclip import redis_keys
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from storage import Storage
@@ -65,7 +66,22 @@ def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[
     )
     if status == JobStatus.FINISHED:  # finished but the object is missing from the store
         body.update(status="failed", stage="failed", error="the clip is no longer in storage; enqueue it again")
+    elif stage == Stage.FINISHED.value and storage.stat(key) is not None:
+        # the worker has stored the clip (the mp4 last) and said so; rq's own bookkeeping follows a moment later
+        body.update(status="finished", progress=100, link=storage.link(key), error=None)
+    elif stage == Stage.FAILED.value and job.get_status(refresh=False) == JobStatus.STARTED:
+        # the job's own worker has given up (a retry would say "queued"); rq's bookkeeping follows a moment later
+        body.update(status="failed")
     return body
+
+
+def announce(job: Job) -> None:
+    """Tell status long-polls waiting on ``job`` (and, for a profiles' group job, on each of its clips) that
+    its stage or progress changed."""
+    with job.connection.pipeline(transaction=False) as pipe:
+        for job_id in (job.id, *job.meta.get("members", ())):
+            pipe.publish(redis_keys.events(job_id), job.meta.get("stage", ""))
+        pipe.execute()
 
 
 def _group(connection: Redis, group_id: str) -> tuple[JobStatus, str, int] | None:

@@ -18,6 +18,7 @@ from .connection import bulk_queue_name
 from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
 from .pipeline import Stage, produce_clips
+from .status import announce
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
         last = now
         job.meta.update(stage=stage.value, progress=percent)
         job.save_meta()
+        announce(job)
 
     began = time.perf_counter()
     if job is not None:
@@ -71,6 +73,7 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
                 permanent=exc.permanent,
             )
             job.save_meta()
+            announce(job)
         log.warning("%s%s", f"{exc.kind}: {exc}".splitlines()[0], " (will retry)" if retrying else "")
         if job is not None and not retrying:
             record_failure(job.connection, exc.kind)

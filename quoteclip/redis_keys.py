@@ -25,6 +25,14 @@ def callbacks(job_id: str) -> str:
     return f"{PREFIX}:callbacks:{job_id}"
 
 
+def events(job_id: str) -> str:
+    """Pub/sub channel told each time a job's stage or progress changes: status long-polls wake on it."""
+    return f"{PREFIX}:events:{job_id}"
+
+
+EVENTS = events("*")  # the pattern the API subscribes to
+
+
 def job_id(key: str) -> str:
     return f"clip-{key}"
 

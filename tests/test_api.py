@@ -495,6 +495,44 @@ def test_status_long_poll_answers_at_the_change(client, workers, source_url) -> 
     assert time.monotonic() - unknown < 2
 
 
+def test_status_long_poll_is_woken_by_the_worker(api_env, workers, source_url, http_source, monkeypatch) -> None:
+    """With the app's lifespan running, a long-poll is woken by the worker's announcement of each change (Redis
+    pub/sub), not by looking again: with the fallback look 60 s apart, every answer, the link last, still comes
+    at its change, and the link within moments of the worker's end (the clip is stored, then announced). A
+    failure is answered as soon as the worker gives up, too."""
+    from api import events
+
+    (http_source.root / "junk.mp4").write_bytes(b"not a video" * 1000)
+
+    monkeypatch.setattr(events, "FALLBACK", 60.0)
+    with TestClient(create_app(Settings.from_env(api_env))) as client:  # runs the lifespan: the subscription
+        deadline = time.monotonic() + 10
+        while not client.app.state.services.events.subscribed:  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the API never subscribed to the job events"
+            time.sleep(0.02)
+        job = client.post("/clips", json={"source": source_url, "start": 1, "end": 3}).json()
+        junk = client.post("/clips", json={"source": http_source.url("junk.mp4"), "start": 1, "end": 3}).json()
+        ended: list[float] = []
+        worker = threading.Thread(target=lambda: (workers.burst(1), ended.append(time.monotonic())))
+        worker.start()
+        answers = []
+        while not answers or answers[-1]["status"] not in ("finished", "failed"):
+            answers.append(client.get(f"/clips/{job['id']}?wait=30").json())
+            answers[-1]["at"] = time.monotonic()
+            assert len(answers) < 50
+        failed = []
+        while not failed or failed[-1]["status"] not in ("finished", "failed"):
+            failed.append(client.get(f"/clips/{junk['id']}?wait=30").json())
+            failed[-1]["at"] = time.monotonic()
+            assert len(failed) < 50
+        worker.join()
+    assert answers[-1]["status"] == "finished" and answers[-1]["link"], answers
+    assert {"fetching", "rendering"} <= {a["stage"] for a in answers}, answers
+    assert answers[-1]["at"] < ended[0] + 2, "the link came long after the worker ended: no announcement woke it"
+    assert failed[-1]["status"] == "failed" and "not a readable video" in failed[-1]["error"], failed
+    assert failed[-1]["at"] < ended[0] + 2, "the failure came long after the worker ended: no announcement woke it"
+
+
 def test_batch_status_and_streamed_archive(client, workers, source_url, api_env) -> None:
     """POST /batches gives a batch id; GET /batches/{id} answers every clip at once; the archive is a ZIP whose
     entries are byte-identical to the stored clips, with a manifest."""
