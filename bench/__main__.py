@@ -546,6 +546,12 @@ def added_time(parts: list[dict[str, float]], limit: list[float]) -> Row:
             "target": "report", "met": None}  # fmt: skip
 
 
+# the command as a user runs it: the console script pip installed beside this interpreter (``python -m`` when
+# there is none, as in an environment where the project is on the path but not installed)
+_SCRIPT = Path(sys.executable).with_name("quoteclip")
+COMMAND = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "quoteclip"]
+
+
 def cli_figures(ffmpeg: str, source: Path, reps: int, work: Path, stack: Stack) -> list[Row]:
     """A cold ``quoteclip render`` process, as a creator's script or a site's cron job runs it: a render (local
     source, fresh local folder store each time) and a stored clip answered (no ffmpeg), each against the bare
@@ -563,8 +569,8 @@ def cli_figures(ffmpeg: str, source: Path, reps: int, work: Path, stack: Stack) 
         env = {**base, **(extra or {})}
         if store is not None:
             env["QUOTECLIP_STORAGE_DIR"] = str(store)
-        argv = [sys.executable, "-m", "quoteclip", "render", src, "--start", str(start), "--end",
-                str(start + length), "--caption", CAPTION, "--watermark", "StarZero", "--json"]  # fmt: skip
+        argv = [*COMMAND, "render", src, "--start", str(start), "--end", str(start + length), "--caption", CAPTION,
+                "--watermark", "StarZero", "--json"]  # fmt: skip
 
         def run() -> None:
             out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=work)
