@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -223,6 +223,69 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
             proc.communicate(timeout=30)
         redis_proc.terminate()
         redis_proc.wait()
+
+
+def test_job_events_subscribe_again_after_a_redis_restart(tmp_path, monkeypatch) -> None:
+    """The API's subscription to the workers' announcements (api/events.py) comes back after Redis restarts
+    (long-polls look every 50 ms meanwhile), and an announcement then wakes a waiting long-poll again."""
+    import asyncio
+    import contextlib
+
+    import redis
+
+    from api import events
+    from quoteclip import redis_keys
+
+    monkeypatch.setattr(events, "RETRY", 0.2)
+    monkeypatch.setattr(events, "FALLBACK", 60.0)  # only the announcement can end the wait below in time
+    binary = shutil.which("redis-server") or embedded.server_binary()
+    assert binary is not None
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp_path),
+                                 "--save", "", "--appendonly", "no"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+    procs = [start()]
+    wait_for(lambda: _ping(redis, url), 10, "redis")
+
+    async def until(check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.02)
+
+    async def scenario() -> float:
+        job_events = events.JobEvents(url)
+        listening = asyncio.create_task(job_events.listen())
+        try:
+            await until(lambda: job_events.subscribed, "subscribed")
+            procs[0].kill()
+            procs[0].wait()
+            await until(lambda: not job_events.subscribed, "the lost subscription noticed")
+            procs.append(start())
+            await until(lambda: _ping(redis, url), "redis again")
+            await until(lambda: job_events.subscribed, "subscribed again after the restart")
+            async with job_events.watch("clip-" + "a" * 32) as watch:
+                began = time.monotonic()
+                with redis.Redis.from_url(url) as client:
+                    client.publish(redis_keys.events("clip-" + "a" * 32), "rendering")
+                await watch.changed(30)
+                return time.monotonic() - began
+        finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert took < 5, f"the announcement after the restart woke the long-poll only after {took:.1f} s"
 
 
 def _ping(redis, url: str) -> bool:  # type: ignore[no-untyped-def]
