@@ -1,14 +1,20 @@
-"""Probe a source with PyAV (the imageio-ffmpeg wheel ships no ffprobe). Results are frozen records."""
+"""Probe a source with PyAV (the imageio-ffmpeg wheel ships no ffprobe). Results are frozen records.
+
+PyAV is imported by the first probe made in this process, not with this module: a cold ``quoteclip render`` has
+its local files probed by a helper process (``renderer.prober``) and never imports it."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-
-import av
+from typing import TYPE_CHECKING
 
 from quoteclip import media
 from quoteclip.errors import BadInput, QuoteclipError, SourceTransient, SourceUnavailable
+
+if TYPE_CHECKING:
+    import av
 
 Readable = media.Readable  # re-exported: a path or URL, or a seekable binary file
 
@@ -50,6 +56,11 @@ class MediaInfo:
         return self.width, self.height
 
 
+# A cold ``quoteclip render``'s probe helper (``renderer.prober.ask``, set by its ``start``): asked first for a local
+# path; None (no helper, or it gave no answer) and the probe is made here.
+helper: Callable[[str, str | None, int | None, bool], MediaInfo | None] | None = None
+
+
 def frame_too_large(width: int, height: int, max_pixels: int) -> bool:
     return width * height > max_pixels or max(width, height) > MAX_SIDE
 
@@ -73,10 +84,16 @@ def probe(
     remote = False
     if isinstance(source, str):
         remote = source.startswith(("http://", "https://"))
+        if not remote and helper is not None:
+            answered = helper(source, name, max_pixels, first_frame)
+            if answered is not None:
+                return answered
         options["protocol_whitelist"] = NETWORK_PROTOCOLS if remote else "file"
     else:
         source.seek(0)
     label = name or (source if isinstance(source, str) else "source")
+    import av
+
     try:
         # ``timeout`` bounds a URL's network reads only: PyAV's timeout check takes the GIL at every I/O step, so
         # a local file's open took 2-15× as long while another thread ran Python (the overlays drawn beside
@@ -138,6 +155,8 @@ def probe(
 
 
 def _duration(container: av.container.InputContainer, video: av.VideoStream | av.AudioStream) -> float:
+    import av
+
     if container.duration:
         return float(container.duration) / av.time_base
     if video.duration and video.time_base:
@@ -147,6 +166,8 @@ def _duration(container: av.container.InputContainer, video: av.VideoStream | av
 
 def _audio_only(container: av.container.InputContainer, artwork: bool) -> MediaInfo:
     """An audio-only source: the picture is made (renderer.audiogram), at 30 fps."""
+    import av
+
     audio = container.streams.audio[0]
     start = float(container.start_time or 0) / av.time_base if container.start_time else 0.0
     return MediaInfo(
@@ -174,6 +195,8 @@ def _short(exc: BaseException) -> str:
 
 def has_audio(source: Readable) -> bool:
     """Whether a separate audio-only source (as YouTube serves them) has an audio stream."""
+    import av
+
     options = {"format_whitelist": FORMATS}
     if not isinstance(source, str):
         source.seek(0)

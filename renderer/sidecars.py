@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import av
 from PIL import Image
 
 from .captions import CaptionTrack
@@ -45,6 +44,8 @@ def _vtt_text(text: str) -> str:
 
 def poster(path: Path, at: float) -> bytes:
     """A JPEG of the clip's frame at ``at`` seconds (decoded from the rendered file, no extra ffmpeg run)."""
+    import av
+
     with av.open(str(path)) as container:
         frame = None
         for frame in container.decode(video=0):

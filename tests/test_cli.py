@@ -192,3 +192,107 @@ def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
     stored, modules = loaded()
     assert stored["cached"] is True
     assert modules == []
+
+
+# A cold render as the console script runs it (quoteclip.launch), with a finder that says on stderr when the
+# command's own process (not a child it forked) imports PyAV. ``start=0``: the probe helper is not started.
+LAUNCH_WATCH = """
+import os, sys
+parent = os.getpid()
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "av" and os.getpid() == parent:
+            sys.stderr.write("PARENT IMPORTED av\\n")
+        return None
+
+sys.meta_path.insert(0, Watch())
+if sys.argv[1] == "start=0":
+    from renderer import prober
+    prober.start = lambda: False
+sys.argv = ["quoteclip", *sys.argv[2:]]
+from quoteclip.launch import main
+main()
+"""
+
+
+def test_cold_render_probes_in_a_helper_process(media, tmp_path) -> None:
+    """``quoteclip render`` forks a helper as it starts, which imports PyAV and probes the source and the clip
+    while the command imports the rest: the command's own process never imports PyAV, and the clip is the one a
+    render without the helper makes."""
+    import subprocess
+    import sys
+
+    src = media(size="320x180", duration=4, gop=60)
+    args = ["render", str(src), "--start", "1", "--end", "2", "--caption", "plain latin text", "--json"]
+
+    def render(helper: bool, store: str) -> tuple[dict[str, object], str]:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
+               "QUOTECLIP_STORAGE_DIR": str(tmp_path / store)}  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", LAUNCH_WATCH, f"start={int(helper)}", *args],
+                              capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout), done.stderr
+
+    helped, said = render(True, "a")
+    alone, said_alone = render(False, "b")
+    assert "PARENT IMPORTED av" in said_alone  # the watch sees a render that probes in its own process
+    assert "PARENT IMPORTED av" not in said
+    assert helped["cached"] is False and helped["key"] == alone["key"]
+    assert Path(str(helped["path"])).read_bytes() == Path(str(alone["path"])).read_bytes()
+
+
+PROBER_CHECK = """
+import json, os, signal, sys
+from dataclasses import asdict
+from renderer import prober
+prober.start()
+from quoteclip.errors import QuoteclipError
+from renderer.probe import probe
+
+def attempt(path, **kw):
+    try:
+        return {"info": asdict(probe(path, **kw))}
+    except QuoteclipError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+def every():
+    return [attempt(p, first_frame=f, max_pixels=m) for p in sys.argv[1:] for f in (False, True) for m in (None, 100)]
+
+helped = every()
+av_imported = "av" in sys.modules
+os.kill(prober._helper.pid, signal.SIGKILL)
+print(json.dumps({"helped": helped, "av_imported": av_imported, "after_kill": every(), "gone": prober._helper is None}))
+"""
+
+
+def test_probe_helper_answers_as_the_probe_does(media, tmp_path) -> None:
+    """The helper's answers are the in-process probe's, errors included (not media, missing, over the frame size
+    cap, a rotated picture); once it is killed, the process probes for itself and says the same."""
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from quoteclip.errors import QuoteclipError
+    from renderer.probe import probe
+
+    text = tmp_path / "notes.mp4"
+    text.write_text("not a video")
+    paths = [str(media(size="320x180", duration=2, gop=30)), str(media(size="320x240", duration=2, rotation=90)),
+             str(text), str(tmp_path / "missing.mp4")]  # fmt: skip
+
+    def attempt(path: str, **kw: object) -> dict[str, object]:
+        try:
+            return {"info": asdict(probe(path, **kw))}  # type: ignore[arg-type]
+        except QuoteclipError as exc:
+            return {"error": type(exc).__name__, "message": str(exc)}
+
+    here = [attempt(p, first_frame=f, max_pixels=m) for p in paths for f in (False, True) for m in (None, 100)]
+    assert {"error": "BadInput", "message": f"source is not a readable video file: {text}"} in here
+    assert any(a.get("info", {}).get("rotation") for a in here)  # type: ignore[union-attr]
+    done = subprocess.run([sys.executable, "-c", PROBER_CHECK, *paths], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    there = json.loads(done.stdout)
+    assert there["helped"] == here
+    assert there["av_imported"] is False
+    assert there["after_kill"] == here and there["gone"] is True

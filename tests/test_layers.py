@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage", "api")
 
 FACES = {"quoteclip.cli", "quoteclip.options", "quoteclip.batch", "quoteclip.demo", "quoteclip.up",
-         "quoteclip.__main__", "worker"}  # fmt: skip
+         "quoteclip.__main__", "quoteclip.launch", "worker"}  # fmt: skip
 PIPELINE = {"jobs.pipeline", "jobs.lookup", "jobs.manifest", "jobs.results", "jobs.stages", "jobs.tempdirs",
             "jobs.keys", "jobs.assets"}  # fmt: skip
 COMPONENTS = ("sources", "renderer", "watermarks", "storage")

@@ -303,7 +303,7 @@ def test_only_a_urls_probe_has_pyavs_timeout(media, http_source, monkeypatch) ->
         seen.append(kwargs.get("timeout"))  # type: ignore[arg-type]
         return real_open(*args, **kwargs)
 
-    monkeypatch.setattr(probing.av, "open", recording_open)
+    monkeypatch.setattr(av, "open", recording_open)  # (the probe imports PyAV when it first probes)
     assert probing.probe(str(src)).width == 320
     with open(src, "rb") as handle:
         assert probing.probe(handle).width == 320
