@@ -6,7 +6,8 @@ still, or a timed sequence read through a concat list that names only files writ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -23,6 +24,15 @@ BOTTOM_SAFE = {"landscape": 0.07, "vertical": 0.2, "square": 0.1, "portrait": 0.
 TOP_SAFE = {"landscape": 0.07, "vertical": 0.12, "square": 0.08, "portrait": 0.1}
 MAX_CHARS = {"landscape": 32, "vertical": 22, "square": 24, "portrait": 24}
 TRANSPARENT = (0, 0, 0, 0)
+# The caption images cover the columns the pages can reach, not the frame's width: ffmpeg blends every pixel of an
+# overlay into every frame, transparent or not, and a full-width band cost about 3% of a 720p render's ffmpeg time.
+# The band starts on a multiple of BAND_ALIGN (even: chroma is subsampled by 2) and keeps a transparent margin of
+# at least BAND_MARGIN px beyond the widest page's box and strokes (wider than the chroma filter's reach), so the
+# frames come out bit-identical to a full-width band's (tests/test_render.py). A drawn state that reaches the
+# band's edge anyway (a font's glyphs overhanging far) has the captions drawn again at the frame's width.
+BAND_ALIGN = 16
+BAND_MARGIN = 16
+STROKE = {"clean": 0.05, "bold-outline": 0.11, "boxed": 0.04, "karaoke": 0.08}
 
 
 @dataclass(frozen=True)
@@ -47,13 +57,28 @@ class CaptionTrack:
     words: list[Word]
     font: FontSet
     style: CaptionStyle
-    canvas: tuple[int, int]  # the caption band: the frame's width × the lines' height, not the whole frame
+    # the caption band: the columns x … x + width the pages reach × the lines' height, not the whole frame
+    canvas: tuple[int, int]
     metrics: tuple[int, int, int, int]  # line height, horizontal and vertical padding, font size (px)
+    frame_width: int = 0  # the frame's (the lines are centred in it); 0: the canvas's
 
     def image(self, state: State) -> Image.Image:
         line_h, pad_x, pad_y, px = self.metrics
         return _draw(self.pages[state.page], self.words, state.current, self.font, self.style, self.canvas,
-                     line_h, pad_x, pad_y, px)  # fmt: skip
+                     line_h, pad_x, pad_y, px, self.x, self.frame_width or self.canvas[0])  # fmt: skip
+
+    def full_width(self) -> CaptionTrack:
+        """The same captions on a band as wide as the frame."""
+        width = self.frame_width or self.canvas[0]
+        return replace(self, x=0, canvas=(width, self.canvas[1]))
+
+    def reaches_edge(self, image: Image.Image) -> bool:
+        """Whether a drawn state touches a side of the band that is not the frame's (it may have been cut)."""
+        alpha = image.getchannel("A")
+        width, height = image.size
+        left = self.x > 0 and alpha.crop((0, 0, 1, height)).getbbox() is not None
+        right = self.x + width < (self.frame_width or width) and alpha.crop((width - 1, 0, width, height)).getbbox()
+        return bool(left or right)
 
 
 def _rgba(hex_color: str, alpha: int = 255) -> tuple[int, int, int, int]:
@@ -93,7 +118,20 @@ def caption_track(
     for n, page in enumerate(pages):
         spans = _word_spans(page, words) if highlight and style.preset != "clean" else [(None, page.start, page.end)]
         states += [State(n, current, start, end) for current, start, end in spans]
-    return CaptionTrack(states, 0, max(0, y), pages, words, font, style, (width, canvas_h), (line_h, pad_x, pad_y, px))
+    widest = max(font.length(text) for page in pages for text in _line_texts(page, words, style))
+    reach = widest / 2 + pad_x + _stroke_px(style, px) + max(BAND_MARGIN, px // 2)
+    left = max(0, math.floor((width / 2 - reach) / BAND_ALIGN) * BAND_ALIGN)
+    right = min(width, math.ceil((width / 2 + reach) / BAND_ALIGN) * BAND_ALIGN)
+    return CaptionTrack(states, left, max(0, y), pages, words, font, style, (right - left, canvas_h),
+                        (line_h, pad_x, pad_y, px), width)  # fmt: skip
+
+
+def _line_texts(page: Page, words: list[Word], style: CaptionStyle) -> list[str]:
+    return [" ".join(_shown(words[i].text, style) for i in line) for line in page.lines]
+
+
+def _stroke_px(style: CaptionStyle, px: int) -> int:
+    return max(1, round(px * STROKE[style.preset]))
 
 
 def _word_spans(page: Page, words: list[Word]) -> list[tuple[int | None, float, float]]:
@@ -118,19 +156,22 @@ def _draw(
     pad_x: int,
     pad_y: int,
     px: int,
+    band_x: int,
+    frame_width: int,
 ) -> Image.Image:
+    """One state on the band (columns ``band_x`` … of a frame ``frame_width`` wide): every x is the frame's less
+    ``band_x``, an even whole number, so the pixels are the full-width drawing's."""
     img = Image.new("RGBA", canvas, TRANSPARENT)
     draw = ImageDraw.Draw(img)
     color, accent = _rgba(style.color), _rgba(style.highlight)
-    stroke = {"clean": 0.05, "bold-outline": 0.11, "boxed": 0.04, "karaoke": 0.08}[style.preset]
-    stroke_px = max(1, round(px * stroke))
-    texts = [" ".join(_shown(words[i].text, style) for i in line) for line in page.lines]
+    stroke_px = _stroke_px(style, px)
+    texts = _line_texts(page, words, style)
     widths = [font.length(t) for t in texts]
     ascent, descent = font.primary.getmetrics()
     top = pad_y + (len(page.lines) < style.max_lines) * (style.max_lines - len(page.lines)) * line_h
     if style.preset == "boxed":
         box_w = max(widths) + 2 * pad_x
-        x0 = (canvas[0] - box_w) / 2
+        x0 = (frame_width - box_w) / 2 - band_x
         draw.rounded_rectangle(
             (x0, top - pad_y, x0 + box_w, top + len(page.lines) * line_h + pad_y),
             radius=round(px * 0.3), fill=_rgba(style.box, 160),
@@ -138,7 +179,7 @@ def _draw(
     for n, (line, text, line_w) in enumerate(zip(page.lines, texts, widths, strict=True)):
         cy = top + n * line_h + line_h // 2
         baseline = cy + (ascent - descent) / 2
-        left = (canvas[0] - line_w) / 2
+        left = (frame_width - line_w) / 2 - band_x
         if is_rtl(text) or current is None:
             # Right-to-left lines are shaped and ordered as a whole (raqm); they are not split into words.
             fill = accent if current is not None and style.preset == "karaoke" and current >= line[-1] else color
@@ -170,13 +211,33 @@ def _shown(text: str, style: CaptionStyle) -> str:
 STATE_BYTES = 16 * 1024**2
 
 
-def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool]:
+def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool, CaptionTrack]:
     """Files for ffmpeg (images: ``write_pam``): one still when the caption never changes, else timed states and a
-    concat list (relative names only, so the list can name nothing outside ``workdir``). Returns
-    (path, is_sequence)."""
+    concat list (relative names only, so the list can name nothing outside ``workdir``). Returns (path,
+    is_sequence, the track as drawn: ``track``, or the same at the frame's width when a state reached the band's
+    edge)."""
+    try:
+        return *_write_track(track, workdir, duration), track
+    except _ReachedEdge:
+        wide = track.full_width()
+        return *_write_track(wide, workdir, duration), wide
+
+
+class _ReachedEdge(Exception):
+    pass
+
+
+def _drawn(track: CaptionTrack, state: State) -> Image.Image:
+    image = track.image(state)
+    if track.reaches_edge(image):
+        raise _ReachedEdge
+    return image
+
+
+def _write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool]:
     if len(track.states) == 1 and track.states[0].start <= 0.0 and track.states[0].end >= duration - 0.001:
         path = workdir / "caption.pam"
-        write_pam(track.image(track.states[0]), path)
+        write_pam(_drawn(track, track.states[0]), path)
         return str(path), False
     width, height = track.canvas
     raw = (len(track.states) + 1) * width * height * 4 <= STATE_BYTES
@@ -188,7 +249,7 @@ def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[st
         if state.start > t + 0.0005:
             lines += [f"file 'c-blank{ext}'", f"duration {state.start - t:.3f}"]
         name = f"c-{n:04d}{ext}"
-        write(track.image(state), workdir / name)  # drawn, written, let go
+        write(_drawn(track, state), workdir / name)  # drawn, written, let go
         lines += [f"file '{name}'", f"duration {state.end - state.start:.3f}"]
         t = state.end
     lines += [f"file 'c-blank{ext}'", f"duration {max(0.04, duration - t + 1):.3f}"]

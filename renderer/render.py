@@ -92,7 +92,7 @@ def make_overlays(spec: ClipSpec, workdir: Path, cut: tuple[float, float]) -> tu
     overlays = []
     track = caption_layout(spec, cut)
     if track is not None:
-        path, sequence = write_track(track, workdir, cut[1])
+        path, sequence, track = write_track(track, workdir, cut[1])
         overlays.append(Overlay(path, track.x, track.y, sequence=sequence))
     if spec.watermark is not None:
         img, (x, y) = watermark_image(spec.watermark, spec.size, spec.font)

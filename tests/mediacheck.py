@@ -29,6 +29,21 @@ def streams(path: Path) -> dict[str, object]:
         }
 
 
+def decoded_digest(path: Path) -> str:
+    """A digest of what a player shows and plays: every decoded video and audio frame's samples and time. (x264
+    can write a different bitstream for the same frames from one run to the next on a busy machine, choices that
+    decode to the same pixels: byte comparisons of two encodes are not a test of their content.)"""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with av.open(str(path)) as c:
+        for frame in c.decode(*c.streams):
+            digest.update(f"{frame.time}".encode())
+            for plane in frame.planes:
+                digest.update(bytes(plane))
+    return digest.hexdigest()
+
+
 def top_level_atoms(path: Path) -> list[str]:
     atoms = []
     with open(path, "rb") as f:

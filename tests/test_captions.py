@@ -15,7 +15,7 @@ from quoteclip.fonts import font_set
 from quoteclip.settings import Settings
 from quoteclip.spec import CaptionStyle, Word, build_spec
 from quoteclip.transcript import spread
-from renderer.captions import caption_track
+from renderer.captions import caption_track, write_track
 from renderer.timing import paginate
 from storage import LocalStorage
 
@@ -165,6 +165,55 @@ def test_caption_track_states_follow_the_words() -> None:
     assert [(s.start, s.end) for s in track.states] == [(0.0, 0.4), (0.4, 0.9), (0.9, 2.0)]
     clean = caption_track(words, (1280, 720), "landscape", 0.055, CaptionStyle(preset="clean"), None, True, 2.0)
     assert clean is not None and len(clean.states) == 1
+
+
+BAND_CASES = [("boxed", "Raw or PNG, the same", (1280, 720)), ("clean", "a short one", (1280, 720)),
+              ("bold-outline", "中文字幕 🔥 great ★", (1080, 1920)),
+              ("karaoke", "مرحبا بالعالم and more", (1080, 1080)),
+              ("boxed", "This weird scheduling, which I'm quite sure people are going to start replicating it, "
+               "is to reduce the bubble.", (1280, 720))]  # fmt: skip
+
+
+@pytest.mark.parametrize(("preset", "text", "frame"), BAND_CASES)
+def test_caption_band_is_the_full_width_drawing_cut_to_its_columns(preset, text, frame) -> None:
+    """Each caption state is drawn on a band as wide as the pages reach, not the frame: its pixels are the
+    full-width drawing's columns, nothing is drawn outside them, and the band starts on an even column."""
+    words = spread(text, 0.0, 3.0)
+    track = caption_track(words, frame, "landscape", 0.055, CaptionStyle(preset=preset), None, True, 3.0)
+    assert track is not None
+    wide = track.full_width()
+    x0, x1 = track.x, track.x + track.canvas[0]
+    assert x0 % 2 == 0 and track.canvas[0] % 2 == 0 and wide.canvas == (frame[0], track.canvas[1])
+    if len(text) < 30:
+        assert track.canvas[0] < 0.8 * frame[0]  # a short caption's band is narrow
+    for state in track.states:
+        band, full = np.asarray(track.image(state)), np.asarray(wide.image(state))
+        assert np.array_equal(full[:, x0:x1], band)
+        assert not full[:, :x0, 3].any() and not full[:, x1:, 3].any()
+        assert not track.reaches_edge(track.image(state))
+
+
+def test_caption_band_too_narrow_for_its_glyphs_is_drawn_at_the_frame_width(tmp_path) -> None:
+    """A state that reaches a side of its band (a font whose glyphs overhang far) has the captions drawn again at
+    the frame's width: nothing is cut off."""
+    from dataclasses import replace
+
+    def widths(folder: Path) -> set[int]:  # the WIDTH in each PAM file's header
+        return {int(f.read_bytes().split(b"WIDTH ")[1].split(b"\n")[0]) for f in folder.glob("c-*.pam")}
+
+    words = spread("Raw or PNG, the same", 0.0, 3.0)
+    track = caption_track(words, (1280, 720), "landscape", 0.055, CaptionStyle(), None, True, 3.0)
+    assert track is not None
+    fits, narrow_dir = tmp_path / "fits", tmp_path / "narrow"
+    fits.mkdir()
+    narrow_dir.mkdir()
+    _, sequence, drawn = write_track(track, fits, 3.0)
+    assert sequence and drawn == track and widths(fits) == {track.canvas[0]}
+    narrow = replace(track, x=track.x + 64, canvas=(track.canvas[0] - 128, track.canvas[1]))
+    assert narrow.reaches_edge(narrow.image(narrow.states[0]))
+    _, _, drawn = write_track(narrow, narrow_dir, 3.0)
+    assert (drawn.x, drawn.canvas) == (0, (1280, track.canvas[1]))
+    assert widths(narrow_dir) == {1280}
 
 
 def test_sidecars_next_to_the_clip(media, settings) -> None:

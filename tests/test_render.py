@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import runs
 from mediacheck import (
+    decoded_digest,
     first_bright_frame,
     first_loud_sample,
     gray_frames,
@@ -178,8 +179,8 @@ WORDS = [("Raw", 1.0, 1.4), ("or", 1.4, 1.6), ("PNG,", 1.6, 2.0), ("the", 2.0, 2
 def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_path, monkeypatch, words,
                                                         state_bytes) -> None:  # fmt: skip
     """Captions (a still, or timed states) and the watermark go to ffmpeg as PAM images, raw RGBA behind a
-    header (nothing compressed or inflated): the clip and its poster are byte for byte the ones the same images
-    drawn again as PNGs give. States past ``STATE_BYTES`` in all are written as PNGs."""
+    header (nothing compressed or inflated): the clip's frames and samples, and its poster, are byte for byte the
+    ones the same images drawn again as PNGs give. States past ``STATE_BYTES`` in all are written as PNGs."""
     from PIL import Image
 
     from renderer.plan import Overlay, build_command
@@ -225,7 +226,39 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
         out, poster = tmp_path / f"{name}.mp4", tmp_path / f"{name}.jpg"
         argv = build_command(spec, info, str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5))
         subprocess.run(argv, check=True, capture_output=True)
-        outputs.append((out.read_bytes(), poster.read_bytes()))
+        outputs.append((decoded_digest(out), poster.read_bytes()))
+    assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize(("words", "profile"), [(None, "landscape"), (WORDS, "landscape"), (WORDS, "vertical")])
+def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bin, tmp_path, words, profile) -> None:
+    """The caption images cover only the columns the pages reach (ffmpeg blends every pixel of an overlay into
+    every frame): the clip's frames and samples, and its poster, are the ones full-width caption images give,
+    byte for byte (what the encoder writes for those frames may vary: ``decoded_digest``)."""
+    from renderer.captions import write_track
+    from renderer.plan import Overlay, build_command
+    from renderer.probe import probe
+    from renderer.render import make_overlays
+
+    src = media(size="640x360", duration=4, gop=60)
+    fields = {"caption": "Raw or PNG, the same"} if words is None else {
+        "words": [{"text": w, "start": a, "end": b} for w, a, b in words]}  # fmt: skip
+    spec = build_spec({"source": str(src), "start": 1, "end": 2.5, **fields, "profile": profile,
+                       "style": {"color": "#FF4000", "box": "#0020C0", "highlight": "#10E040"}})  # fmt: skip
+    cut = (spec.cut_start, spec.duration)
+    band, track = make_overlays(spec, tmp_path, cut)
+    assert track is not None and 0 < band[0].x and track.canvas[0] < 0.8 * spec.size[0]
+    wide_dir = tmp_path / "wide"
+    wide_dir.mkdir()
+    path, sequence, wide = write_track(track.full_width(), wide_dir, cut[1])
+    full = [Overlay(path, wide.x, wide.y, sequence=sequence)]
+    info = probe(str(src), first_frame=False)
+    outputs = []
+    for name, overlays in (("band", band), ("full", full)):
+        out, poster = tmp_path / f"{name}.mp4", tmp_path / f"{name}.jpg"
+        argv = build_command(spec, info, str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5))
+        subprocess.run(argv, check=True, capture_output=True)
+        outputs.append((decoded_digest(out), poster.read_bytes()))
     assert outputs[0] == outputs[1]
 
 
