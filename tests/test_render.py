@@ -24,7 +24,8 @@ from mediacheck import (
 from jobs.pipeline import produce_clip
 from quoteclip.errors import BadInput, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
-from quoteclip.spec import build_spec
+from quoteclip.spec import ClipSpec, build_spec
+from renderer.plan import Overlay
 from storage import LocalStorage
 
 
@@ -172,6 +173,19 @@ def test_caption_and_watermark_pixels_are_there(media, settings) -> None:
     assert diff(plain, captioned, *top_right) < 3 and diff(plain, captioned, *middle) < 3
 
 
+def _clip_with(spec: ClipSpec, src: Path, overlays: list[Overlay], ffmpeg_bin: str, folder: Path) -> tuple[str, bytes]:
+    """The clip's frames and samples (``decoded_digest``) and its poster's bytes, rendered with ``overlays``."""
+    from renderer.plan import build_command
+    from renderer.probe import probe
+
+    folder.mkdir(exist_ok=True)
+    out, poster = folder / "clip.mp4", folder / "poster.jpg"
+    argv = build_command(spec, probe(str(src), first_frame=False), str(src), overlays, str(out), ffmpeg_bin,
+                         poster=(str(poster), 0.5))  # fmt: skip
+    subprocess.run(argv, check=True, capture_output=True)
+    return decoded_digest(out), poster.read_bytes()
+
+
 WORDS = [("Raw", 1.0, 1.4), ("or", 1.4, 1.6), ("PNG,", 1.6, 2.0), ("the", 2.0, 2.2), ("same", 2.2, 2.5)]
 
 
@@ -183,8 +197,6 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
     ones the same images drawn again as PNGs give. States past ``STATE_BYTES`` in all are written as PNGs."""
     from PIL import Image
 
-    from renderer.plan import Overlay, build_command
-    from renderer.probe import probe
     from renderer.render import caption_layout, make_overlays
     from watermarks import watermark_image
 
@@ -220,14 +232,7 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
         listed.write_text(Path(ours[0].path).read_text().replace(state_ext + "'", ".png'"))
     pngs = [Overlay(str(listed), ours[0].x, ours[0].y, sequence=ours[0].sequence),
             Overlay(str(folder / "watermark.png"), ours[1].x, ours[1].y)]  # fmt: skip
-    info = probe(str(src), first_frame=False)
-    outputs = []
-    for name, overlays in (("ours", ours), ("png", pngs)):
-        out, poster = tmp_path / f"{name}.mp4", tmp_path / f"{name}.jpg"
-        argv = build_command(spec, info, str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5))
-        subprocess.run(argv, check=True, capture_output=True)
-        outputs.append((decoded_digest(out), poster.read_bytes()))
-    assert outputs[0] == outputs[1]
+    assert _clip_with(spec, src, ours, ffmpeg_bin, tmp_path / "ours") == _clip_with(spec, src, pngs, ffmpeg_bin, folder)
 
 
 @pytest.mark.parametrize(("words", "profile"), [(None, "landscape"), (WORDS, "landscape"), (WORDS, "vertical")])
@@ -236,8 +241,6 @@ def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bi
     every frame): the clip's frames and samples, and its poster, are the ones full-width caption images give,
     byte for byte (what the encoder writes for those frames may vary: ``decoded_digest``)."""
     from renderer.captions import write_track
-    from renderer.plan import Overlay, build_command
-    from renderer.probe import probe
     from renderer.render import make_overlays
 
     src = media(size="640x360", duration=4, gop=60)
@@ -252,14 +255,7 @@ def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bi
     wide_dir.mkdir()
     path, sequence, wide = write_track(track.full_width(), wide_dir, cut[1])
     full = [Overlay(path, wide.x, wide.y, sequence=sequence)]
-    info = probe(str(src), first_frame=False)
-    outputs = []
-    for name, overlays in (("band", band), ("full", full)):
-        out, poster = tmp_path / f"{name}.mp4", tmp_path / f"{name}.jpg"
-        argv = build_command(spec, info, str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5))
-        subprocess.run(argv, check=True, capture_output=True)
-        outputs.append((decoded_digest(out), poster.read_bytes()))
-    assert outputs[0] == outputs[1]
+    assert _clip_with(spec, src, band, ffmpeg_bin, tmp_path) == _clip_with(spec, src, full, ffmpeg_bin, wide_dir)
 
 
 def test_logo_watermark_and_user_font(media, settings, tmp_path) -> None:
