@@ -25,7 +25,7 @@ TOP_SAFE = {"landscape": 0.07, "vertical": 0.12, "square": 0.08, "portrait": 0.1
 MAX_CHARS = {"landscape": 32, "vertical": 22, "square": 24, "portrait": 24}
 TRANSPARENT = (0, 0, 0, 0)
 # The caption images cover the columns the pages can reach, not the frame's width: ffmpeg blends every pixel of an
-# overlay into every frame, transparent or not, and a full-width band cost about 3% of a 720p render's ffmpeg time.
+# overlay into every frame, transparent or not (a full-width band took a few percent of a 720p render's ffmpeg time).
 # The band starts on a multiple of BAND_ALIGN (even: chroma is subsampled by 2) and keeps a transparent margin of
 # at least BAND_MARGIN px beyond the widest page's box and strokes (wider than the chroma filter's reach), so the
 # frames come out bit-identical to a full-width band's (tests/test_render.py). A drawn state that reaches the
