@@ -36,15 +36,24 @@ _helper: _Helper | None = None
 
 
 def start() -> bool:
-    """Fork the helper (once per process). False where there is no fork (the command then probes itself)."""
+    """Fork the helper (once per process). False where it cannot be (no fork, a process or descriptor limit): the
+    command then probes for itself."""
     global _helper
     if _helper is not None:
         return True
     if not hasattr(os, "fork"):
         return False
-    ask_r, ask_w = os.pipe()
-    say_r, say_w = os.pipe()
-    pid = os.fork()
+    try:
+        ask_r, ask_w = os.pipe()
+        say_r, say_w = os.pipe()
+    except OSError:  # no file descriptors left: the command probes for itself
+        return False
+    try:
+        pid = os.fork()
+    except OSError:  # no process may be started here (a limit, a sandbox): the same
+        for fd in (ask_r, ask_w, say_r, say_w):
+            os.close(fd)
+        return False
     if pid == 0:  # the helper
         os.close(ask_w)
         os.close(say_r)

@@ -195,7 +195,8 @@ def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
 
 
 # A cold render as the console script runs it (quoteclip.launch), with a finder that says on stderr when the
-# command's own process (not a child it forked) imports PyAV. ``start=0``: the probe helper is not started.
+# command's own process (not a child it forked) imports PyAV. ``start=0``: the probe helper is not started;
+# ``start=fork-fails``: it cannot be (no process may be forked).
 LAUNCH_WATCH = """
 import os, sys
 parent = os.getpid()
@@ -210,6 +211,10 @@ sys.meta_path.insert(0, Watch())
 if sys.argv[1] == "start=0":
     from renderer import prober
     prober.start = lambda: False
+if sys.argv[1] == "start=fork-fails":
+    def refuse():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    os.fork = refuse
 sys.argv = ["quoteclip", *sys.argv[2:]]
 from quoteclip.launch import main
 main()
@@ -219,27 +224,29 @@ main()
 def test_cold_render_probes_in_a_helper_process(media, tmp_path) -> None:
     """``quoteclip render`` forks a helper as it starts, which imports PyAV and probes the source and the clip
     while the command imports the rest: the command's own process never imports PyAV, and the clip is the one a
-    render without the helper makes."""
+    render without the helper makes. Where no process may be forked, the command renders without one."""
     import subprocess
     import sys
 
     src = media(size="320x180", duration=4, gop=60)
     args = ["render", str(src), "--start", "1", "--end", "2", "--caption", "plain latin text", "--json"]
 
-    def render(helper: bool, store: str) -> tuple[dict[str, object], str]:
+    def render(start: str, store: str) -> tuple[dict[str, object], str]:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
                "QUOTECLIP_STORAGE_DIR": str(tmp_path / store)}  # fmt: skip
-        done = subprocess.run([sys.executable, "-c", LAUNCH_WATCH, f"start={int(helper)}", *args],
+        done = subprocess.run([sys.executable, "-c", LAUNCH_WATCH, f"start={start}", *args],
                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout), done.stderr
 
-    helped, said = render(True, "a")
-    alone, said_alone = render(False, "b")
+    helped, said = render("1", "a")
+    alone, said_alone = render("0", "b")
     assert "PARENT IMPORTED av" in said_alone  # the watch sees a render that probes in its own process
     assert "PARENT IMPORTED av" not in said
     assert helped["cached"] is False and helped["key"] == alone["key"]
     assert Path(str(helped["path"])).read_bytes() == Path(str(alone["path"])).read_bytes()
+    refused, said_refused = render("fork-fails", "c")  # no helper: the render probes for itself
+    assert refused["key"] == alone["key"] and "PARENT IMPORTED av" in said_refused
 
 
 PROBER_CHECK = """
