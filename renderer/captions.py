@@ -60,24 +60,23 @@ class CaptionTrack:
     # the caption band: the columns x … x + width the pages reach × the lines' height, not the whole frame
     canvas: tuple[int, int]
     metrics: tuple[int, int, int, int]  # line height, horizontal and vertical padding, font size (px)
-    frame_width: int = 0  # the frame's (the lines are centred in it); 0: the canvas's
+    frame_width: int  # the frame's (the lines are centred in it)
 
     def image(self, state: State) -> Image.Image:
         line_h, pad_x, pad_y, px = self.metrics
         return _draw(self.pages[state.page], self.words, state.current, self.font, self.style, self.canvas,
-                     line_h, pad_x, pad_y, px, self.x, self.frame_width or self.canvas[0])  # fmt: skip
+                     line_h, pad_x, pad_y, px, self.x, self.frame_width)  # fmt: skip
 
     def full_width(self) -> CaptionTrack:
         """The same captions on a band as wide as the frame."""
-        width = self.frame_width or self.canvas[0]
-        return replace(self, x=0, canvas=(width, self.canvas[1]))
+        return replace(self, x=0, canvas=(self.frame_width, self.canvas[1]))
 
     def reaches_edge(self, image: Image.Image) -> bool:
         """Whether a drawn state touches a side of the band that is not the frame's (it may have been cut)."""
         alpha = image.getchannel("A")
         width, height = image.size
         left = self.x > 0 and alpha.crop((0, 0, 1, height)).getbbox() is not None
-        right = self.x + width < (self.frame_width or width) and alpha.crop((width - 1, 0, width, height)).getbbox()
+        right = self.x + width < self.frame_width and alpha.crop((width - 1, 0, width, height)).getbbox()
         return bool(left or right)
 
 
