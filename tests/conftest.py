@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from services import HttpSource, S3Server, start_private_redis, start_seaweedfs
@@ -172,6 +173,27 @@ def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
 
 def runs(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.fixture
+def one_encoder_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renders in this test run their encoders on one thread. x264's frame threads now and then choose differently
+    for the same frames (on a loaded machine about one clip in 25: a few macroblocks of the last frames), so two
+    renders compared byte for byte, or frame for frame, must not leave it to them. One thread made the same clip
+    600 times of 600; its clip is the one the threaded encoder usually makes."""
+    from renderer import plan, render
+
+    threaded = plan.build_outputs
+
+    def build(targets: list[plan.Target], *args: Any, **kwargs: Any) -> list[str]:
+        argv = threaded(targets, *args, **kwargs)
+        for target in targets:
+            at = argv.index(target.output)
+            argv[at:at] = ["-threads", "1"]
+        return argv
+
+    monkeypatch.setattr(plan, "build_outputs", build)
+    monkeypatch.setattr(render, "build_outputs", build)
 
 
 # ---- real services: Redis, SeaweedFS, rq workers -------------------------------------------------------------

@@ -30,9 +30,9 @@ def streams(path: Path) -> dict[str, object]:
 
 
 def decoded_digest(path: Path) -> str:
-    """A digest of what a player shows and plays: every decoded video and audio frame's samples and time. (x264
-    can write a different bitstream for the same frames from one run to the next on a busy machine, choices that
-    decode to the same pixels: byte comparisons of two encodes are not a test of their content.)"""
+    """A digest of what a player shows and plays: every decoded video and audio frame's samples and time. (Two
+    files can hold the same frames and samples and still differ in bytes: a byte comparison of two encodes is not
+    a test of their content.)"""
     import hashlib
 
     digest = hashlib.sha256()
@@ -42,6 +42,33 @@ def decoded_digest(path: Path) -> str:
             for plane in frame.planes:
                 digest.update(bytes(plane))
     return digest.hexdigest()
+
+
+def assert_same_encode(a: Path, b: Path, min_psnr: float = 50.0) -> None:
+    """Two encodes of the same frames and sound (where the test cannot run the encoder on one thread: see
+    ``one_encoder_thread``): the same frame times, the same sound sample for sample, and each picture within what
+    x264's frame threads may choose differently, PSNR ≥ ``min_psnr`` dB against the other's (a frame off by one,
+    another size or position is far below it)."""
+
+    def decoded(path: Path) -> tuple[list[tuple[float, np.ndarray]], str]:
+        import hashlib
+
+        pictures, sound = [], hashlib.sha256()
+        with av.open(str(path)) as c:
+            for frame in c.decode(*c.streams):
+                if isinstance(frame, av.VideoFrame):
+                    pictures.append((float(frame.time or 0.0), frame.to_ndarray(format="yuv420p").astype(np.float64)))
+                else:
+                    sound.update(f"{frame.time}".encode())
+                    for plane in frame.planes:
+                        sound.update(bytes(plane))
+        return pictures, sound.hexdigest()
+
+    (ours, our_sound), (theirs, their_sound) = decoded(a), decoded(b)
+    assert [t for t, _ in ours] == [t for t, _ in theirs] and our_sound == their_sound
+    for (t, x), (_, y) in zip(ours, theirs, strict=True):
+        mse = float(np.mean((x - y) ** 2))
+        assert mse == 0 or 10 * np.log10(255**2 / mse) >= min_psnr, f"the picture at {t:.3f} s differs"
 
 
 def top_level_atoms(path: Path) -> list[str]:

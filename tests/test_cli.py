@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli, runs
+from mediacheck import assert_same_encode
 
 
 def test_render_json_then_cached_without_ffmpeg(media, tmp_path, ffmpeg_counter) -> None:
@@ -244,7 +245,7 @@ def test_cold_render_probes_in_a_helper_process(media, tmp_path) -> None:
     assert "PARENT IMPORTED av" in said_alone  # the watch sees a render that probes in its own process
     assert "PARENT IMPORTED av" not in said
     assert helped["cached"] is False and helped["key"] == alone["key"]
-    assert Path(str(helped["path"])).read_bytes() == Path(str(alone["path"])).read_bytes()
+    assert_same_encode(Path(str(helped["path"])), Path(str(alone["path"])))
     refused, said_refused = render("fork-fails", "c")  # no helper: the render probes for itself
     assert refused["key"] == alone["key"] and "PARENT IMPORTED av" in said_refused
 

@@ -73,7 +73,8 @@ def test_encoder_preset_is_what_x264_ran_with_and_a_clip_of_its_own(media, setti
     assert named.cached and named.key == default.key  # the product's preset named: the same clip
 
 
-def test_one_decoder_thread_writes_the_same_clip(ffmpeg_bin, settings, monkeypatch, tmp_path) -> None:
+def test_one_decoder_thread_writes_the_same_clip(ffmpeg_bin, settings, monkeypatch, tmp_path,
+                                                 one_encoder_thread) -> None:  # fmt: skip
     """A final render decodes sources up to 1080p in one thread (renderer/plan.py) to spend less CPU: the clip's
     bytes are the ones ffmpeg's automatic decoder threads give (a source with B-frames and deblocking, as
     published video has them)."""
@@ -174,7 +175,8 @@ def test_caption_and_watermark_pixels_are_there(media, settings) -> None:
 
 
 def _clip_with(spec: ClipSpec, src: Path, overlays: list[Overlay], ffmpeg_bin: str, folder: Path) -> tuple[str, bytes]:
-    """The clip's frames and samples (``decoded_digest``) and its poster's bytes, rendered with ``overlays``."""
+    """The clip's frames and samples (``decoded_digest``) and its poster's bytes, rendered with ``overlays`` (in a
+    test that asks for ``one_encoder_thread``)."""
     from renderer.plan import build_command
     from renderer.probe import probe
 
@@ -191,7 +193,7 @@ WORDS = [("Raw", 1.0, 1.4), ("or", 1.4, 1.6), ("PNG,", 1.6, 2.0), ("the", 2.0, 2
 
 @pytest.mark.parametrize(("words", "state_bytes"), [(None, None), (WORDS, None), (WORDS, 0)])
 def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_path, monkeypatch, words,
-                                                        state_bytes) -> None:  # fmt: skip
+                                                        state_bytes, one_encoder_thread) -> None:  # fmt: skip
     """Captions (a still, or timed states) and the watermark go to ffmpeg as PAM images, raw RGBA behind a
     header (nothing compressed or inflated): the clip's frames and samples, and its poster, are byte for byte the
     ones the same images drawn again as PNGs give. States past ``STATE_BYTES`` in all are written as PNGs."""
@@ -236,10 +238,11 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
 
 
 @pytest.mark.parametrize(("words", "profile"), [(None, "landscape"), (WORDS, "landscape"), (WORDS, "vertical")])
-def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bin, tmp_path, words, profile) -> None:
+def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bin, tmp_path, words, profile,
+                                                                one_encoder_thread) -> None:  # fmt: skip
     """The caption images cover only the columns the pages reach (ffmpeg blends every pixel of an overlay into
     every frame): the clip's frames and samples, and its poster, are the ones full-width caption images give,
-    byte for byte (what the encoder writes for those frames may vary: ``decoded_digest``)."""
+    byte for byte (decoded: ``decoded_digest``)."""
     from renderer.captions import write_track
     from renderer.render import make_overlays
 
