@@ -43,17 +43,16 @@ def start() -> bool:
         return True
     if not hasattr(os, "fork"):
         return False
+    fds: list[int] = []
     try:
-        ask_r, ask_w = os.pipe()
-        say_r, say_w = os.pipe()
-    except OSError:  # no file descriptors left: the command probes for itself
-        return False
-    try:
+        fds += os.pipe()
+        fds += os.pipe()
         pid = os.fork()
-    except OSError:  # no process may be started here (a limit, a sandbox): the same
-        for fd in (ask_r, ask_w, say_r, say_w):
+    except OSError:  # no descriptors left, or no process may be started here (a limit, a sandbox)
+        for fd in fds:
             os.close(fd)
         return False
+    ask_r, ask_w, say_r, say_w = fds
     if pid == 0:  # the helper
         os.close(ask_w)
         os.close(say_r)
