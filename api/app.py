@@ -36,9 +36,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await listening
 
     app = FastAPI(
-        title="quoteclip", version="0.1.0", description="Exact-quote video clips, rendered on demand.",
+        title="quoteclip",
+        version="0.1.0",
+        description="Exact-quote video clips, rendered on demand.",
         lifespan=lifespan,
-    )  # fmt: skip
+    )
     app.state.services = svc
     app.state.registry = CollectorRegistry()
     app.state.registry.register(QueueCollector(svc.connection, (settings.queue_name, bulk_queue_name(settings))))
@@ -46,9 +48,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequireKey, settings=settings)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
-        )  # fmt: skip
+        )
     app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
     errors.install(app)
     for router in (clips.router, previews.router, batches.router, assets.router, ops.router, page.router):

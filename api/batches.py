@@ -54,8 +54,12 @@ def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dic
     key = redis_keys.batch(batch_id)
     svc.connection.rpush(key, *[c["id"] for c in clips])
     svc.connection.expire(key, BATCH_TTL)
-    return {"id": batch_id, "status_url": f"/batches/{batch_id}", "archive_url": f"/batches/{batch_id}/archive",
-            "clips": clips}  # fmt: skip
+    return {
+        "id": batch_id,
+        "status_url": f"/batches/{batch_id}",
+        "archive_url": f"/batches/{batch_id}/archive",
+        "clips": clips,
+    }
 
 
 def _members(svc: ServicesDep, batch_id: str) -> list[str]:
@@ -80,10 +84,18 @@ def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
             body = {"status": "unknown", "stage": None, "progress": 0, "link": None, "error": "expired"}
         finished = body["status"] == "finished"
         poster = svc.storage.link(clip_id.removeprefix("clip-"), ".jpg") if finished else None
-        clips.append({"id": clip_id, "status": body["status"], "stage": body["stage"], "progress": body["progress"],
-                      "link": svc.link_for(clip_id, body["link"]), "error": body["error"],
-                      "poster": svc.link_for(clip_id, poster, "poster.jpg"),
-                      "download_url": sign_path(f"/clips/{clip_id}/download", svc.settings)})  # fmt: skip
+        clips.append(
+            {
+                "id": clip_id,
+                "status": body["status"],
+                "stage": body["stage"],
+                "progress": body["progress"],
+                "link": svc.link_for(clip_id, body["link"]),
+                "error": body["error"],
+                "poster": svc.link_for(clip_id, poster, "poster.jpg"),
+                "download_url": sign_path(f"/clips/{clip_id}/download", svc.settings),
+            }
+        )
     return {"id": batch_id, "counts": dict(Counter(c["status"] for c in clips)), "clips": clips}
 
 
@@ -135,10 +147,16 @@ def archive(batch_id: str, svc: ServicesDep) -> StreamingResponse:
                     while chunk := src.read(CHUNK):
                         dst.write(chunk)
                         yield sink.take()
-            manifest = {"batch": batch_id, "clips": [{"id": c, "file": n} for c, _, n in finished],
-                        "missing": [c for c in members if c not in {f[0] for f in finished}]}  # fmt: skip
+            manifest = {
+                "batch": batch_id,
+                "clips": [{"id": c, "file": n} for c, _, n in finished],
+                "missing": [c for c in members if c not in {f[0] for f in finished}],
+            }
             zf.writestr("manifest.json", json.dumps(manifest, indent=1))
         yield sink.take()
 
-    return StreamingResponse(stream(), media_type="application/zip",
-                             headers={"Content-Disposition": f'attachment; filename="{batch_id}.zip"'})  # fmt: skip
+    return StreamingResponse(
+        stream(),
+        media_type="application/zip",
+        headers={"Content-Disposition": f'attachment; filename="{batch_id}.zip"'},
+    )

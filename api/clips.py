@@ -42,11 +42,13 @@ def accepted_profiles(
 
 def _answer(svc: Services, queued: Enqueued) -> ClipAccepted:
     return ClipAccepted(
-        id=queued.job_id, status=queued.status, status_url=f"/clips/{queued.job_id}",
+        id=queued.job_id,
+        status=queued.status,
+        status_url=f"/clips/{queued.job_id}",
         download_url=sign_path(f"/clips/{queued.job_id}/download", svc.settings),
         link=svc.link_for(queued.job_id, queued.link),
         cached=queued.link is not None,
-    )  # fmt: skip
+    )
 
 
 def status_of(svc: Services, clip_id: str) -> dict[str, Any]:
@@ -94,9 +96,13 @@ async def get_clip(
             if (body["status"], body["stage"], body["progress"]) != seen:
                 break
     return ClipStatus(
-        id=clip_id, status=body["status"], stage=body["stage"], progress=body["progress"],
-        link=svc.link_for(clip_id, body["link"]), error=body["error"],
-    )  # fmt: skip
+        id=clip_id,
+        status=body["status"],
+        stage=body["stage"],
+        progress=body["progress"],
+        link=svc.link_for(clip_id, body["link"]),
+        error=body["error"],
+    )
 
 
 @router.get("/clips/{clip_id}/download", responses={302: {}, 202: {}, 404: {}, 410: {}})
@@ -109,8 +115,9 @@ def download(clip_id: str, svc: ServicesDep) -> Response:
         return JSONResponse({"detail": body["error"] or "failed"}, status_code=410)
     return JSONResponse(
         {"status": body["status"], "stage": body["stage"], "progress": body["progress"]},
-        status_code=202, headers={"Retry-After": RETRY_AFTER},
-    )  # fmt: skip
+        status_code=202,
+        headers={"Retry-After": RETRY_AFTER},
+    )
 
 
 @router.get("/clips/{clip_id}/file", include_in_schema=False)
@@ -121,5 +128,6 @@ def local_file(clip_id: str, svc: ServicesDep) -> Response:
     path = svc.storage.local_path(match.group(1)) if match and meta is not None else None
     if meta is None or path is None:
         return JSONResponse({"detail": "no such clip"}, status_code=404)
-    return FileResponse(path, media_type="video/mp4", filename=meta.get("filename", "clip.mp4"),
-                        content_disposition_type="inline")  # fmt: skip
+    return FileResponse(
+        path, media_type="video/mp4", filename=meta.get("filename", "clip.mp4"), content_disposition_type="inline"
+    )

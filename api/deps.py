@@ -45,9 +45,13 @@ def open_services(settings: Settings) -> Services:
     storage = RedisStorage(settings.redis_url, key_prefix=redis_keys.RATE_LIMITS)
     limit = RateLimitItemPerMinute(settings.rate_limit_per_minute)
     return Services(
-        settings, connection, open_storage(settings), FixedWindowRateLimiter(storage), limit,
+        settings,
+        connection,
+        open_storage(settings),
+        FixedWindowRateLimiter(storage),
+        limit,
         JobEvents(settings.redis_url),
-    )  # fmt: skip
+    )
 
 
 def services(request: Request) -> Services:

@@ -42,10 +42,13 @@ def install(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         """The same one-line message as the CLI's (field named, value shown, no validator prefixes)."""
         errors = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"),
-             "message": str(e["msg"]).removeprefix("Value error, "), "value": e.get("input")}
+            {
+                "field": ".".join(str(p) for p in e["loc"] if p != "body"),
+                "message": str(e["msg"]).removeprefix("Value error, "),
+                "value": e.get("input"),
+            }
             for e in exc.errors()
-        ]  # fmt: skip
+        ]
         detail = f"{BadInput.kind}: {describe_errors(exc.errors(), skip=('body',)) or 'the request body is invalid'}"
         return JSONResponse({"detail": detail, "errors": jsonable(errors)}, status_code=422)
 

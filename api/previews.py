@@ -43,13 +43,19 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
     frames = result.frames or {}
     vtt = (result.sidecars or {}).get("vtt")
     return PreviewAnswer(
-        id=job_id, link=str(svc.link_for(job_id, result.link)),
+        id=job_id,
+        link=str(svc.link_for(job_id, result.link)),
         vtt=svc.link_for(job_id, vtt, "captions.vtt") if vtt else None,
-        mode=(result.preview or {}).get("mode", "copy"), reason=(result.preview or {}).get("reason"),
-        frame_rate=str(frames.get("frame_rate", "")), first_frame=Frame.model_validate(frames["first_frame"]),
-        last_frame=Frame.model_validate(frames["last_frame"]), width=result.width, height=result.height,
-        duration=result.duration, cached=result.cached,
-    )  # fmt: skip
+        mode=(result.preview or {}).get("mode", "copy"),
+        reason=(result.preview or {}).get("reason"),
+        frame_rate=str(frames.get("frame_rate", "")),
+        first_frame=Frame.model_validate(frames["first_frame"]),
+        last_frame=Frame.model_validate(frames["last_frame"]),
+        width=result.width,
+        height=result.height,
+        duration=result.duration,
+        cached=result.cached,
+    )
 
 
 @router.get("/clips/{clip_id}/captions.vtt", include_in_schema=False)

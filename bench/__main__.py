@@ -108,16 +108,35 @@ def machine() -> dict[str, str]:
     }
 
 
-def render_inline(source: Path | str, start: float, length: float, work: Path, quality: str = "final",
-                  timings: list[dict[str, float]] | None = None) -> None:  # fmt: skip
+def render_inline(
+    source: Path | str,
+    start: float,
+    length: float,
+    work: Path,
+    quality: str = "final",
+    timings: list[dict[str, float]] | None = None,
+) -> None:
     """What ``quoteclip render`` does (without process start-up): probe, overlays, one ffmpeg pass, store.
     A URL source is read over loopback through the block cache in ``work`` (warm after the first run).
     ``timings``: each render's own timings (the pipeline's, as a job's meta has them) are appended to it."""
     store = work / f"store-{time.monotonic_ns()}"
-    settings = Settings(storage_dir=store, allow_local_sources=True, source_hosts=("127.0.0.1",),
-                        allow_addresses=("127.0.0.1/32",), cache_dir=work / "inline-cache").for_cli()  # fmt: skip
-    spec = build_spec({"source": str(source), "start": start, "end": start + length, "caption": CAPTION,
-                       "watermark": {"text": "StarZero"}, "quality": quality})  # fmt: skip
+    settings = Settings(
+        storage_dir=store,
+        allow_local_sources=True,
+        source_hosts=("127.0.0.1",),
+        allow_addresses=("127.0.0.1/32",),
+        cache_dir=work / "inline-cache",
+    ).for_cli()
+    spec = build_spec(
+        {
+            "source": str(source),
+            "start": start,
+            "end": start + length,
+            "caption": CAPTION,
+            "watermark": {"text": "StarZero"},
+            "quality": quality,
+        }
+    )
     result = produce_clip(spec, settings, LocalStorage(store))  # (the stores go with the work folder, after the run)
     if timings is not None and result.timings is not None:
         timings.append(result.timings)
@@ -128,12 +147,22 @@ def render_vs_limit(ffmpeg: str, source: Path, lengths: list[float], reps: int, 
     start = 61.0
     for length in lengths:
         timings: list[dict[str, float]] = []
-        ours, bare = paired(lambda n=length, t=timings: render_inline(source, start, n, work, timings=t),  # type: ignore[misc]
-                            lambda n=length: baselines.bare_ffmpeg(ffmpeg, str(source), start, n, work / "b.mp4"),
-                            reps)  # fmt: skip
+        ours, bare = paired(
+            lambda n=length, t=timings: render_inline(source, start, n, work, timings=t),  # type: ignore[misc]
+            lambda n=length: baselines.bare_ffmpeg(ffmpeg, str(source), start, n, work / "b.mp4"),
+            reps,
+        )
         ratio = pair_ratio(ours, bare)
-        rows.append({"figure": f"1. render {length:g} s quote vs bare ffmpeg", "ours": stats(ours),
-                     "other": stats(bare), "ratio": ratio, "target": "≤ 1.05×", "met": ratio <= 1.05})  # fmt: skip
+        rows.append(
+            {
+                "figure": f"1. render {length:g} s quote vs bare ffmpeg",
+                "ours": stats(ours),
+                "other": stats(bare),
+                "ratio": ratio,
+                "target": "≤ 1.05×",
+                "met": ratio <= 1.05,
+            }
+        )
         rows.append(render_parts(length, ours, bare, timings[WARMUP:]))  # (not the warm-up's)
     return rows
 
@@ -156,29 +185,50 @@ def render_parts(length: float, ours: list[float], bare: list[float], timings: l
         ],
     }
     text = "; ".join(f"{k} {ms(v)}" for k, v in parts.items())
-    return {"figure": f"1b. the {length:g} s render's time besides ffmpeg, ms p50 over the {len(timings)} timed runs",
-            "value": f"added {ms([o - b for o, b in zip(ours, bare, strict=True)])} (ours minus the bare transcode "
-                     f"after it); {text}; ffmpeg {ms([t['ffmpeg_s'] for t in timings])} against the bare "
-                     f"transcodes' {ms(bare)}", "target": "report", "met": None}  # fmt: skip
+    return {
+        "figure": f"1b. the {length:g} s render's time besides ffmpeg, ms p50 over the {len(timings)} timed runs",
+        "value": f"added {ms([o - b for o, b in zip(ours, bare, strict=True)])} (ours minus the bare transcode "
+        f"after it); {text}; ffmpeg {ms([t['ffmpeg_s'] for t in timings])} against the bare "
+        f"transcodes' {ms(bare)}",
+        "target": "report",
+        "met": None,
+    }
 
 
-def editor_figures(ffmpeg: str, source: Path, reps: int, lengths: list[float], work: Path, stack: Stack
-                   ) -> list[Row]:  # fmt: skip
+def editor_figures(ffmpeg: str, source: Path, reps: int, lengths: list[float], work: Path, stack: Stack) -> list[Row]:
     """Previews against the final render of the same quote, both sides warmed and repeated alike."""
     rows: list[Row] = []
     for length in lengths:
-        instant, final = paired(lambda n=length: render_inline(source, 61.0, n, work, "instant"),  # type: ignore[misc]
-                                lambda n=length: render_inline(source, 61.0, n, work), reps)  # fmt: skip
+        instant, final = paired(
+            lambda n=length: render_inline(source, 61.0, n, work, "instant"),  # type: ignore[misc]
+            lambda n=length: render_inline(source, 61.0, n, work),
+            reps,
+        )
         ratio = pair_ratio(instant, final)
-        rows.append({"figure": f"7a. instant preview (stream copy, edit list) vs final render, {length:g} s quote",
-                     "ours": stats(instant), "other": stats(final), "ratio": ratio, "target": "≤ 0.1×",
-                     "met": ratio <= 0.1})  # fmt: skip
-    preview, final = paired(lambda: render_inline(source, 61.0, 7.0, work, "preview"),
-                            lambda: render_inline(source, 61.0, 7.0, work), reps)  # fmt: skip
+        rows.append(
+            {
+                "figure": f"7a. instant preview (stream copy, edit list) vs final render, {length:g} s quote",
+                "ours": stats(instant),
+                "other": stats(final),
+                "ratio": ratio,
+                "target": "≤ 0.1×",
+                "met": ratio <= 0.1,
+            }
+        )
+    preview, final = paired(
+        lambda: render_inline(source, 61.0, 7.0, work, "preview"), lambda: render_inline(source, 61.0, 7.0, work), reps
+    )
     ratio = pair_ratio(preview, final)
-    rows.append({"figure": "7b. encoded preview (640×360, ultrafast) vs final render, 7 s, source only in 1080p",
-                 "ours": stats(preview), "other": stats(final), "ratio": ratio, "target": "report",
-                 "met": None})  # fmt: skip
+    rows.append(
+        {
+            "figure": "7b. encoded preview (640×360, ultrafast) vs final render, 7 s, source only in 1080p",
+            "ours": stats(preview),
+            "other": stats(final),
+            "ratio": ratio,
+            "target": "report",
+            "met": None,
+        }
+    )
     low = episode(ffmpeg, _minutes(source), 360, "700k")
     www = stack.http.root
     (www / "episode-360p.mp4").unlink(missing_ok=True)
@@ -188,13 +238,21 @@ def editor_figures(ffmpeg: str, source: Path, reps: int, lengths: list[float], w
         "<source src='/episode-360p.mp4' type='video/mp4' res='360'></video></body></html>"
     )
     page = stack.http.url("page.html")
-    preview, final = paired(lambda: render_inline(page, 61.0, 7.0, work, "preview"),
-                            lambda: render_inline(page, 61.0, 7.0, work), reps)  # fmt: skip
+    preview, final = paired(
+        lambda: render_inline(page, 61.0, 7.0, work, "preview"), lambda: render_inline(page, 61.0, 7.0, work), reps
+    )
     ratio = pair_ratio(preview, final)
-    rows.append({"figure": "7c. encoded preview vs final render, 7 s, page source offering 360p and 1080p "
-                           "(the preview decodes 360p; both extract the page and read through the warm block cache)",
-                 "ours": stats(preview), "other": stats(final), "ratio": ratio, "target": "≤ 0.25×",
-                 "met": ratio <= 0.25})  # fmt: skip
+    rows.append(
+        {
+            "figure": "7c. encoded preview vs final render, 7 s, page source offering 360p and 1080p "
+            "(the preview decodes 360p; both extract the page and read through the warm block cache)",
+            "ours": stats(preview),
+            "other": stats(final),
+            "ratio": ratio,
+            "target": "≤ 0.25×",
+            "met": ratio <= 0.25,
+        }
+    )
     # POST /previews as the edit page sends it on every nudge: the source's bytes cached by a first preview
     at = min(300.0, _minutes(source) * 30)  # mid-episode
     body = clip_body(stack, at, 7.0)
@@ -209,10 +267,15 @@ def editor_figures(ffmpeg: str, source: Path, reps: int, lengths: list[float], w
         if status != 200 or answer.get("mode") != "copy":
             raise SystemExit(f"bench: POST /previews answered {status}: {answer}")
     nudges.sort()
-    rows.append({"figure": "7d. POST /previews over HTTP for a one-frame nudge, 7 s quote, source bytes cached",
-                 "value": f"p50 {1000 * statistics.median(nudges):.0f} ms, "
-                          f"p95 {1000 * nudges[round(0.95 * (len(nudges) - 1))]:.0f} ms over {len(nudges)} nudges",
-                 "target": "report", "met": None})  # fmt: skip
+    rows.append(
+        {
+            "figure": "7d. POST /previews over HTTP for a one-frame nudge, 7 s quote, source bytes cached",
+            "value": f"p50 {1000 * statistics.median(nudges):.0f} ms, "
+            f"p95 {1000 * nudges[round(0.95 * (len(nudges) - 1))]:.0f} ms over {len(nudges)} nudges",
+            "target": "report",
+            "met": None,
+        }
+    )
     return rows
 
 
@@ -225,12 +288,22 @@ def moviepy_vs_ours(source: Path, length: float, reps: int, work: Path) -> Row:
     """Both warmed up (moviepy's imports and ours are loaded before the first timed run), same repetitions."""
     font = str(default_font_path())
     start = 61.0
-    ours, mp = paired(lambda: render_inline(source, start, length, work),
-                      lambda: baselines.moviepy_clip(str(source), start, start + length, CAPTION, "StarZero", font,
-                                                     work / "moviepy.mp4"), reps)  # fmt: skip
+    ours, mp = paired(
+        lambda: render_inline(source, start, length, work),
+        lambda: baselines.moviepy_clip(
+            str(source), start, start + length, CAPTION, "StarZero", font, work / "moviepy.mp4"
+        ),
+        reps,
+    )
     speedup = pair_ratio(mp, ours)
-    return {"figure": f"2. moviepy 2 composite of the {length:g} s clip vs ours", "ours": stats(ours),
-            "other": stats(mp), "ratio": speedup, "target": "ours ≥ 10× faster", "met": speedup >= 10}  # fmt: skip
+    return {
+        "figure": f"2. moviepy 2 composite of the {length:g} s clip vs ours",
+        "ours": stats(ours),
+        "other": stats(mp),
+        "ratio": speedup,
+        "target": "ours ≥ 10× faster",
+        "met": speedup >= 10,
+    }
 
 
 class Stack:
@@ -277,8 +350,13 @@ class Stack:
     def start_api(self) -> None:
         """``quoteclip serve`` on a free loopback port: the clicks of figures 3 and 4 go over HTTP to it."""
         self.port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "quoteclip", "serve", "--port", str(self.port)], env=self.env,
-                                text=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "quoteclip", "serve", "--port", str(self.port)],
+            env=self.env,
+            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.procs.append(proc)
         wait_for(lambda: self._answers("/healthz"), 30, "quoteclip serve")
         self.api = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)  # one kept-alive connection
@@ -305,8 +383,13 @@ class Stack:
         return resp.status, json.loads(resp.read() or b"{}")
 
     def start_worker(self, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "quoteclip", "worker", *args], env=self.env, text=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "quoteclip", "worker", *args],
+            env=self.env,
+            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.procs.append(proc)
         time.sleep(1.5)  # registered and idle
         return proc
@@ -334,12 +417,18 @@ class Stack:
 
 
 def clip_body(stack: Stack, start: float, length: float) -> dict[str, Any]:
-    return {"source": stack.http.url("episode.mp4"), "start": start, "end": start + length, "caption": CAPTION,
-            "watermark": "StarZero"}  # fmt: skip
+    return {
+        "source": stack.http.url("episode.mp4"),
+        "start": start,
+        "end": start + length,
+        "caption": CAPTION,
+        "watermark": "StarZero",
+    }
 
 
-def click_to_file(stack: Stack, start: float, length: float, work: Path, parts: list[dict[str, float]] | None = None
-                  ) -> float:  # fmt: skip
+def click_to_file(
+    stack: Stack, start: float, length: float, work: Path, parts: list[dict[str, float]] | None = None
+) -> float:
     """POST /clips → long-poll GET /clips/{id}?wait=20 → the first byte of the link, all over HTTP; seconds.
     With ``parts``, where the time went is appended (from the client's clock and the job's own timings)."""
     began = time.time()
@@ -361,20 +450,27 @@ def click_to_file(stack: Stack, start: float, length: float, work: Path, parts: 
         job = Job.fetch(clip_id, connection=connect(stack.settings()))
         timings = job.meta.get("timings") or {}
         ended = job.ended_at.replace(tzinfo=UTC).timestamp() if job.ended_at else linked
-        parts.append({"accept (POST /clips answered)": accepted, "queue pickup": timings.get("queued_s") or 0.0,
-                      "fetch + probe": timings.get("open_probe_s", 0.0),
-                      "render besides ffmpeg (overlays, output check)":
-                          timings.get("render_s", 0.0) - timings.get("ffmpeg_s", 0.0),
-                      "ffmpeg (reading through the source proxy)": timings.get("ffmpeg_s", 0.0),
-                      "store (4 sidecars, then the mp4)": timings.get("store_s", 0.0),
-                      "job end → link seen by the long-poll": max(0.0, linked - ended),
-                      "link → first byte": time.time() - linked, "total": total,
-                      "_started": began})  # fmt: skip
+        parts.append(
+            {
+                "accept (POST /clips answered)": accepted,
+                "queue pickup": timings.get("queued_s") or 0.0,
+                "fetch + probe": timings.get("open_probe_s", 0.0),
+                "render besides ffmpeg (overlays, output check)": timings.get("render_s", 0.0)
+                - timings.get("ffmpeg_s", 0.0),
+                "ffmpeg (reading through the source proxy)": timings.get("ffmpeg_s", 0.0),
+                "store (4 sidecars, then the mp4)": timings.get("store_s", 0.0),
+                "job end → link seen by the long-poll": max(0.0, linked - ended),
+                "link → first byte": time.time() - linked,
+                "total": total,
+                "_started": began,
+            }
+        )
     return total
 
 
-def run_batch(stack: Stack, worker: int, starts: list[float], length: float, **fields: Any
-              ) -> tuple[float, float, list[str], list[str]]:  # fmt: skip
+def run_batch(
+    stack: Stack, worker: int, starts: list[float], length: float, **fields: Any
+) -> tuple[float, float, list[str], list[str]]:
     """The quotes at ``starts`` on the bulk queue from a cold source cache: wall seconds, the worker tree's CPU
     seconds, the job ids and the failures."""
     stack.clear_source_cache()
@@ -382,8 +478,9 @@ def run_batch(stack: Stack, worker: int, starts: list[float], length: float, **f
     cpu_before = _tree_cpu(worker)
     t = time.perf_counter()
     settings = stack.settings()
-    ids = [enqueue_clip(build_spec({**clip_body(stack, s, length), **fields}), settings, bulk=True).job_id
-           for s in starts]  # fmt: skip
+    ids = [
+        enqueue_clip(build_spec({**clip_body(stack, s, length), **fields}), settings, bulk=True).job_id for s in starts
+    ]
     while not all(job_status(i, settings)["status"] in ("finished", "failed") for i in ids):
         time.sleep(0.05)
     wall = time.perf_counter() - t
@@ -396,8 +493,16 @@ def run_batch(stack: Stack, worker: int, starts: list[float], length: float, **f
     return wall, cpu, ids, failed
 
 
-def preset_figures(ffmpeg: str, stack: Stack, worker: int, source: Path, starts: list[float], length: float,
-                   product_ids: list[str], work: Path) -> list[Row]:  # fmt: skip
+def preset_figures(
+    ffmpeg: str,
+    stack: Stack,
+    worker: int,
+    source: Path,
+    starts: list[float],
+    length: float,
+    product_ids: list[str],
+    work: Path,
+) -> list[Row]:
     """Figure 5c: the batch of figure 5 again with each faster x264 preset (``encoder_preset``), run the same way
     (once, cold source cache, the same worker): CPU per output second, the bare transcodes' at that preset, the
     mp4 sizes, and each clip's SSIM/PSNR against the same quote's clip at the product's preset (figure 5)."""
@@ -426,14 +531,19 @@ def preset_figures(ffmpeg: str, stack: Stack, worker: int, source: Path, starts:
         clips = fetched(ids, preset)
         scores = [baselines.similarity(ffmpeg, str(c), str(r)) for c, r in zip(clips, reference, strict=True)]
         size = sum(p.stat().st_size for p in clips)
-        rows.append({"figure": f"5c. encoder_preset {preset}: the batch of figure 5 again (CPU-s per output second, "
-                               "size, and each clip against the same quote's veryfast clip)",
-                     "value": f"ours {cpu / seconds:.2f} (bare ffmpeg at {preset} {bare:.2f}), "
-                              f"{size * 8 / seconds / 1e6:.1f} Mb/s ({size / ref_bytes:.2f}× veryfast's "
-                              f"{ref_bytes * 8 / seconds / 1e6:.1f}), SSIM {min(x for x, _ in scores):.4f}–"
-                              f"{max(x for x, _ in scores):.4f}, PSNR {min(y for _, y in scores):.1f}–"
-                              f"{max(y for _, y in scores):.1f} dB",
-                     "target": "≤ 0.45 (report quality)", "met": cpu / seconds <= 0.45})  # fmt: skip
+        rows.append(
+            {
+                "figure": f"5c. encoder_preset {preset}: the batch of figure 5 again (CPU-s per output second, "
+                "size, and each clip against the same quote's veryfast clip)",
+                "value": f"ours {cpu / seconds:.2f} (bare ffmpeg at {preset} {bare:.2f}), "
+                f"{size * 8 / seconds / 1e6:.1f} Mb/s ({size / ref_bytes:.2f}× veryfast's "
+                f"{ref_bytes * 8 / seconds / 1e6:.1f}), SSIM {min(x for x, _ in scores):.4f}–"
+                f"{max(x for x, _ in scores):.4f}, PSNR {min(y for _, y in scores):.1f}–"
+                f"{max(y for _, y in scores):.1f} dB",
+                "target": "≤ 0.45 (report quality)",
+                "met": cpu / seconds <= 0.45,
+            }
+        )
     return rows
 
 
@@ -509,10 +619,11 @@ def click_during_batch(stack: Stack, batch: int, idle: float, work: Path) -> Row
     settings = stack.settings()
     long = stack.http.root.joinpath("episode.mp4").stat().st_size > 200 * 1024**2
     first, base = (400.0, 700.0) if long else (24.5, 80.5)
+    # quotes no other figure renders: every one is a render
     ids = [
         enqueue_clip(build_spec(clip_body(stack, first + 9.0 * i, 7.0)), settings, bulk=True).job_id
         for i in range(batch)
-    ]  # fmt: skip  (quotes no other figure renders: every one is a render)
+    ]
     deadline = time.monotonic() + 60
     while not any(job_status(i, settings)["status"] == "started" for i in ids):
         if time.monotonic() > deadline:
@@ -528,10 +639,13 @@ def click_during_batch(stack: Stack, batch: int, idle: float, work: Path) -> Row
         time.sleep(0.1)
     second.terminate()
     second.wait(timeout=60)
-    return {"figure": f"3e. click → first byte while a batch of {batch} runs on the bulk queue, 2 workers (2 cores; "
-                      "one for clicks only, as `quoteclip up` runs them)",
-            "value": f"3 clicks: {' / '.join(f'{c:.2f}' for c in clicks)} s; an idle click (3a median): {idle:.2f} s",
-            "target": "report", "met": None}  # fmt: skip
+    return {
+        "figure": f"3e. click → first byte while a batch of {batch} runs on the bulk queue, 2 workers (2 cores; "
+        "one for clicks only, as `quoteclip up` runs them)",
+        "value": f"3 clicks: {' / '.join(f'{c:.2f}' for c in clicks)} s; an idle click (3a median): {idle:.2f} s",
+        "target": "report",
+        "met": None,
+    }
 
 
 def added_time(parts: list[dict[str, float]], limit: list[float]) -> Row:
@@ -543,12 +657,16 @@ def added_time(parts: list[dict[str, float]], limit: list[float]) -> Row:
 
     added = [c["total"] - b for c, b in zip(parts, limit, strict=True)]
     names = [k for k in parts[0] if not k.startswith("_") and k != "total"]
-    text = "; ".join(f"{k} {1000 * p([c[k] for c in parts], 0.5):.0f} / {1000 * p([c[k] for c in parts], 0.95):.0f}"
-                     for k in names)  # fmt: skip
-    return {"figure": f"3d. added time of a click (click → first byte minus the bare transcode run after it) and "
-                      f"its parts, ms p50 / p95 over {len(parts)} clicks",
-            "value": f"added {1000 * p(added, 0.5):.0f} / {1000 * p(added, 0.95):.0f}; {text}",
-            "target": "report", "met": None}  # fmt: skip
+    text = "; ".join(
+        f"{k} {1000 * p([c[k] for c in parts], 0.5):.0f} / {1000 * p([c[k] for c in parts], 0.95):.0f}" for k in names
+    )
+    return {
+        "figure": f"3d. added time of a click (click → first byte minus the bare transcode run after it) and "
+        f"its parts, ms p50 / p95 over {len(parts)} clicks",
+        "value": f"added {1000 * p(added, 0.5):.0f} / {1000 * p(added, 0.95):.0f}; {text}",
+        "target": "report",
+        "met": None,
+    }
 
 
 # the command as a user runs it: the console script pip installed beside this interpreter (``python -m`` when
@@ -574,8 +692,20 @@ def cli_figures(ffmpeg: str, source: Path, reps: int, work: Path, stack: Stack) 
         env = {**base, **(extra or {})}
         if store is not None:
             env["QUOTECLIP_STORAGE_DIR"] = str(store)
-        argv = [*COMMAND, "render", src, "--start", str(start), "--end", str(start + length), "--caption", CAPTION,
-                "--watermark", "StarZero", "--json"]  # fmt: skip
+        argv = [
+            *COMMAND,
+            "render",
+            src,
+            "--start",
+            str(start),
+            "--end",
+            str(start + length),
+            "--caption",
+            CAPTION,
+            "--watermark",
+            "StarZero",
+            "--json",
+        ]
 
         def run() -> None:
             out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=work)
@@ -593,33 +723,63 @@ def cli_figures(ffmpeg: str, source: Path, reps: int, work: Path, stack: Stack) 
     rows: list[Row] = []
     ours, other = paired(fresh_store, bare, reps)
     ratio = pair_ratio(ours, other)
-    rows.append({"figure": "8a. cold `quoteclip render` process, 7 s quote (local source, local folder store) vs "
-                           "bare ffmpeg", "ours": stats(ours), "other": stats(other), "ratio": ratio,
-                 "target": "≤ 1.15×", "met": ratio <= 1.15})  # fmt: skip
+    rows.append(
+        {
+            "figure": "8a. cold `quoteclip render` process, 7 s quote (local source, local folder store) vs "
+            "bare ffmpeg",
+            "ours": stats(ours),
+            "other": stats(other),
+            "ratio": ratio,
+            "target": "≤ 1.15×",
+            "met": ratio <= 1.15,
+        }
+    )
     store = work / "cli-stored"
-    cases = [("local source, local folder store", str(source), {}, 0.15),
-             ("plain-URL source, local folder store", stack.http.url("episode.mp4"), {}, 0.15),
-             ("local source, S3 store", str(source), stack.s3.env(), None)]  # fmt: skip
+    cases = [
+        ("local source, local folder store", str(source), {}, 0.15),
+        ("plain-URL source, local folder store", stack.http.url("episode.mp4"), {}, 0.15),
+        ("local source, S3 store", str(source), stack.s3.env(), None),
+    ]
     for label, src, extra, target in cases:
         answer = cli(src, store if not extra else None, extra)
         answer()  # stores the clip (the warm-up below then finds it)
         ours, other = paired(answer, bare, reps)
         ratio = pair_ratio(ours, other)
         met = ratio <= target if target else None
-        rows.append({"figure": f"8b. stored clip answered by a cold `quoteclip render` ({label}) vs bare 7 s "
-                               "transcode", "ours": stats(ours), "other": stats(other), "ratio": ratio,
-                     "target": f"≤ {target}×" if target else "report", "met": met})  # fmt: skip
+        rows.append(
+            {
+                "figure": f"8b. stored clip answered by a cold `quoteclip render` ({label}) vs bare 7 s transcode",
+                "ours": stats(ours),
+                "other": stats(other),
+                "ratio": ratio,
+                "target": f"≤ {target}×" if target else "report",
+                "met": met,
+            }
+        )
     rows.append(import_figure(base, reps, work))
     return rows
 
 
 # whose modules a cold render imports, by the first part of the module's name (the rest: the standard library)
-IMPORT_GROUPS = {"typer": "typer (the command line)", "pydantic": "pydantic", "pydantic_core": "pydantic",
-                 "annotated_types": "pydantic", "typing_inspection": "pydantic", "typing_extensions": "pydantic",
-                 "av": "PyAV", "PIL": "Pillow (captions, watermark)", "ffmpeg": "ffmpeg-python (plan)",
-                 "past": "ffmpeg-python (plan)", "future": "ffmpeg-python (plan)", "quoteclip": "quoteclip's own",
-                 "jobs": "quoteclip's own", "renderer": "quoteclip's own", "sources": "quoteclip's own",
-                 "storage": "quoteclip's own", "watermarks": "quoteclip's own"}  # fmt: skip
+IMPORT_GROUPS = {
+    "typer": "typer (the command line)",
+    "pydantic": "pydantic",
+    "pydantic_core": "pydantic",
+    "annotated_types": "pydantic",
+    "typing_inspection": "pydantic",
+    "typing_extensions": "pydantic",
+    "av": "PyAV",
+    "PIL": "Pillow (captions, watermark)",
+    "ffmpeg": "ffmpeg-python (plan)",
+    "past": "ffmpeg-python (plan)",
+    "future": "ffmpeg-python (plan)",
+    "quoteclip": "quoteclip's own",
+    "jobs": "quoteclip's own",
+    "renderer": "quoteclip's own",
+    "sources": "quoteclip's own",
+    "storage": "quoteclip's own",
+    "watermarks": "quoteclip's own",
+}
 
 
 def import_figure(env: dict[str, str], reps: int, work: Path) -> Row:
@@ -628,8 +788,14 @@ def import_figure(env: dict[str, str], reps: int, work: Path) -> Row:
     each module's own time summed by the package it belongs to."""
 
     def imports(code: str) -> dict[str, float]:
-        out = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
-                             env=env, capture_output=True, text=True, cwd=work, check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=work,
+            check=True,
+        )
         groups: dict[str, float] = {}
         for line in out.stderr.splitlines():
             parts = line.removeprefix("import time:").split("|")
@@ -647,10 +813,13 @@ def import_figure(env: dict[str, str], reps: int, work: Path) -> Row:
     totals = [sum(g.values()) for g in runs]
     middle = runs[totals.index(statistics.median_low(totals))]
     text = ", ".join(f"{k} {1000 * v:.0f}" for k, v in sorted(middle.items(), key=lambda kv: -kv[1]))
-    return {"figure": "8c. imports of a cold `quoteclip render`'s own process (the command and the render path) "
-                      "and of its probe helper (PyAV, beside them), `python -X importtime`, byte-code written, ms",
-            "value": f"{1000 * sum(middle.values()):.0f} ms: {text}; helper: PyAV "
-                     f"{1000 * statistics.median(helper):.0f}", "target": "report", "met": None}  # fmt: skip
+    return {
+        "figure": "8c. imports of a cold `quoteclip render`'s own process (the command and the render path) "
+        "and of its probe helper (PyAV, beside them), `python -X importtime`, byte-code written, ms",
+        "value": f"{1000 * sum(middle.values()):.0f} ms: {text}; helper: PyAV {1000 * statistics.median(helper):.0f}",
+        "target": "report",
+        "met": None,
+    }
 
 
 def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: list[float], work: Path) -> list[Row]:
@@ -673,10 +842,17 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
         with PeakRss(worker.pid) as rss:  # a separate run: sampling memory costs CPU the timed runs should not pay
             click_to_file(stack, 90.0, length, work)
         ratio = pair_ratio(times, limit)
-        rows.append({"figure": f"3a. click → link → first byte over HTTP (POST /clips to quoteclip serve, a worker, "
-                               f"S3), 7 s quote, cold source cache, {clicks} clicks, vs bare local transcode",
-                     "ours": stats(times), "other": stats(limit), "ratio": ratio, "target": "≤ 1.3×",
-                     "met": ratio <= 1.3})  # fmt: skip
+        rows.append(
+            {
+                "figure": f"3a. click → link → first byte over HTTP (POST /clips to quoteclip serve, a worker, "
+                f"S3), 7 s quote, cold source cache, {clicks} clicks, vs bare local transcode",
+                "ours": stats(times),
+                "other": stats(limit),
+                "ratio": ratio,
+                "target": "≤ 1.3×",
+                "met": ratio <= 1.3,
+            }
+        )
         rows.append(added_time(parts, limit))
         naive_times = []
         naive_bytes = 0
@@ -686,15 +862,26 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
             naive_bytes = baselines.download_then_cut(ffmpeg, stack.http.url("episode.mp4"), 100.0, length, folder)
             naive_times.append(time.perf_counter() - t)
             shutil.rmtree(folder)
-        rows.append({"figure": "3b. ours vs naive yt-dlp download of the whole file + ffmpeg cut",
-                     "ours": stats(times), "other": stats(naive_times),
-                     "ratio": statistics.median(naive_times) / statistics.median(times), "target": "report (×faster)",
-                     "met": None})  # fmt: skip
+        rows.append(
+            {
+                "figure": "3b. ours vs naive yt-dlp download of the whole file + ffmpeg cut",
+                "ours": stats(times),
+                "other": stats(naive_times),
+                "ratio": statistics.median(naive_times) / statistics.median(times),
+                "target": "report (×faster)",
+                "met": None,
+            }
+        )
         got = statistics.median(fetched)
-        rows.append({"figure": "3c. source bytes fetched per 7 s clip (cold cache) vs file size",
-                     "value": f"{got / 1024**2:.2f} MB of {size / 1024**2:.0f} MB ({100 * got / size:.2f}%; "
-                              f"naive: {naive_bytes / 1024**2:.0f} MB)",
-                     "target": "< 5%", "met": got < 0.05 * size})  # fmt: skip
+        rows.append(
+            {
+                "figure": "3c. source bytes fetched per 7 s clip (cold cache) vs file size",
+                "value": f"{got / 1024**2:.2f} MB of {size / 1024**2:.0f} MB ({100 * got / size:.2f}%; "
+                f"naive: {naive_bytes / 1024**2:.0f} MB)",
+                "target": "< 5%",
+                "met": got < 0.05 * size,
+            }
+        )
 
         # 4. cache hit, over HTTP: the worker is running, so a miss would render (and be counted)
         renders = stack.renders()
@@ -709,10 +896,15 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
         time.sleep(1.0)  # a render started by a miss would show in the count by now
         hits.sort()
         p50, p95 = statistics.median(hits), hits[int(0.95 * (len(hits) - 1))]
-        rows.append({"figure": "4. cache hit: identical POST /clips over HTTP → link (S3 HEAD + presign)",
-                     "value": f"p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms over {len(hits)} requests, "
-                              f"renders started: {stack.renders() - renders}",
-                     "target": "p50 < 50 ms, no render", "met": p50 < 0.05 and stack.renders() == renders})  # fmt: skip
+        rows.append(
+            {
+                "figure": "4. cache hit: identical POST /clips over HTTP → link (S3 HEAD + presign)",
+                "value": f"p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms over {len(hits)} requests, "
+                f"renders started: {stack.renders() - renders}",
+                "target": "p50 < 50 ms, no render",
+                "met": p50 < 0.05 and stack.renders() == renders,
+            }
+        )
 
         # 5. batch on the recommended set-up: one worker per 2 cores (the worker started above)
         first = 200.0 if source.stat().st_size > 200 * 1024**2 else 20.0
@@ -724,24 +916,39 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
         for s in starts:  # the floor: the bare transcode of the same quotes, one after another, from the local file
             baselines.bare_ffmpeg(ffmpeg, str(source), s, length, work / "bare.mp4")
         bare_cpu = (_children_cpu() - before) / (batch * length)
-        rows.append({"figure": f"5. batch: {batch} quotes of 7 s from one source on the bulk queue, 1 worker "
-                               f"({cores} cores: one worker per 2 cores, as docs/scaling.md recommends)",
-                     "value": f"{wall:.1f} s wall, {batch / (wall / 60):.1f} clips/min on this machine, "
-                              f"{cpu / (batch * length):.2f} CPU-s per output second, "
-                              f"{stack.http.bytes_sent['episode.mp4'] / 1024**2:.1f} MB fetched, "
-                              f"{twice} bytes fetched twice, {len(failed)} failed",
-                     "target": "no byte range fetched twice", "met": twice == 0 and not failed})  # fmt: skip
-        rows.append({"figure": "5b. CPU-seconds per second of output, 720p with captions and watermark: the batch of "
-                               "figure 5 (worker, work-horses, ffmpeg) vs the bare transcodes of the same quotes",
-                     "value": f"ours {cpu / (batch * length):.2f}, bare ffmpeg {bare_cpu:.2f} "
-                              f"({cpu / (batch * length) / bare_cpu:.2f}×)",
-                     "target": "≤ 0.45", "met": cpu / (batch * length) <= 0.45})  # fmt: skip
+        rows.append(
+            {
+                "figure": f"5. batch: {batch} quotes of 7 s from one source on the bulk queue, 1 worker "
+                f"({cores} cores: one worker per 2 cores, as docs/scaling.md recommends)",
+                "value": f"{wall:.1f} s wall, {batch / (wall / 60):.1f} clips/min on this machine, "
+                f"{cpu / (batch * length):.2f} CPU-s per output second, "
+                f"{stack.http.bytes_sent['episode.mp4'] / 1024**2:.1f} MB fetched, "
+                f"{twice} bytes fetched twice, {len(failed)} failed",
+                "target": "no byte range fetched twice",
+                "met": twice == 0 and not failed,
+            }
+        )
+        rows.append(
+            {
+                "figure": "5b. CPU-seconds per second of output, 720p with captions and watermark: the batch of "
+                "figure 5 (worker, work-horses, ffmpeg) vs the bare transcodes of the same quotes",
+                "value": f"ours {cpu / (batch * length):.2f}, bare ffmpeg {bare_cpu:.2f} "
+                f"({cpu / (batch * length) / bare_cpu:.2f}×)",
+                "target": "≤ 0.45",
+                "met": cpu / (batch * length) <= 0.45,
+            }
+        )
         rows += preset_figures(ffmpeg, stack, worker.pid, source, starts, length, ids, work)
         rows.append(click_during_batch(stack, 20 if reps > 1 else 4, statistics.median(times), work))
-        rows.append({"figure": "6. peak memory while rendering 720p (worker + work-horse + ffmpeg)",
-                     "value": f"{rss.peak_tree / 1024**2:.0f} MB PSS (RSS summed: {rss.peak_rss_sum / 1024**2:.0f} MB; "
-                              f"largest process: ffmpeg or the horse, {rss.peak_single / 1024**2:.0f} MB)",
-                     "target": "< 400 MB", "met": rss.peak_tree < 400 * 1024**2})  # fmt: skip
+        rows.append(
+            {
+                "figure": "6. peak memory while rendering 720p (worker + work-horse + ffmpeg)",
+                "value": f"{rss.peak_tree / 1024**2:.0f} MB PSS (RSS summed: {rss.peak_rss_sum / 1024**2:.0f} MB; "
+                f"largest process: ffmpeg or the horse, {rss.peak_single / 1024**2:.0f} MB)",
+                "target": "< 400 MB",
+                "met": rss.peak_tree < 400 * 1024**2,
+            }
+        )
         rows += cli_figures(ffmpeg, source, reps, work, stack)
         rows += editor_figures(ffmpeg, source, reps, lengths, work, stack)
     finally:
@@ -750,8 +957,10 @@ def queue_figures(ffmpeg: str, source: Path, reps: int, batch: int, lengths: lis
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| figure | ours (min / median / max s) | alternative (min / median / max s) | result | target | met |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "| figure | ours (min / median / max s) | alternative (min / median / max s) | result | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         met = {True: "yes", False: "**no**", None: "–"}[r["met"]]
         if "value" in r:
@@ -788,9 +997,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = machine()
-    print(f"machine: {info['cores']} cores, {info['cpu']}, {info['memory_gib']} GiB, Python {info['python']}, "
-          f"ffmpeg {info['ffmpeg']}, {info['date']}; source {minutes} min 1080p30 4 Mb/s; "
-          f"{reps} repetitions {'after a warm-up' if WARMUP else 'without a warm-up'}\n")  # fmt: skip
+    print(
+        f"machine: {info['cores']} cores, {info['cpu']}, {info['memory_gib']} GiB, Python {info['python']}, "
+        f"ffmpeg {info['ffmpeg']}, {info['date']}; source {minutes} min 1080p30 4 Mb/s; "
+        f"{reps} repetitions {'after a warm-up' if WARMUP else 'without a warm-up'}\n"
+    )
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1, default=str))

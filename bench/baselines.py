@@ -12,20 +12,55 @@ from renderer.plan import CRF, PRESET
 def bare_ffmpeg(ffmpeg: str, source: str, start: float, duration: float, out: Path, preset: str = PRESET) -> None:
     """``ffmpeg -ss S -i SRC -t D -vf scale=-2:720 -c:v libx264 -preset P -crf C -c:a aac``."""
     subprocess.run(
-        [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-ss", f"{start:.3f}", "-i", source,
-         "-t", f"{duration:.3f}", "-vf", "scale=-2:720", "-c:v", "libx264", "-preset", preset, "-crf", str(CRF),
-         "-c:a", "aac", str(out)],
+        [
+            ffmpeg,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-ss",
+            f"{start:.3f}",
+            "-i",
+            source,
+            "-t",
+            f"{duration:.3f}",
+            "-vf",
+            "scale=-2:720",
+            "-c:v",
+            "libx264",
+            "-preset",
+            preset,
+            "-crf",
+            str(CRF),
+            "-c:a",
+            "aac",
+            str(out),
+        ],
         check=True,
-    )  # fmt: skip
+    )
 
 
 def similarity(ffmpeg: str, clip: str, reference: str) -> tuple[float, float]:
     """SSIM (all planes) and PSNR (dB, average) of ``clip``'s frames against ``reference``'s, frame by frame."""
     done = subprocess.run(
-        [ffmpeg, "-hide_banner", "-nostats", "-i", clip, "-i", reference, "-filter_complex",
-         "[0:v]split[a0][a1];[1:v]split[b0][b1];[a0][b0]ssim;[a1][b1]psnr", "-f", "null", "-"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            ffmpeg,
+            "-hide_banner",
+            "-nostats",
+            "-i",
+            clip,
+            "-i",
+            reference,
+            "-filter_complex",
+            "[0:v]split[a0][a1];[1:v]split[b0][b1];[a0][b0]ssim;[a1][b1]psnr",
+            "-f",
+            "null",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     ssim = re.search(r"SSIM .* All:([0-9.]+)", done.stderr)
     psnr = re.search(r"PSNR .* average:([0-9.]+|inf)", done.stderr)
     if ssim is None or psnr is None:
@@ -50,7 +85,7 @@ def moviepy_clip(source: str, start: float, end: float, caption: str, brand: str
                 method="caption",
                 size=(1100, None),
                 bg_color=(0, 0, 0),
-            )  # fmt: skip
+            )
             .with_opacity(0.85)
             .with_position(("center", 520))
             .with_duration(part.duration)
@@ -62,17 +97,27 @@ def moviepy_clip(source: str, start: float, end: float, caption: str, brand: str
             .with_duration(part.duration)
         )
         CompositeVideoClip([part, text, mark]).write_videofile(
-            str(out), codec="libx264", preset=PRESET, ffmpeg_params=["-crf", str(CRF), "-pix_fmt", "yuv420p"],
-            audio_codec="aac", logger=None,
-        )  # fmt: skip
+            str(out),
+            codec="libx264",
+            preset=PRESET,
+            ffmpeg_params=["-crf", str(CRF), "-pix_fmt", "yuv420p"],
+            audio_codec="aac",
+            logger=None,
+        )
 
 
 def download_then_cut(ffmpeg: str, url: str, start: float, duration: float, folder: Path) -> int:
     """The naive pipeline: yt-dlp downloads the whole file, then ffmpeg cuts it. Returns the bytes downloaded."""
     import yt_dlp
 
-    opts = {"quiet": True, "no_warnings": True, "noprogress": True, "outtmpl": str(folder / "full.%(ext)s"),
-            "ffmpeg_location": ffmpeg, "cachedir": False}  # fmt: skip
+    opts = {
+        "quiet": True,
+        "no_warnings": True,
+        "noprogress": True,
+        "outtmpl": str(folder / "full.%(ext)s"),
+        "ffmpeg_location": ffmpeg,
+        "cachedir": False,
+    }
     with yt_dlp.YoutubeDL(opts) as ydl:
         ydl.download([url])
     full = next(folder.glob("full.*"))

@@ -38,8 +38,13 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 
 def _settings(work: Path, name: str) -> Settings:
-    return Settings(storage_dir=work / f"store-{name}", allow_local_sources=True, source_hosts=("127.0.0.1",),
-                    allow_addresses=("127.0.0.1/32",), cache_dir=work / f"cache-{name}").for_cli()  # fmt: skip
+    return Settings(
+        storage_dir=work / f"store-{name}",
+        allow_local_sources=True,
+        source_hosts=("127.0.0.1",),
+        allow_addresses=("127.0.0.1/32",),
+        cache_dir=work / f"cache-{name}",
+    ).for_cli()
 
 
 def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> list[Row]:
@@ -51,8 +56,15 @@ def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> lis
     storage = LocalStorage(settings.storage_dir)
 
     def spec(start: float, tag: str) -> Any:
-        return build_spec({"source": str(source), "start": start, "end": start + length, "caption": f"{caption} {tag}",
-                           "watermark": {"text": "StarZero"}})  # fmt: skip
+        return build_spec(
+            {
+                "source": str(source),
+                "start": start,
+                "end": start + length,
+                "caption": f"{caption} {tag}",
+                "watermark": {"text": "StarZero"},
+            }
+        )
 
     produce_clips(in_profiles(spec(30.0, "warm"), PROFILES), settings, storage)  # warm-up of both paths
     for name in PROFILES:
@@ -76,17 +88,31 @@ def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> lis
     vs_three = statistics.median(m / s for m, s in zip(multi, separate, strict=True))
     output_seconds = quotes * len(PROFILES) * length
     return [
-        {"figure": f"10a. {quotes} quotes × 3 profiles (landscape, vertical, square), 7 s, from the 1080p episode: "
-                   "one decode per quote vs one profile's render of the same quote",
-         "ours": _stats(multi), "other": _stats(single), "ratio": vs_one, "target": "≤ 2.2×", "met": vs_one <= 2.2},
-        {"figure": "10b. the same batch: one decode per quote vs three separate renders per quote",
-         "ours": _stats(multi), "other": _stats(separate), "ratio": vs_three, "target": "report (< 1: cheaper)",
-         "met": None},
-        {"figure": "10c. the same batch's cost",
-         "value": f"{sum(multi):.1f} s wall for {quotes * len(PROFILES)} clips, "
-                  f"{cpu_multi / output_seconds:.2f} CPU-s per output second",
-         "target": "report", "met": None},
-    ]  # fmt: skip
+        {
+            "figure": f"10a. {quotes} quotes × 3 profiles (landscape, vertical, square), 7 s, from the 1080p episode: "
+            "one decode per quote vs one profile's render of the same quote",
+            "ours": _stats(multi),
+            "other": _stats(single),
+            "ratio": vs_one,
+            "target": "≤ 2.2×",
+            "met": vs_one <= 2.2,
+        },
+        {
+            "figure": "10b. the same batch: one decode per quote vs three separate renders per quote",
+            "ours": _stats(multi),
+            "other": _stats(separate),
+            "ratio": vs_three,
+            "target": "report (< 1: cheaper)",
+            "met": None,
+        },
+        {
+            "figure": "10c. the same batch's cost",
+            "value": f"{sum(multi):.1f} s wall for {quotes * len(PROFILES)} clips, "
+            f"{cpu_multi / output_seconds:.2f} CPU-s per output second",
+            "target": "report",
+            "met": None,
+        },
+    ]
 
 
 def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first: float = 200.0) -> Row:
@@ -99,20 +125,35 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
     site = VideoSite(lifetime=130.0)  # expire= 130 s ahead: an extraction is reused for 10 s, then made again
     try:
         site.episodes["episode"] = Episode(
-            "Episode", 1200, [SiteFormat("22", source, vcodec="avc1.640028", acodec="mp4a.40.2", width=1920,
-                                         height=1080)],
-        )  # fmt: skip
+            "Episode",
+            1200,
+            [SiteFormat("22", source, vcodec="avc1.640028", acodec="mp4a.40.2", width=1920, height=1080)],
+        )
         quotes_file = work / "page-quotes.jsonl"
-        lines = [json.dumps({"start": first + 9 * i, "end": first + 7 + 9 * i, "caption": f"{caption} {i}"})
-                 for i in range(quotes)]  # fmt: skip
+        lines = [
+            json.dumps({"start": first + 9 * i, "end": first + 7 + 9 * i, "caption": f"{caption} {i}"})
+            for i in range(quotes)
+        ]
         quotes_file.write_text("\n".join(lines) + "\n")
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
-               "QUOTECLIP_STORAGE_DIR": str(work / "store-page"), "QUOTECLIP_CACHE_DIR": str(work / "cache-page"),
-               "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
+            "QUOTECLIP_STORAGE_DIR": str(work / "store-page"),
+            "QUOTECLIP_CACHE_DIR": str(work / "cache-page"),
+            "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+        }
         t = time.perf_counter()
-        argv = [sys.executable, "-m", "quoteclip", "batch", site.url("episode"), str(quotes_file), "--watermark",
-                "StarZero", "--json"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "quoteclip",
+            "batch",
+            site.url("episode"),
+            str(quotes_file),
+            "--watermark",
+            "StarZero",
+            "--json",
+        ]
         done = subprocess.run(argv, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t
         failed = json.loads(done.stdout)["failed"] if done.stdout else quotes
@@ -121,19 +162,28 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
         fetched = sum(site.bytes_sent.values())
         size = source.stat().st_size
         twice = site.bytes_sent_twice()
-        return {"figure": f"11a. batch of {quotes} quotes from one page source whose media URLs change at every "
-                          "extraction (links signed for 130 s), quoteclip batch",
-                "value": f"{wall:.1f} s wall, {site.page_loads['episode']} extractions, "
-                         f"{fetched / 1024**2:.1f} MB fetched of {size / 1024**2:.0f} MB, {twice} bytes fetched "
-                         f"twice, {len(site.refused)} requests refused by the site's rules, {failed} failed",
-                "target": "no byte fetched twice",
-                "met": twice == 0 and not failed and done.returncode == 0}  # fmt: skip
+        return {
+            "figure": f"11a. batch of {quotes} quotes from one page source whose media URLs change at every "
+            "extraction (links signed for 130 s), quoteclip batch",
+            "value": f"{wall:.1f} s wall, {site.page_loads['episode']} extractions, "
+            f"{fetched / 1024**2:.1f} MB fetched of {size / 1024**2:.0f} MB, {twice} bytes fetched "
+            f"twice, {len(site.refused)} requests refused by the site's rules, {failed} failed",
+            "target": "no byte fetched twice",
+            "met": twice == 0 and not failed and done.returncode == 0,
+        }
     finally:
         site.close()
 
 
-def hls_figure(ffmpeg: str, source: Path, reps: int, caption: str, work: Path,
-               paired: Callable[..., tuple[list[float], list[float]]], first: float = 300.0) -> Row:  # fmt: skip
+def hls_figure(
+    ffmpeg: str,
+    source: Path,
+    reps: int,
+    caption: str,
+    work: Path,
+    paired: Callable[..., tuple[list[float], list[float]]],
+    first: float = 300.0,
+) -> Row:
     """11b. A 7 s clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
     sys.path.insert(0, str(PLUGINS.parent))
     from videosite import Episode, SiteFormat, VideoSite
@@ -141,16 +191,38 @@ def hls_figure(ffmpeg: str, source: Path, reps: int, caption: str, work: Path,
     folder = work / "hls"
     folder.mkdir(exist_ok=True)
     playlist = folder / "index.m3u8"
-    subprocess.run([ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-i", str(source), "-c", "copy", "-f", "hls",
-                    "-hls_time", "8", "-hls_playlist_type", "vod", "-hls_segment_filename",
-                    str(folder / "seg%04d.ts"), str(playlist)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            ffmpeg,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-i",
+            str(source),
+            "-c",
+            "copy",
+            "-f",
+            "hls",
+            "-hls_time",
+            "8",
+            "-hls_playlist_type",
+            "vod",
+            "-hls_segment_filename",
+            str(folder / "seg%04d.ts"),
+            str(playlist),
+        ],
+        check=True,
+    )
     total = sum(p.stat().st_size for p in folder.glob("seg*.ts"))
     site = VideoSite()
     counter = iter(range(10_000))
     try:
-        site.episodes["hls"] = Episode("HLS", 1200, [SiteFormat("hls", playlist, vcodec="avc1.640028",
-                                                                acodec="mp4a.40.2", width=1920, height=1080,
-                                                                hls=True)])  # fmt: skip
+        site.episodes["hls"] = Episode(
+            "HLS",
+            1200,
+            [SiteFormat("hls", playlist, vcodec="avc1.640028", acodec="mp4a.40.2", width=1920, height=1080, hls=True)],
+        )
         fetched: list[int] = []
 
         def clip(src: str) -> Callable[[], None]:
@@ -158,8 +230,15 @@ def hls_figure(ffmpeg: str, source: Path, reps: int, caption: str, work: Path,
                 n = next(counter)
                 name = f"hls-{n}"
                 settings = _settings(work, name)
-                spec = build_spec({"source": src, "start": first + 9 * n, "end": first + 7 + 9 * n, "caption": caption,
-                                   "watermark": {"text": "StarZero"}})  # fmt: skip
+                spec = build_spec(
+                    {
+                        "source": src,
+                        "start": first + 9 * n,
+                        "end": first + 7 + 9 * n,
+                        "caption": caption,
+                        "watermark": {"text": "StarZero"},
+                    }
+                )
                 result = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
                 if src.startswith("http"):
                     fetched.append(result.source_bytes or 0)
@@ -174,8 +253,13 @@ def hls_figure(ffmpeg: str, source: Path, reps: int, caption: str, work: Path,
         shutil.rmtree(folder, ignore_errors=True)
     got = statistics.median(fetched)
     ratio = statistics.median(a / b for a, b in zip(ours, local, strict=True))
-    return {"figure": f"11b. 7 s clip of an HLS-only episode (8 s segments, cold cache, a fresh extraction each) vs "
-                      f"the same clip of the local file; fetched {got / 1024**2:.1f} MB of {total / 1024**2:.0f} MB "
-                      f"of segments ({100 * got / total:.1f}%)",
-            "ours": _stats(ours), "other": _stats(local), "ratio": ratio, "target": "< 5% of the bytes",
-            "met": got < 0.05 * total}  # fmt: skip
+    return {
+        "figure": f"11b. 7 s clip of an HLS-only episode (8 s segments, cold cache, a fresh extraction each) vs "
+        f"the same clip of the local file; fetched {got / 1024**2:.1f} MB of {total / 1024**2:.0f} MB "
+        f"of segments ({100 * got / total:.1f}%)",
+        "ours": _stats(ours),
+        "other": _stats(local),
+        "ratio": ratio,
+        "target": "< 5% of the bytes",
+        "met": got < 0.05 * total,
+    }

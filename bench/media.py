@@ -23,20 +23,56 @@ def episode(ffmpeg: str, minutes: float, height: int, bitrate: str) -> Path:
     width = height * 16 // 9
     base = CACHE / f"base-{height}p-20s.mp4"
     if not base.exists():
-        _run([
-            ffmpeg, "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "lavfi", "-i", f"testsrc2=size={width}x{height}:rate=30:duration=20",
-            "-f", "lavfi", "-i", "sine=frequency=330:sample_rate=48000:duration=20",
-            "-c:v", "libx264", "-preset", "veryfast", "-b:v", bitrate, "-g", "240", "-pix_fmt", "yuv420p",
-            "-c:a", "aac", "-shortest", str(base.with_suffix(".part.mp4")),
-        ])  # fmt: skip
+        _run(
+            [
+                ffmpeg,
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-y",
+                "-f",
+                "lavfi",
+                "-i",
+                f"testsrc2=size={width}x{height}:rate=30:duration=20",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=330:sample_rate=48000:duration=20",
+                "-c:v",
+                "libx264",
+                "-preset",
+                "veryfast",
+                "-b:v",
+                bitrate,
+                "-g",
+                "240",
+                "-pix_fmt",
+                "yuv420p",
+                "-c:a",
+                "aac",
+                "-shortest",
+                str(base.with_suffix(".part.mp4")),
+            ]
+        )
         base.with_suffix(".part.mp4").replace(base)
     loops = max(1, round(minutes * 3))
     out = CACHE / f"episode-{height}p-{loops * 20}s.mp4"
     if not out.exists():
-        _run([
-            ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", str(loops - 1), "-i", str(base),
-            "-c", "copy", str(out.with_suffix(".part.mp4")),
-        ])  # fmt: skip
+        _run(
+            [
+                ffmpeg,
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-y",
+                "-stream_loop",
+                str(loops - 1),
+                "-i",
+                str(base),
+                "-c",
+                "copy",
+                str(out.with_suffix(".part.mp4")),
+            ]
+        )
         out.with_suffix(".part.mp4").replace(out)
     return out

@@ -116,8 +116,9 @@ def identities(settings: Settings) -> Callable[[str | None], str | None]:
 def upload_paths(spec: ClipSpec, storage: Storage) -> ClipSpec:
     """The spec with every local path uploaded and named as an asset (``quoteclip enqueue`` does this, so the
     workers never read the caller's disk)."""
-    return _replace(spec, {field: upload(storage, _read(ref, field)) for field, ref in refs(spec).items()
-                           if assets.is_path(ref)})  # fmt: skip
+    return _replace(
+        spec, {field: upload(storage, _read(ref, field)) for field, ref in refs(spec).items() if assets.is_path(ref)}
+    )
 
 
 def _read(path: str, field: str) -> bytes:

@@ -53,7 +53,7 @@ def sidecar_files(
                 suffix: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                 for suffix, (data, _) in files.items()
             },
-        ),  # fmt: skip
+        ),
         "application/json",
     )
     return files

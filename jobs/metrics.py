@@ -47,8 +47,12 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         conn = self.connection
         queues = [Queue(name, connection=conn) for name in self.queue_names]
-        registries = (("started", StartedJobRegistry), ("finished", FinishedJobRegistry),
-                      ("failed", FailedJobRegistry), ("scheduled", ScheduledJobRegistry))  # fmt: skip
+        registries = (
+            ("started", StartedJobRegistry),
+            ("finished", FinishedJobRegistry),
+            ("failed", FailedJobRegistry),
+            ("scheduled", ScheduledJobRegistry),
+        )
         jobs = GaugeMetricFamily("quoteclip_jobs", "Jobs by status (every queue)", labels=["status"])
         jobs.add_metric(["queued"], sum(q.count for q in queues))
         for status, registry in registries:
@@ -62,9 +66,11 @@ class QueueCollector(Collector):
         buckets = [(str(b), float(raw.get(f"le:{b}", 0))) for b in RENDER_BUCKETS]
         buckets.append(("+Inf", float(raw.get("count", 0))))
         yield HistogramMetricFamily(
-            "quoteclip_render_seconds", "Fetch + render + store time of a clip", buckets=buckets,
+            "quoteclip_render_seconds",
+            "Fetch + render + store time of a clip",
+            buckets=buckets,
             sum_value=float(raw.get("sum", 0)),
-        )  # fmt: skip
+        )
         hits = CounterMetricFamily("quoteclip_cache_hits", "Requests answered from storage without a render")
         hits.add_metric([], float(conn.get(f"{PREFIX}:cache_hits") or 0))
         yield hits

@@ -173,15 +173,31 @@ def produce_clips(
             stored = _store(specs[n], key, source.identity, title, result, binary, frames, preview, storage)
             results[n] = replace(stored, source_bytes=fetched)
     say(Stage.FINISHED, 100)
-    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3), "ffmpeg_s": rendered[0].ffmpeg_s,
-               "store_s": round(time.perf_counter() - t2, 3)}  # fmt: skip
+    timings = {
+        "open_probe_s": round(t1 - t0, 3),
+        "render_s": round(t2 - t1, 3),
+        "ffmpeg_s": rendered[0].ffmpeg_s,
+        "store_s": round(time.perf_counter() - t2, 3),
+    }
     keys = ",".join(looked[n][1] for n in missing)
     log.info(
         "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s (ffmpeg %.2f s), store %.2f s, %s source bytes",
-        keys, rendered[0].duration, *timings.values(), fetched if fetched is not None else "local",
-        extra={"fields": {"stage": "stored", "key": keys, "duration_s": rendered[0].duration, **timings,
-                          "source_bytes": fetched, "extractions": extractions, "profiles": len(missing)}},
-    )  # fmt: skip
+        keys,
+        rendered[0].duration,
+        *timings.values(),
+        fetched if fetched is not None else "local",
+        extra={
+            "fields": {
+                "stage": "stored",
+                "key": keys,
+                "duration_s": rendered[0].duration,
+                **timings,
+                "source_bytes": fetched,
+                "extractions": extractions,
+                "profiles": len(missing),
+            }
+        },
+    )
     return [replace(r, timings=timings) if n in missing else r for n, r in enumerate(results) if r is not None]
 
 

@@ -33,8 +33,19 @@ from .stages import Stage
 from .status import job_status
 from .webhooks import add_callback
 
-__all__ = ["JOB_ID", "PENDING", "Enqueued", "bulk_queue_name", "connect", "enqueue_clip", "enqueue_profiles", "health",
-           "job_id_for", "job_status", "requeue_lost"]  # fmt: skip
+__all__ = [
+    "JOB_ID",
+    "PENDING",
+    "Enqueued",
+    "bulk_queue_name",
+    "connect",
+    "enqueue_clip",
+    "enqueue_profiles",
+    "health",
+    "job_id_for",
+    "job_status",
+    "requeue_lost",
+]
 
 log = logging.getLogger(__name__)
 

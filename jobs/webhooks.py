@@ -98,10 +98,19 @@ def post(url: str, body: bytes, headers: dict[str, str], allowed_networks: tuple
     pool = connection_pool(target, urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT), maxsize=1)
     try:
         resp = pool.urlopen(
-            "POST", target.path, body=body, redirect=False, retries=False, preload_content=False,
-            headers={**headers, "Host": host_header(target), "User-Agent": USER_AGENT,
-                     "Content-Length": str(len(body))},
-        )  # fmt: skip
+            "POST",
+            target.path,
+            body=body,
+            redirect=False,
+            retries=False,
+            preload_content=False,
+            headers={
+                **headers,
+                "Host": host_header(target),
+                "User-Agent": USER_AGENT,
+                "Content-Length": str(len(body)),
+            },
+        )
         resp.close()  # the status is the answer; a receiver's body is not read
     except urllib3.exceptions.HTTPError as exc:
         raise DeliveryFailed(f"webhook receiver {target.host} could not be reached ({type(exc).__name__})") from None
@@ -139,13 +148,19 @@ def on_success(job: Job, connection: Redis, result: Any, *args: Any, **kwargs: A
     link = result.get("link") if isinstance(result, dict) else None
     if not (isinstance(link, str) and link.startswith(("https://", "http://"))):
         link = None  # a local-folder store's file:// link names a server path: receivers use download_url
-    _send_all(job, connection, {"id": job.id, "status": "finished", "link": link, "error": None,
-                                "download_url": f"/clips/{job.id}/download"})  # fmt: skip
+    _send_all(
+        job,
+        connection,
+        {"id": job.id, "status": "finished", "link": link, "error": None, "download_url": f"/clips/{job.id}/download"},
+    )
 
 
 def on_failure(job: Job, connection: Redis, *exc_info: Any, **kwargs: Any) -> None:
     if job.should_retry:  # a transient failure that will be retried: not final yet
         return
     error = job.meta.get("error") or (str(exc_info[1]) if len(exc_info) > 1 else "failed")
-    _send_all(job, connection, {"id": job.id, "status": "failed", "link": None, "error": error,
-                                "download_url": f"/clips/{job.id}/download"})  # fmt: skip
+    _send_all(
+        job,
+        connection,
+        {"id": job.id, "status": "failed", "link": None, "error": error, "download_url": f"/clips/{job.id}/download"},
+    )

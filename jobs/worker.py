@@ -114,17 +114,23 @@ def run_worker(
         try:
             connection = connect(settings)
             names = (
-                [redis_keys.webhook_queue(settings.queue_name)] if webhooks
-                else [settings.queue_name] if clicks_only
+                [redis_keys.webhook_queue(settings.queue_name)]
+                if webhooks
+                else [settings.queue_name]
+                if clicks_only
                 else [settings.queue_name, bulk_queue_name(settings)]
-            )  # fmt: skip
+            )
             queues = [Queue(q, connection=connection) for q in names]
             # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to requeue
             # jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after a worker dies.
             worker = ClipWorker(
-                queues, connection=connection, name=name, job_monitoring_interval=10,
-                maintenance_interval=settings.maintenance_interval, worker_ttl=settings.maintenance_interval + 15,
-            )  # fmt: skip
+                queues,
+                connection=connection,
+                name=name,
+                job_monitoring_interval=10,
+                maintenance_interval=settings.maintenance_interval,
+                worker_ttl=settings.maintenance_interval + 15,
+            )
             worker.shutdown_grace = settings.shutdown_grace
             sweep_temp()
             return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))

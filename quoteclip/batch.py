@@ -191,8 +191,15 @@ def _through_queue(groups: list[list[ClipSpec]], settings: Settings, say: Callab
         for q in group:
             body = done[q.job_id]
             if body["status"] == "finished":
-                answers.append({"status": "finished", "link": body["link"], "key": q.job_id.removeprefix("clip-"),
-                                "job_id": q.job_id, "cached": q.job_id in stored})  # fmt: skip
+                answers.append(
+                    {
+                        "status": "finished",
+                        "link": body["link"],
+                        "key": q.job_id.removeprefix("clip-"),
+                        "job_id": q.job_id,
+                        "cached": q.job_id in stored,
+                    }
+                )
             else:
                 answers.append({"error": body["error"] or body["status"]})
         out.append(answers)

@@ -160,12 +160,29 @@ def _clip_command(action: Callable[[list[ClipSpec], Settings, bool], None]) -> C
     ) -> None:
         setup_cli_logging(verbose)
         opts = ClipOptions(
-            source=source, start=start, end=end, caption=caption, watermark=watermark,
-            watermark_position=watermark_position, watermark_opacity=watermark_opacity, watermark_size=watermark_size,
-            font=font, caption_size=caption_size, style=style, style_file=style_file, profile=profile, fit=fit,
-            quality=quality, pad_before=pad_before, pad_after=pad_after, no_fades=no_fades, video_fades=video_fades,
-            transcript=transcript, profiles=profiles, encoder_preset=encoder_preset,
-        )  # fmt: skip
+            source=source,
+            start=start,
+            end=end,
+            caption=caption,
+            watermark=watermark,
+            watermark_position=watermark_position,
+            watermark_opacity=watermark_opacity,
+            watermark_size=watermark_size,
+            font=font,
+            caption_size=caption_size,
+            style=style,
+            style_file=style_file,
+            profile=profile,
+            fit=fit,
+            quality=quality,
+            pad_before=pad_before,
+            pad_after=pad_after,
+            no_fades=no_fades,
+            video_fades=video_fades,
+            transcript=transcript,
+            profiles=profiles,
+            encoder_preset=encoder_preset,
+        )
 
         def go() -> None:
             settings = Settings.from_env()
@@ -214,8 +231,10 @@ def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool)
         _emit(one.to_json(), as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
         return
     clips = [{**q.to_json(), "profile": s.profile} for s, q in zip(specs, queued, strict=True)]
-    lines = [f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
-             for s, q in zip(specs, queued, strict=True)]  # fmt: skip
+    lines = [
+        f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
+        for s, q in zip(specs, queued, strict=True)
+    ]
     _emit({"clips": clips}, as_json, "\n".join(lines))
 
 
@@ -258,12 +277,26 @@ def batch_command(
     Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable."""
     setup_cli_logging(verbose)
     shared = ClipOptions(
-        source=source, watermark=watermark, watermark_position=watermark_position,
-        watermark_opacity=watermark_opacity, watermark_size=watermark_size, font=font, caption_size=caption_size,
-        style=style, style_file=style_file, profile=profile, fit=fit, quality=quality, pad_before=pad_before,
-        pad_after=pad_after, no_fades=no_fades, video_fades=video_fades, transcript=transcript, profiles=profiles,
+        source=source,
+        watermark=watermark,
+        watermark_position=watermark_position,
+        watermark_opacity=watermark_opacity,
+        watermark_size=watermark_size,
+        font=font,
+        caption_size=caption_size,
+        style=style,
+        style_file=style_file,
+        profile=profile,
+        fit=fit,
+        quality=quality,
+        pad_before=pad_before,
+        pad_after=pad_after,
+        no_fades=no_fades,
+        video_fades=video_fades,
+        transcript=transcript,
+        profiles=profiles,
         encoder_preset=encoder_preset,
-    )  # fmt: skip
+    )
 
     def go() -> None:
         from .batch import run_batch
@@ -351,8 +384,12 @@ def align_command(
         from .transcript import align, load_transcript
 
         found = align(quote, load_transcript(transcript), threshold)
-        body = {"start": found.start, "end": found.end, "score": found.score,
-                "words": [{"text": w.text, "start": w.start, "end": w.end} for w in found.words]}  # fmt: skip
+        body = {
+            "start": found.start,
+            "end": found.end,
+            "score": found.score,
+            "words": [{"text": w.text, "start": w.start, "end": w.end} for w in found.words],
+        }
         _emit(body, as_json, f"{found.start:.3f} {found.end:.3f} score {found.score:.2f}")
 
     run_guarded(go)
@@ -374,8 +411,11 @@ def health_command(as_json: JsonOpt = False) -> None:
         body["extraction"] = readiness(settings.cookies_file, settings.extractor_args)
         for name, value in body["extraction"].items():
             if value.startswith(("missing", "bad")):
-                typer.echo(f"quoteclip: WARNING: {name} {value}: YouTube pages will give fewer formats or none "
-                           "(yt-dlp falls back silently)", err=True)  # fmt: skip
+                typer.echo(
+                    f"quoteclip: WARNING: {name} {value}: YouTube pages will give fewer formats or none "
+                    "(yt-dlp falls back silently)",
+                    err=True,
+                )
         human = {k: v for k, v in body.items() if k != "extraction"} | body["extraction"]
         _emit(body, as_json, " ".join(f"{k}: {v}" for k, v in human.items()))
         if body["status"] != "ok":
@@ -401,8 +441,14 @@ def serve(
         setup_service_logging()
         settings = Settings.from_env()
         trusted = ",".join(settings.trusted_proxies)  # forwarded headers only from these (none by default)
-        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, proxy_headers=bool(trusted),
-                    forwarded_allow_ips=trusted or None)  # fmt: skip
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_config=None,
+            proxy_headers=bool(trusted),
+            forwarded_allow_ips=trusted or None,
+        )
 
     run_guarded(go)
 

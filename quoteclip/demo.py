@@ -17,12 +17,33 @@ def demo_source(settings: Settings, seconds: int = 15) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part.mp4")
     argv = [
-        ffmpeg_binary(settings.ffmpeg_binary), "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-        "-f", "lavfi", "-i", f"testsrc2=size=1920x1080:rate=30:duration={seconds}",
-        "-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}",
-        "-c:v", "libx264", "-preset", "ultrafast", "-g", "300", "-pix_fmt", "yuv420p",
-        "-c:a", "aac", "-shortest", str(tmp),
-    ]  # fmt: skip
+        ffmpeg_binary(settings.ffmpeg_binary),
+        "-hide_banner",
+        "-nostdin",
+        "-loglevel",
+        "error",
+        "-y",
+        "-f",
+        "lavfi",
+        "-i",
+        f"testsrc2=size=1920x1080:rate=30:duration={seconds}",
+        "-f",
+        "lavfi",
+        "-i",
+        f"sine=frequency=440:sample_rate=48000:duration={seconds}",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-g",
+        "300",
+        "-pix_fmt",
+        "yuv420p",
+        "-c:a",
+        "aac",
+        "-shortest",
+        str(tmp),
+    ]
     try:
         run_ffmpeg(argv, timeout=300)
         tmp.replace(path)

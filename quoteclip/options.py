@@ -82,8 +82,22 @@ class ClipOptions:
     encoder_preset: str | None = None
 
 
-BRAND_FIELDS = {"font", "caption_size", "style", "watermark", "profile", "fit", "quality", "fades", "video_fades",
-                "pad_before", "pad_after", "background", "profiles", "encoder_preset"}  # fmt: skip
+BRAND_FIELDS = {
+    "font",
+    "caption_size",
+    "style",
+    "watermark",
+    "profile",
+    "fit",
+    "quality",
+    "fades",
+    "video_fades",
+    "pad_before",
+    "pad_after",
+    "background",
+    "profiles",
+    "encoder_preset",
+}
 
 
 def load_brand_style(path: str) -> dict[str, Any]:
@@ -110,10 +124,16 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
     data.pop("profiles", None)  # (read by specs_from_options)
     data["source"] = opts.source
     given = {
-        "caption": opts.caption, "font": opts.font, "caption_size": opts.caption_size, "profile": opts.profile,
-        "fit": opts.fit, "quality": opts.quality, "pad_before": opts.pad_before, "pad_after": opts.pad_after,
+        "caption": opts.caption,
+        "font": opts.font,
+        "caption_size": opts.caption_size,
+        "profile": opts.profile,
+        "fit": opts.fit,
+        "quality": opts.quality,
+        "pad_before": opts.pad_before,
+        "pad_after": opts.pad_after,
         "encoder_preset": opts.encoder_preset,
-    }  # fmt: skip
+    }
     data.update({name: value for name, value in given.items() if value is not None})
     if opts.no_fades:
         data["fades"] = False

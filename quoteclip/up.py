@@ -110,8 +110,11 @@ def run(settings: Settings, host: str, port: int, workers: int, choice: RedisCho
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     running = start(settings, host, port, workers, choice)
     where = f"embedded, data in {running.embedded.folder}" if running.embedded else "configured"
-    print(f"quoteclip up: page and API at http://{host}:{port}/ · {workers} worker(s) · Redis {running.redis_url} "
-          f"({where}) · clips in {settings.storage_dir.resolve()} · Ctrl-C stops", file=sys.stderr)  # fmt: skip
+    print(
+        f"quoteclip up: page and API at http://{host}:{port}/ · {workers} worker(s) · Redis {running.redis_url} "
+        f"({where}) · clips in {settings.storage_dir.resolve()} · Ctrl-C stops",
+        file=sys.stderr,
+    )
     code = 0
     try:
         while not stopping:

@@ -64,8 +64,20 @@ class CaptionTrack:
 
     def image(self, state: State) -> Image.Image:
         line_h, pad_x, pad_y, px = self.metrics
-        return _draw(self.pages[state.page], self.words, state.current, self.font, self.style, self.canvas,
-                     line_h, pad_x, pad_y, px, self.x, self.frame_width)  # fmt: skip
+        return _draw(
+            self.pages[state.page],
+            self.words,
+            state.current,
+            self.font,
+            self.style,
+            self.canvas,
+            line_h,
+            pad_x,
+            pad_y,
+            px,
+            self.x,
+            self.frame_width,
+        )
 
     def full_width(self) -> CaptionTrack:
         """The same captions on a band as wide as the frame."""
@@ -121,8 +133,9 @@ def caption_track(
     reach = widest / 2 + pad_x + _stroke_px(style, px) + max(BAND_MARGIN, px // 2)
     left = max(0, math.floor((width / 2 - reach) / BAND_ALIGN) * BAND_ALIGN)
     right = min(width, math.ceil((width / 2 + reach) / BAND_ALIGN) * BAND_ALIGN)
-    return CaptionTrack(states, left, max(0, y), pages, words, font, style, (right - left, canvas_h),
-                        (line_h, pad_x, pad_y, px), width)  # fmt: skip
+    return CaptionTrack(
+        states, left, max(0, y), pages, words, font, style, (right - left, canvas_h), (line_h, pad_x, pad_y, px), width
+    )
 
 
 def _line_texts(page: Page, words: list[Word], style: CaptionStyle) -> list[str]:
@@ -173,8 +186,9 @@ def _draw(
         x0 = (frame_width - box_w) / 2 - band_x
         draw.rounded_rectangle(
             (x0, top - pad_y, x0 + box_w, top + len(page.lines) * line_h + pad_y),
-            radius=round(px * 0.3), fill=_rgba(style.box, 160),
-        )  # fmt: skip
+            radius=round(px * 0.3),
+            fill=_rgba(style.box, 160),
+        )
     for n, (line, text, line_w) in enumerate(zip(page.lines, texts, widths, strict=True)):
         cy = top + n * line_h + line_h // 2
         baseline = cy + (ascent - descent) / 2
@@ -194,8 +208,9 @@ def _draw(
                 w = font.length(word)
                 draw.rounded_rectangle(
                     (x - px * 0.12, cy - line_h * 0.45, x + w + px * 0.12, cy + line_h * 0.45),
-                    radius=round(px * 0.2), fill=accent,
-                )  # fmt: skip
+                    radius=round(px * 0.2),
+                    fill=accent,
+                )
                 fill = (0, 0, 0, 255)
             font.draw(draw, x, baseline, word, fill, stroke_px)
     return img

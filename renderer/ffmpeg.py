@@ -152,9 +152,11 @@ def run_ffmpeg(
             reader.join(timeout=5)
             if code != 0:
                 raise RenderFailed(
-                    f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, _tail(err),
+                    f"ffmpeg exited with code {code}{_errno_hint(code)}",
+                    argv,
+                    _tail(err),
                     permanent=_errno(code) not in MACHINE_ERRNOS,
-                )  # fmt: skip
+                )
             return _tail(err)
         finally:
             if proc.poll() is None:

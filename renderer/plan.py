@@ -165,8 +165,9 @@ def _audiogram(
         colour = "0x" + target.background[1:]
         picture = ffmpeg.input(f"color=c={colour}:s={width}x{height}:r={rate}:d={duration:.3f}", f="lavfi").video
     else:
-        still = ffmpeg.input(target.background, loop=1, framerate=str(rate), t=_seconds(duration),
-                             protocol_whitelist="file").video  # fmt: skip
+        still = ffmpeg.input(
+            target.background, loop=1, framerate=str(rate), t=_seconds(duration), protocol_whitelist="file"
+        ).video
         picture = _fit(still, width, height, "blur")
     band = max(2, round(height * WAVE_HEIGHT / 2) * 2)
     waves = wave.filter("showwaves", s=f"{width}x{band}", mode="cline", rate=str(rate), colors="white@0.9")

@@ -216,8 +216,17 @@ def render_clips(
         if abs(out.duration - duration) > tolerance:
             raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv, said)
         log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
-        results.append(RenderResult(
-            output, out.width, out.height, round(out.duration, 3), tuple(argv), cut[0], track,
-            still if still.is_file() and still.stat().st_size > 0 else None, ffmpeg_s,
-        ))  # fmt: skip
+        results.append(
+            RenderResult(
+                output,
+                out.width,
+                out.height,
+                round(out.duration, 3),
+                tuple(argv),
+                cut[0],
+                track,
+                still if still.is_file() and still.stat().st_size > 0 else None,
+                ffmpeg_s,
+            )
+        )
     return results

@@ -73,9 +73,12 @@ def paginate(
             if len(lines) >= max_lines:
                 lines_done, lines = lines, []
                 pages.append(
-                    Page(tuple(tuple(li) for li in lines_done), words[lines_done[0][0]].start,
-                         words[lines_done[-1][-1]].end)
-                )  # fmt: skip
+                    Page(
+                        tuple(tuple(li) for li in lines_done),
+                        words[lines_done[0][0]].start,
+                        words[lines_done[-1][-1]].end,
+                    )
+                )
         line.append(i)
         current = text_of(line)
         if SENTENCE_END.search(word.text) and (len(lines) == max_lines - 1 or len(current) >= max_chars // 2):

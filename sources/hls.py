@@ -203,8 +203,9 @@ class HlsFormat:
         shift = start_timestamp(joined, stream="video") - start_timestamp(local, stream="video")
         offset = shift + start_timestamp(local) - episode_zero
         joined.unlink()
-        log.info("HLS: segments %d-%d of %d, offset %.6f s", indices[0], indices[-1], len(self.playlist.segments),
-                 offset)  # fmt: skip
+        log.info(
+            "HLS: segments %d-%d of %d, offset %.6f s", indices[0], indices[-1], len(self.playlist.segments), offset
+        )
         return LocalCut(local, round(offset, 6), self.playlist.duration)
 
     @property
@@ -218,9 +219,29 @@ def remux(source: Path, output: Path, ffmpeg_bin: str) -> None:
 
     from renderer.probe import FORMATS
 
-    argv = [ffmpeg_bin, "-hide_banner", "-nostdin", "-loglevel", "error", "-format_whitelist", FORMATS,
-            "-protocol_whitelist", "file", "-i", str(source), "-map", "0:v?", "-map", "0:a?", "-c", "copy",
-            "-f", "mp4", "-y", str(output)]  # fmt: skip
+    argv = [
+        ffmpeg_bin,
+        "-hide_banner",
+        "-nostdin",
+        "-loglevel",
+        "error",
+        "-format_whitelist",
+        FORMATS,
+        "-protocol_whitelist",
+        "file",
+        "-i",
+        str(source),
+        "-map",
+        "0:v?",
+        "-map",
+        "0:a?",
+        "-c",
+        "copy",
+        "-f",
+        "mp4",
+        "-y",
+        str(output),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         said = done.stderr.strip().splitlines()[-1:] or [""]

@@ -104,10 +104,17 @@ def open_source(
             local = _segments(found, fetcher, cache, workdir, span, ffmpeg_bin)
         # media hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply
         remotes = [
-            RemoteFile(f.url, fetcher, cache, check_hosts=False, content_key=f.content_key(found.extractor, found.id),
-                       headers=f.headers, refresh=_refresher(pages, found, role))
+            RemoteFile(
+                f.url,
+                fetcher,
+                cache,
+                check_hosts=False,
+                content_key=f.content_key(found.extractor, found.id),
+                headers=f.headers,
+                refresh=_refresher(pages, found, role),
+            )
             for role, f in enumerate(found.formats)
-        ]  # fmt: skip
+        ]
     if all(cut is not None for cut in local):  # every input is a local file of segments: no proxy
         cuts = [cut for cut in local if cut is not None]
         yield OpenedSource(
@@ -179,9 +186,16 @@ def page_extractions(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_b
     from .ytdlp import extract
 
     def read_page() -> Extracted:
-        return extract(ref.input, workdir, ffmpeg_bin, settings.allow_addresses, preview=preview,
-                       cookies_file=settings.cookies_file, extractor_args=settings.extractor_args,
-                       proxy=settings.proxy)  # fmt: skip
+        return extract(
+            ref.input,
+            workdir,
+            ffmpeg_bin,
+            settings.allow_addresses,
+            preview=preview,
+            cookies_file=settings.cookies_file,
+            extractor_args=settings.extractor_args,
+            proxy=settings.proxy,
+        )
 
     return Extractions(
         entry_store(settings.cache_dir / "extractions"),

@@ -180,17 +180,45 @@ def extract(
 _REASONS: tuple[tuple[tuple[str, ...], type[SourceUnavailable], str], ...] = (
     (("not a bot",), SourceBotCheck, "the site asks to confirm this is not a bot (use cookies, a PO token or a proxy)"),
     (("http error 429", "too many requests"), SourceThrottled, "the site is throttling requests"),
-    (("not made this video available in your country", "not available in your country", "geo restrict",
-      "geo-restrict", "blocked it in your country"), SourceGeoBlocked, "the video is not offered in this country"),
-    (("private video", "video is private", "has been removed", "video unavailable", "account associated with this "
-      "video has been terminated", "no longer available"), SourceGone, "the video is private or removed"),
-    (("confirm your age", "sign in", "login required", "members-only", "join this channel", "registered users"),
-     SourceLoginRequired, "the video needs a signed-in viewer (the operator's cookies)"),
-    (("requested format is not available",), SourceUnavailable,
-     "source offers no format quoteclip reads (plain http(s) files, HLS or DASH)"),
-    (("http error 5", "timed out", "temporary failure", "connection reset"), SourceTransient,
-     "source page could not be read"),
-)  # fmt: skip
+    (
+        (
+            "not made this video available in your country",
+            "not available in your country",
+            "geo restrict",
+            "geo-restrict",
+            "blocked it in your country",
+        ),
+        SourceGeoBlocked,
+        "the video is not offered in this country",
+    ),
+    (
+        (
+            "private video",
+            "video is private",
+            "has been removed",
+            "video unavailable",
+            "account associated with this video has been terminated",
+            "no longer available",
+        ),
+        SourceGone,
+        "the video is private or removed",
+    ),
+    (
+        ("confirm your age", "sign in", "login required", "members-only", "join this channel", "registered users"),
+        SourceLoginRequired,
+        "the video needs a signed-in viewer (the operator's cookies)",
+    ),
+    (
+        ("requested format is not available",),
+        SourceUnavailable,
+        "source offers no format quoteclip reads (plain http(s) files, HLS or DASH)",
+    ),
+    (
+        ("http error 5", "timed out", "temporary failure", "connection reset"),
+        SourceTransient,
+        "source page could not be read",
+    ),
+)
 
 
 def _raise_extraction_error(exc: Exception) -> NoReturn:

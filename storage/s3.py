@@ -123,9 +123,13 @@ class S3Storage:
         md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
         try:
             self.client.put_object(
-                Bucket=self.bucket, Key=name, Body=data, ContentMD5=md5, ContentType=content_type,
+                Bucket=self.bucket,
+                Key=name,
+                Body=data,
+                ContentMD5=md5,
+                ContentType=content_type,
                 CacheControl=CACHE_CONTROL,
-            )  # fmt: skip
+            )
         except (ClientError, BotoCoreError) as exc:
             raise StorageFailed(f"upload of {name} to bucket {self.bucket} failed: {exc}") from exc
 

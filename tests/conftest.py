@@ -101,10 +101,22 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
         if rotation is not None:
             rotated = path.with_suffix(".rot.mp4")
             subprocess.run(
-                [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-display_rotation", str(rotation),
-                 "-i", str(tmp), "-c", "copy", str(rotated)],
+                [
+                    ffmpeg_bin,
+                    "-hide_banner",
+                    "-loglevel",
+                    "error",
+                    "-y",
+                    "-display_rotation",
+                    str(rotation),
+                    "-i",
+                    str(tmp),
+                    "-c",
+                    "copy",
+                    str(rotated),
+                ],
                 check=True,
-            )  # fmt: skip
+            )
             rotated.replace(tmp)
         tmp.replace(path)
         return path
@@ -276,8 +288,7 @@ class Workers:
 
     def burst(self, count: int = 1, timeout: float = 180, webhooks: bool = False) -> list[str]:
         """Run ``count`` burst workers side by side until the queue is empty; return their logs."""
-        procs = [self.start(burst=True, name=f"w{i}-{os.getpid()}-{id(self)}", webhooks=webhooks)
-                 for i in range(count)]  # fmt: skip
+        procs = [self.start(burst=True, name=f"w{i}-{os.getpid()}-{id(self)}", webhooks=webhooks) for i in range(count)]
         logs = []
         for proc in procs:
             out, _ = proc.communicate(timeout=timeout)

@@ -146,12 +146,24 @@ def start_seaweedfs(folder: Path) -> S3Server:
     data.mkdir()
     ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
     argv = [
-        weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
-        f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
-        "-filer", f"-filer.port={ports['filer']}",
-        "-s3", f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
-        "-master.volumeSizeLimitMB=64", "-volume.max=20", "-metricsPort=0",
-    ]  # fmt: skip
+        weed_binary(),
+        "server",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={data}",
+        f"-master.port={ports['master']}",
+        f"-volume.port={ports['volume']}",
+        "-filer",
+        f"-filer.port={ports['filer']}",
+        "-s3",
+        f"-s3.port={ports['s3']}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=20",
+        "-metricsPort=0",
+    ]
     with open(folder / "weed.log", "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = S3Server(f"http://127.0.0.1:{ports['s3']}", "quoteclip-test", access, secret, proc, folder)

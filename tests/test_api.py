@@ -134,9 +134,12 @@ def test_batch_gives_one_id_per_clip(client, workers, source_url) -> None:
     body = {
         "source": source_url,
         "watermark": {"text": "Brand"},
-        "quotes": [{"start": 0, "end": 2, "caption": "one"}, {"start": 2, "end": 4, "caption": "two"},
-                   {"start": 0, "end": 2, "caption": "one"}],
-    }  # fmt: skip
+        "quotes": [
+            {"start": 0, "end": 2, "caption": "one"},
+            {"start": 2, "end": 4, "caption": "two"},
+            {"start": 0, "end": 2, "caption": "one"},
+        ],
+    }
     response = client.post("/batches", json=body)
     assert response.status_code == 200, response.text
     ids = [c["id"] for c in response.json()["clips"]]
@@ -173,8 +176,18 @@ def test_every_route_needs_a_key_but_health(api_env, source_url, workers) -> Non
     job = app.post("/clips", json={"source": source_url, "start": 1, "end": 2}, headers=key).json()
     workers.burst(1)
     clip = job["id"]
-    for path in ("/", "/edit", "/docs", "/openapi.json", "/metrics", f"/clips/{clip}", f"/clips/{clip}/download",
-                 f"/clips/{clip}/file", f"/clips/{clip}/captions.vtt", "/clips/clip-" + "0" * 32):  # fmt: skip
+    for path in (
+        "/",
+        "/edit",
+        "/docs",
+        "/openapi.json",
+        "/metrics",
+        f"/clips/{clip}",
+        f"/clips/{clip}/download",
+        f"/clips/{clip}/file",
+        f"/clips/{clip}/captions.vtt",
+        "/clips/clip-" + "0" * 32,
+    ):
         assert app.get(path).status_code == 401, path
         assert app.get(path, headers=key).status_code != 401, path
     assert app.get("/healthz").status_code == 200  # the one public route
@@ -212,15 +225,21 @@ def test_streamed_oversize_body_is_refused_without_reading_it_whole(api_env, tmp
     api_env["QUOTECLIP_API_KEYS"] = "k-secret"
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **api_env}
-    server = subprocess.Popen([sys.executable, "-m", "quoteclip", "serve", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: _answers(port), 30, "quoteclip serve")
         before = psutil.Process(server.pid).memory_info().rss
         sent, answer = 0, b""
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-            conn.sendall(b"POST /clips HTTP/1.1\r\nHost: x\r\nX-API-Key: k-secret\r\n"
-                         b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+            conn.sendall(
+                b"POST /clips HTTP/1.1\r\nHost: x\r\nX-API-Key: k-secret\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
             chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
             try:
                 while sent < 200 * 1024**2:  # bounded: 200 MB at most
@@ -351,8 +370,9 @@ def hook() -> Iterator[Receiver]:
 
 def test_webhooks_signed_on_finish_and_failure(client, workers, source_url, http_source, hook) -> None:
     ok = client.post("/clips", json={"source": source_url, "start": 1, "end": 2, "callback_url": hook.url}).json()
-    bad = client.post("/clips", json={"source": http_source.url("gone.mp4"), "start": 1, "end": 2,
-                                       "callback_url": hook.url}).json()  # fmt: skip
+    bad = client.post(
+        "/clips", json={"source": http_source.url("gone.mp4"), "start": 1, "end": 2, "callback_url": hook.url}
+    ).json()
     workers.burst(1)
     assert hook.calls == []  # render workers never deliver webhooks: they wait on their own queue
     workers.burst(1, webhooks=True)
@@ -376,8 +396,9 @@ def test_webhook_to_private_address_is_refused(client, source_url) -> None:
 
 def test_callbacks_per_clip_are_capped(client, source_url) -> None:
     body = {"source": source_url, "start": 1, "end": 2}
-    codes = [client.post("/clips", json={**body, "callback_url": f"http://127.0.0.1:9/{n}"}).status_code
-             for n in range(7)]  # fmt: skip
+    codes = [
+        client.post("/clips", json={**body, "callback_url": f"http://127.0.0.1:9/{n}"}).status_code for n in range(7)
+    ]
     assert codes[:5] == [202] * 5 and codes[5:] == [422, 422]
     again = client.post("/clips", json={**body, "callback_url": "http://127.0.0.1:9/0"})
     assert again.status_code == 202  # one already listed costs nothing
@@ -466,8 +487,10 @@ def test_hostile_webhook_receivers_cost_a_delivery_worker_little(mode: str, api_
         receiver.stop.set()
         os.environ.pop("QUOTECLIP_ALLOW_ADDRESSES", None)
     took = time.monotonic() - began
-    print(f"\nwebhook receiver that {'hangs' if mode == 'hang' else 'streams 800 MB'}: delivery ended after "
-          f"{took:.1f} s, {receiver.sent / 1024**2:.1f} MB sent by the receiver")  # fmt: skip
+    print(
+        f"\nwebhook receiver that {'hangs' if mode == 'hang' else 'streams 800 MB'}: delivery ended after "
+        f"{took:.1f} s, {receiver.sent / 1024**2:.1f} MB sent by the receiver"
+    )
     assert took < READ_TIMEOUT + 3
     assert receiver.sent < 32 * 1024**2  # (socket buffers take a few MB before the connection is closed)
 
@@ -539,8 +562,11 @@ def test_batch_status_and_streamed_archive(client, workers, source_url, api_env)
     import io
     import zipfile
 
-    body = {"source": source_url, "watermark": "Brand",
-            "quotes": [{"start": 0, "end": 1, "caption": "one"}, {"start": 2, "end": 3, "caption": "two"}]}  # fmt: skip
+    body = {
+        "source": source_url,
+        "watermark": "Brand",
+        "quotes": [{"start": 0, "end": 1, "caption": "one"}, {"start": 2, "end": 3, "caption": "two"}],
+    }
     batch = client.post("/batches", json=body).json()
     assert batch["id"].startswith("batch-") and len(batch["clips"]) == 2
     waiting = client.get(batch["status_url"]).json()
@@ -577,8 +603,11 @@ def test_profiles_in_clip_and_batch_bodies_render_each_quote_once(client, worker
     assert one.status_code == 202
     clips = one.json()["clips"]
     assert [c["profile"] for c in clips] == ["vertical", "square"] and len({c["id"] for c in clips}) == 2
-    body = {"source": source_url, "profiles": ["landscape", "vertical"],
-            "quotes": [{"start": 2, "end": 3, "caption": "one"}, {"start": 4, "end": 5, "caption": "two"}]}  # fmt: skip
+    body = {
+        "source": source_url,
+        "profiles": ["landscape", "vertical"],
+        "quotes": [{"start": 2, "end": 3, "caption": "one"}, {"start": 4, "end": 5, "caption": "two"}],
+    }
     batch = client.post("/batches", json=body).json()
     assert [c["profile"] for c in batch["clips"]] == ["landscape", "vertical"] * 2
     workers.burst(1)

@@ -39,8 +39,12 @@ def test_paths_on_the_server_are_never_read_for_a_request(client, source_url, tm
     private = tmp_path / "private.png"
     red_png(private)
     answers = []
-    for body in ({"watermark": {"logo": str(private)}}, {"watermark": {"logo": str(tmp_path / "nope.png")}},
-                 {"font": "/usr/share/fonts/secret.ttf"}, {"font": str(default_font_path())}):  # fmt: skip
+    for body in (
+        {"watermark": {"logo": str(private)}},
+        {"watermark": {"logo": str(tmp_path / "nope.png")}},
+        {"font": "/usr/share/fonts/secret.ttf"},
+        {"font": str(default_font_path())},
+    ):
         response = client.post("/clips", json={"source": source_url, "start": 1, "end": 2, **body})
         assert response.status_code == 422, response.text
         detail = response.json()["detail"]
@@ -55,9 +59,17 @@ def test_uploaded_logo_and_font_are_used_by_the_worker(client, source_url, tmp_p
     assert logo.json()["id"].startswith("asset:") and logo.json()["id"].endswith(".png")
     font = client.post("/assets", content=default_font_path().read_bytes())
     assert font.status_code == 201 and font.json()["id"].endswith((".ttf", ".otf"))
-    job = client.post("/clips", json={"source": source_url, "start": 1, "end": 2, "caption": "hello",
-                                      "font": font.json()["id"],
-                                      "watermark": {"logo": logo.json()["id"], "position": "top-right"}})  # fmt: skip
+    job = client.post(
+        "/clips",
+        json={
+            "source": source_url,
+            "start": 1,
+            "end": 2,
+            "caption": "hello",
+            "font": font.json()["id"],
+            "watermark": {"logo": logo.json()["id"], "position": "top-right"},
+        },
+    )
     assert job.status_code == 202, job.text
     workers.burst(1)
     status = client.get(f"/clips/{job.json()['id']}").json()
@@ -86,8 +98,15 @@ def test_uploads_are_capped(client, tmp_path) -> None:
     big = client.post("/assets", content=red_png(tmp_path / "big.png", (5000, 10)))
     assert big.status_code == 422 and "at most 4096 px a side" in big.json()["detail"]
     assert client.post("/assets", content=b"x" * (25 * 1024**2)).status_code == 413
-    unknown = client.post("/clips", json={"source": "http://127.0.0.1/x.mp4", "start": 1, "end": 2,
-                                          "watermark": {"logo": "asset:" + "0" * 64 + ".png"}})  # fmt: skip
+    unknown = client.post(
+        "/clips",
+        json={
+            "source": "http://127.0.0.1/x.mp4",
+            "start": 1,
+            "end": 2,
+            "watermark": {"logo": "asset:" + "0" * 64 + ".png"},
+        },
+    )
     assert unknown.status_code == 202  # accepted; the worker then fails it naming the missing asset
 
 
@@ -98,10 +117,12 @@ def test_operator_brand_files_by_name(queue_env, source_url, tmp_path, workers) 
     queue_env.update(QUOTECLIP_BRAND_DIR=str(brand), QUOTECLIP_ALLOW_LOCAL_SOURCES="")
     workers.env = queue_env
     client = TestClient(create_app(Settings.from_env(queue_env)))
-    ok = client.post("/clips", json={"source": source_url, "start": 1, "end": 2,
-                                     "watermark": {"logo": "brand:starzero.png"}})  # fmt: skip
-    missing = client.post("/clips", json={"source": source_url, "start": 2, "end": 3,
-                                          "watermark": {"logo": "brand:other.png"}})  # fmt: skip
+    ok = client.post(
+        "/clips", json={"source": source_url, "start": 1, "end": 2, "watermark": {"logo": "brand:starzero.png"}}
+    )
+    missing = client.post(
+        "/clips", json={"source": source_url, "start": 2, "end": 3, "watermark": {"logo": "brand:other.png"}}
+    )
     assert ok.status_code == 202
     assert missing.status_code == 422 and "no brand file named 'other.png'" in missing.json()["detail"]
     workers.burst(1)

@@ -24,15 +24,48 @@ def podcasts(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
     subprocess.run([*quiet, "-f", "lavfi", "-i", TONE, "-c:a", "libmp3lame", str(plain)], check=True)
     subprocess.run([*quiet, "-f", "lavfi", "-i", TONE, "-c:a", "aac", str(m4a)], check=True)
     subprocess.run([*quiet, "-f", "lavfi", "-i", "color=c=0xd01010:s=300x300", "-frames:v", "1", str(art)], check=True)
-    subprocess.run([*quiet, "-i", str(plain), "-i", str(art), "-map", "0:a", "-map", "1:v", "-c:a", "copy",
-                    "-c:v", "mjpeg", "-disposition:v", "attached_pic", str(with_art)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            *quiet,
+            "-i",
+            str(plain),
+            "-i",
+            str(art),
+            "-map",
+            "0:a",
+            "-map",
+            "1:v",
+            "-c:a",
+            "copy",
+            "-c:v",
+            "mjpeg",
+            "-disposition:v",
+            "attached_pic",
+            str(with_art),
+        ],
+        check=True,
+    )
     return {"plain": plain, "artwork": with_art, "m4a": m4a}
 
 
 def render(source: Path, tmp_path: Path, wrapper: str, *extra: str) -> list[dict[str, object]]:
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
-    args = ["render", str(source), "--start", "2.75", "--end", "5.75", "--caption", "a podcast quote",
-            "--watermark", "StarZero", "--profiles", "landscape,vertical", *extra, "--json"]  # fmt: skip
+    args = [
+        "render",
+        str(source),
+        "--start",
+        "2.75",
+        "--end",
+        "5.75",
+        "--caption",
+        "a podcast quote",
+        "--watermark",
+        "StarZero",
+        "--profiles",
+        "landscape,vertical",
+        *extra,
+        "--json",
+    ]
     done = run_cli(*args, env=env)
     assert done.returncode == 0, done.stderr
     clips: list[dict[str, object]] = json.loads(done.stdout)["clips"]

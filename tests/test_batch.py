@@ -65,15 +65,24 @@ def test_an_unusable_file_exits_2(episode, tmp_path, name: str, content: str | N
 
 def test_json_list_with_a_bad_item_and_captions_found_in_a_transcript(episode, tmp_path) -> None:
     transcript = tmp_path / "ep.json"
-    words = [{"text": w, "start": 1 + i * 0.4, "end": 1.35 + i * 0.4}
-             for i, w in enumerate("so this weird scheduling is to reduce the bubble".split())]  # fmt: skip
+    words = [
+        {"text": w, "start": 1 + i * 0.4, "end": 1.35 + i * 0.4}
+        for i, w in enumerate("so this weird scheduling is to reduce the bubble".split())
+    ]
     transcript.write_text(json.dumps(words))
     quotes = tmp_path / "quotes.json"
     quotes.write_text(
         json.dumps([{"caption": "this weird scheduling"}, "not a quote", {"caption": "reduce the bubble"}])
     )
-    done = run_cli("batch", episode, str(quotes), "--transcript", str(transcript), "--json",
-                   env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")})  # fmt: skip
+    done = run_cli(
+        "batch",
+        episode,
+        str(quotes),
+        "--transcript",
+        str(transcript),
+        "--json",
+        env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")},
+    )
     assert done.returncode == 1, done.stderr
     clips = json.loads(done.stdout)["clips"]
     assert "line 2: bad input: not a quote" in done.stderr and "error" in clips[1]
@@ -121,11 +130,18 @@ def test_the_readme_creator_example_a_brand_kit_in_three_shapes(episode, tmp_pat
     wrapper, log = ffmpeg_counter
     Image.new("RGBA", (200, 80), (255, 212, 0, 255)).save(tmp_path / "logo.png")
     brand = tmp_path / "brand.json"
-    brand.write_text(json.dumps({
-        "watermark": {"logo": str(tmp_path / "logo.png"), "position": "top-right", "opacity": 0.85},
-        "style": {"preset": "karaoke", "highlight": "#ffd400"}, "caption_size": 0.06,
-        "profiles": ["landscape", "vertical", "square"], "fit": "blur", "background": "#101820",
-    }))  # fmt: skip
+    brand.write_text(
+        json.dumps(
+            {
+                "watermark": {"logo": str(tmp_path / "logo.png"), "position": "top-right", "opacity": 0.85},
+                "style": {"preset": "karaoke", "highlight": "#ffd400"},
+                "caption_size": 0.06,
+                "profiles": ["landscape", "vertical", "square"],
+                "fit": "blur",
+                "background": "#101820",
+            }
+        )
+    )
     quotes = tmp_path / "quotes.csv"
     quotes.write_text('start,end,caption\n1,3,"A first quote, with a comma"\n5,7,A second quote\n')
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "week-of-clips"), "FFMPEG_BINARY": wrapper}

@@ -42,8 +42,12 @@ def served(workers, queue_env, tmp_path) -> Iterator[str]:
     """``quoteclip serve`` and ``quoteclip worker`` as real processes on loopback."""
     port = _free_port()
     env = workers.full_env()
-    api = subprocess.Popen([sys.executable, "-m", "quoteclip", "serve", "--port", str(port)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    api = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     worker = workers.start(burst=False)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -71,8 +75,15 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
     page_url = f"{served}/?source={http_source.url('ep.mp4')}&start=1&end=6&brand=StarZero"
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+        flags = [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ]
         browser = p.chromium.launch(executable_path=chromium, args=flags)
         try:
             page = browser.new_page(accept_downloads=True)
@@ -125,16 +136,34 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
     from mediacheck import frame_index, frame_means
     from playwright.sync_api import sync_playwright
 
-    (http_source.root / "lv.mp4").symlink_to(media(size="320x180", fps="30000/1001", duration=6, gop=45,
-                                                   pattern="levels"))  # fmt: skip
-    words = [{"text": "one", "start": 0.5, "end": 0.9}, {"text": "two", "start": 1.2, "end": 1.6},
-             {"text": "three", "start": 1.7, "end": 2.4}]  # fmt: skip
-    query = urllib.parse.urlencode({"source": http_source.url("lv.mp4"), "start": "1.068", "end": "2.5",
-                                    "brand": "StarZero", "words": json.dumps(words)})  # fmt: skip
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+    )
+    words = [
+        {"text": "one", "start": 0.5, "end": 0.9},
+        {"text": "two", "start": 1.2, "end": 1.6},
+        {"text": "three", "start": 1.7, "end": 2.4},
+    ]
+    query = urllib.parse.urlencode(
+        {
+            "source": http_source.url("lv.mp4"),
+            "start": "1.068",
+            "end": "2.5",
+            "brand": "StarZero",
+            "words": json.dumps(words),
+        }
+    )
     with sync_playwright() as p:
-        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
+        flags = [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--autoplay-policy=no-user-gesture-required",
+        ]
         browser = p.chromium.launch(executable_path=chromium, args=flags)
         console: list[str] = []
         try:
@@ -186,11 +215,19 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
     from playwright.sync_api import sync_playwright
 
     (http_source.root / "ep.mp4").symlink_to(media(size="640x360", duration=8, gop=60))
-    query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"),
-                                    "quotes": "1,2.5,first quote\n3,4.5,second, with a comma"})  # fmt: skip
+    query = urllib.parse.urlencode(
+        {"source": http_source.url("ep.mp4"), "quotes": "1,2.5,first quote\n3,4.5,second, with a comma"}
+    )
     with sync_playwright() as p:
-        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+        flags = [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ]
         browser = p.chromium.launch(executable_path=chromium, args=flags)
         console: list[str] = []
         try:
@@ -200,10 +237,12 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
             page.click("#go")
             page.wait_for_function(
                 "[...document.querySelectorAll('.clip .poster img')].filter(i => i.complete && i.naturalWidth)"
-                ".length === 4", timeout=120_000,
-            )  # fmt: skip
-            sizes = page.evaluate("[...document.querySelectorAll('.clip .poster img')]"
-                                  ".map(i => [i.naturalWidth, i.naturalHeight])")  # fmt: skip
+                ".length === 4",
+                timeout=120_000,
+            )
+            sizes = page.evaluate(
+                "[...document.querySelectorAll('.clip .poster img')].map(i => [i.naturalWidth, i.naturalHeight])"
+            )
             labels = [el.inner_text() for el in page.query_selector_all(".clip strong")]
             downloads = [el.get_attribute("href") for el in page.query_selector_all(".clip a.dl")]
             archive = page.get_attribute("#archive", "href")

@@ -41,8 +41,9 @@ def yellow_x(frame: np.ndarray, rows: slice) -> float | None:
 
 def test_highlighted_word_moves_at_the_word_times(media, settings) -> None:
     src = media(size="320x180", duration=4, gop=60, pattern="black")
-    out = render(settings, source=str(src), start=1.0, end=2.6, words=WORDS, fades=False,
-                 style={"preset": "bold-outline"})  # fmt: skip
+    out = render(
+        settings, source=str(src), start=1.0, end=2.6, words=WORDS, fades=False, style={"preset": "bold-outline"}
+    )
     rows = slice(400, 720)
     xs = [yellow_x(rgb_frame(out, t), rows) for t in (0.2, 0.7, 1.3)]
     assert all(x is not None for x in xs), xs
@@ -51,8 +52,15 @@ def test_highlighted_word_moves_at_the_word_times(media, settings) -> None:
 
 def test_karaoke_keeps_spoken_words_lit(media, settings) -> None:
     src = media(size="320x180", duration=4, gop=60, pattern="black")
-    out = render(settings, source=str(src), start=1.0, end=2.6, words=WORDS, fades=False,
-                 style={"preset": "karaoke", "highlight": "#FFD400"})  # fmt: skip
+    out = render(
+        settings,
+        source=str(src),
+        start=1.0,
+        end=2.6,
+        words=WORDS,
+        fades=False,
+        style={"preset": "karaoke", "highlight": "#FFD400"},
+    )
 
     def lit(t: float) -> int:
         region = rgb_frame(out, t)[400:720]
@@ -74,8 +82,16 @@ def test_long_caption_without_times_is_paged(media, settings) -> None:
 
 def test_vertical_captions_stay_in_the_safe_zone(media, settings) -> None:
     src = media(size="640x360", duration=4, gop=60, pattern="black")
-    out = render(settings, source=str(src), start=0.5, end=3, caption="Safe zone check for a phone screen",
-                 profile="vertical", fit="center", fades=False)  # fmt: skip
+    out = render(
+        settings,
+        source=str(src),
+        start=0.5,
+        end=3,
+        caption="Safe zone check for a phone screen",
+        profile="vertical",
+        fit="center",
+        fades=False,
+    )
     info = streams(out)
     assert (info["width"], info["height"]) == (720, 1280)
     frame = rgb_frame(out, 1.0)
@@ -167,11 +183,18 @@ def test_caption_track_states_follow_the_words() -> None:
     assert clean is not None and len(clean.states) == 1
 
 
-BAND_CASES = [("boxed", "Raw or PNG, the same", (1280, 720)), ("clean", "a short one", (1280, 720)),
-              ("bold-outline", "中文字幕 🔥 great ★", (1080, 1920)),
-              ("karaoke", "مرحبا بالعالم and more", (1080, 1080)),
-              ("boxed", "This weird scheduling, which I'm quite sure people are going to start replicating it, "
-               "is to reduce the bubble.", (1280, 720))]  # fmt: skip
+BAND_CASES = [
+    ("boxed", "Raw or PNG, the same", (1280, 720)),
+    ("clean", "a short one", (1280, 720)),
+    ("bold-outline", "中文字幕 🔥 great ★", (1080, 1920)),
+    ("karaoke", "مرحبا بالعالم and more", (1080, 1080)),
+    (
+        "boxed",
+        "This weird scheduling, which I'm quite sure people are going to start replicating it, "
+        "is to reduce the bubble.",
+        (1280, 720),
+    ),
+]
 
 
 @pytest.mark.parametrize(("preset", "text", "frame"), BAND_CASES)
@@ -253,14 +276,45 @@ def panning_face(tmp_path_factory, ffmpeg_bin) -> Path:
     import subprocess
 
     subprocess.run(
-        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y",
-         "-f", "lavfi", "-i", "color=c=gray:s=1280x720:r=30:d=6",
-         "-loop", "1", "-i", str(folder / "astronaut.png"), "-f", "lavfi", "-i", "sine=d=6",
-         "-filter_complex", "[0][1]overlay=x='60+150*t':y=210:shortest=1[v]", "-map", "[v]", "-map", "2:a",
-         "-c:v", "libx264", "-preset", "ultrafast", "-g", "60", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest",
-         str(out)],
+        [
+            ffmpeg_bin,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "color=c=gray:s=1280x720:r=30:d=6",
+            "-loop",
+            "1",
+            "-i",
+            str(folder / "astronaut.png"),
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=d=6",
+            "-filter_complex",
+            "[0][1]overlay=x='60+150*t':y=210:shortest=1[v]",
+            "-map",
+            "[v]",
+            "-map",
+            "2:a",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-g",
+            "60",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-shortest",
+            str(out),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return out
 
 
@@ -289,11 +343,23 @@ def test_speaker_framing_follows_the_face(panning_face, settings) -> None:
 
 
 def test_speaker_framing_without_a_face_keeps_the_centre(media, settings) -> None:
-    out = render(settings, source=str(media(size="640x360", duration=3, gop=60)), start=0.5, end=2.5,
-                 profile="vertical", fit="speaker")  # fmt: skip
+    out = render(
+        settings,
+        source=str(media(size="640x360", duration=3, gop=60)),
+        start=0.5,
+        end=2.5,
+        profile="vertical",
+        fit="speaker",
+    )
     assert (streams(out)["width"], streams(out)["height"]) == (720, 1280)
-    centre = render(settings, source=str(media(size="640x360", duration=3, gop=60)), start=0.5, end=2.5,
-                    profile="vertical", fit="center")  # fmt: skip
+    centre = render(
+        settings,
+        source=str(media(size="640x360", duration=3, gop=60)),
+        start=0.5,
+        end=2.5,
+        profile="vertical",
+        fit="center",
+    )
     for at in (0.2, 1.0, 1.8):  # no face: the window stays where the centre crop is
         assert float(np.abs(rgb_frame(out, at) - rgb_frame(centre, at)).mean()) < 2
 
@@ -327,8 +393,12 @@ def test_many_word_captions_keep_memory_bounded(media, tmp_path) -> None:
     src = str(media(size="320x180", duration=22, gop=60))
     peaks = {}
     for count in (2, 220):
-        done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, src, str(count), str(tmp_path / f"s{count}")],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_SCRIPT, src, str(count), str(tmp_path / f"s{count}")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         peaks[count] = int(done.stdout.strip().splitlines()[-1]) / 1024
     print(f"\ncaption memory: peak RSS {peaks[2]:.0f} MB with 2 words, {peaks[220]:.0f} MB with 220 words in 20 s")

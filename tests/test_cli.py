@@ -15,8 +15,19 @@ def test_render_json_then_cached_without_ffmpeg(media, tmp_path, ffmpeg_counter)
     wrapper, log = ffmpeg_counter
     src = media(size="640x360", duration=6)
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
-    args = ["render", str(src), "--start", "0:01.0", "--end", "0:03.5", "--caption", "It's 5:00 \\ done",
-            "--watermark", "StarZero", "--json"]  # fmt: skip
+    args = [
+        "render",
+        str(src),
+        "--start",
+        "0:01.0",
+        "--end",
+        "0:03.5",
+        "--caption",
+        "It's 5:00 \\ done",
+        "--watermark",
+        "StarZero",
+        "--json",
+    ]
     first = run_cli(*args, env=env)
     assert first.returncode == 0, first.stderr
     body = json.loads(first.stdout)  # exactly one JSON object and nothing else
@@ -93,9 +104,14 @@ def test_render_failure_exits_1_with_ffmpeg_tail(media, tmp_path) -> None:
     broken.chmod(0o755)
     src = media(size="320x180", duration=4, gop=60)
     done = run_cli(
-        "render", str(src), "--start", "1", "--end", "2",
+        "render",
+        str(src),
+        "--start",
+        "1",
+        "--end",
+        "2",
         env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "c"), "FFMPEG_BINARY": str(broken)},
-    )  # fmt: skip
+    )
     assert done.returncode == 1
     assert "render failed: ffmpeg exited with code 1" in done.stderr
     assert "Unknown encoder libx264 (simulated)" in done.stderr
@@ -176,13 +192,16 @@ def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
     import sys
 
     src = media(size="320x180", duration=4, gop=60)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
-           "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}  # fmt: skip
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+    }
     args = ["render", str(src), "--start", "1", "--end", "2", "--caption", "plain latin text", "--json"]
 
     def loaded() -> tuple[dict[str, object], list[str]]:
-        done = subprocess.run([sys.executable, "-c", IMPORT_PROBE, *args], capture_output=True, text=True, env=env,
-                              timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORT_PROBE, *args], capture_output=True, text=True, env=env, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout), json.loads(done.stderr.strip().splitlines()[-1])
 
@@ -233,10 +252,17 @@ def test_cold_render_probes_in_a_helper_process(media, tmp_path) -> None:
     args = ["render", str(src), "--start", "1", "--end", "2", "--caption", "plain latin text", "--json"]
 
     def render(start: str, store: str) -> tuple[dict[str, object], str]:
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
-               "QUOTECLIP_STORAGE_DIR": str(tmp_path / store)}  # fmt: skip
-        done = subprocess.run([sys.executable, "-c", LAUNCH_WATCH, f"start={start}", *args],
-                              capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")},
+            "QUOTECLIP_STORAGE_DIR": str(tmp_path / store),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCH_WATCH, f"start={start}", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout), done.stderr
 
@@ -286,8 +312,12 @@ def test_probe_helper_answers_as_the_probe_does(media, tmp_path) -> None:
 
     text = tmp_path / "notes.mp4"
     text.write_text("not a video")
-    paths = [str(media(size="320x180", duration=2, gop=30)), str(media(size="320x240", duration=2, rotation=90)),
-             str(text), str(tmp_path / "missing.mp4")]  # fmt: skip
+    paths = [
+        str(media(size="320x180", duration=2, gop=30)),
+        str(media(size="320x240", duration=2, rotation=90)),
+        str(text),
+        str(tmp_path / "missing.mp4"),
+    ]
 
     def attempt(path: str, **kw: object) -> dict[str, object]:
         try:

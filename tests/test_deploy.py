@@ -44,8 +44,12 @@ def test_the_wheel_ships_no_test_launcher(tmp_path) -> None:
     """The installed package (and so the image) holds the product only: no Redis/SeaweedFS/origin launchers."""
     import zipfile
 
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     names = zipfile.ZipFile(next(tmp_path.glob("quoteclip-*.whl"))).namelist()
     assert "quoteclip/embedded.py" in names and "sources/ranges.py" in names  # the product's own server pieces
@@ -68,8 +72,9 @@ def test_compose_file() -> None:
     assert (ROOT / "deploy" / "seaweedfs-s3.json").is_file()
     docker = shutil.which("docker")
     if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
-        done = subprocess.run([docker, "compose", "-f", str(ROOT / "compose.yaml"), "config", "-q"],
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [docker, "compose", "-f", str(ROOT / "compose.yaml"), "config", "-q"], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stderr
 
 
@@ -93,8 +98,10 @@ def test_worker_logs_json_with_the_job_id(media, queue_env, workers) -> None:
 def test_clicks_before_batches(media, queue_env, workers) -> None:
     src = str(media(size="320x180", duration=6, gop=60))
     settings = Settings.from_env(queue_env)
-    bulk = [enqueue_clip(build_spec({"source": src, "start": s, "end": s + 1}), settings, bulk=True).job_id
-            for s in (0, 1, 2)]  # fmt: skip
+    bulk = [
+        enqueue_clip(build_spec({"source": src, "start": s, "end": s + 1}), settings, bulk=True).job_id
+        for s in (0, 1, 2)
+    ]
     click = enqueue_clip(build_spec({"source": src, "start": 4, "end": 5}), settings).job_id
     workers.burst(1)
     from redis import Redis
@@ -112,8 +119,13 @@ def test_a_clicks_only_worker_leaves_batch_clips_to_the_others(media, queue_env,
     settings = Settings.from_env(queue_env)
     bulk = enqueue_clip(build_spec({"source": src, "start": 1, "end": 2}), settings, bulk=True).job_id
     click = enqueue_clip(build_spec({"source": src, "start": 3, "end": 4}), settings).job_id
-    done = subprocess.run([sys.executable, "-m", "quoteclip", "worker", "--burst", "--clicks-only"],
-                          env=workers.full_env(), capture_output=True, text=True, timeout=180)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "quoteclip", "worker", "--burst", "--clicks-only"],
+        env=workers.full_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert job_status(click, settings)["status"] == "finished"
     assert job_status(bulk, settings)["status"] == "queued"
@@ -147,8 +159,9 @@ def test_batch_renders_yield_the_cores_to_clicks(media, queue_env, workers, ffmp
 def _rendering(media, queue_env, workers, end: float):  # type: ignore[no-untyped-def]
     """A long render under way in a real worker: (settings, job id, worker process)."""
     settings = Settings.from_env(queue_env)
-    spec = build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": end,
-                       "fit": "blur"})  # fmt: skip
+    spec = build_spec(
+        {"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": end, "fit": "blur"}
+    )
     job_id = enqueue_clip(spec, settings).job_id
     worker = workers.start(burst=False)
     wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
@@ -174,8 +187,7 @@ def test_sigterm_grace_limit_stops_a_long_render(media, queue_env, workers) -> N
     assert time.monotonic() - began < 15  # stopped at the grace limit, not after the whole render
     status = job_status(job_id, settings)
     assert status["status"] in {"queued", "scheduled", "failed"}  # retried later, never "started" forever
-    leftovers = subprocess.run(["pgrep", "-f", "ffmpeg-linux.*" + str(Path(queue_env["TMPDIR"]))],
-                               capture_output=True)  # fmt: skip
+    leftovers = subprocess.run(["pgrep", "-f", "ffmpeg-linux.*" + str(Path(queue_env["TMPDIR"]))], capture_output=True)
     assert leftovers.returncode == 1  # ffmpeg died with its work-horse
     assert not list(Path(queue_env["TMPDIR"]).glob("quoteclip-*"))  # and its temp folder was swept
 
@@ -208,8 +220,10 @@ def test_a_work_horse_renders_without_importing_a_module(media, http_source, tmp
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=60))
     done = subprocess.run(
         [sys.executable, "-c", HORSE, http_source.url("ep.mp4"), str(tmp_path / "clips"), str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip(), done.stderr  # the horse printed its answer
     horse = json.loads(done.stdout.strip().splitlines()[-1])
@@ -219,8 +233,13 @@ def test_a_work_horse_renders_without_importing_a_module(media, http_source, tmp
 def test_a_worker_loads_the_store_client_before_its_work_horses_fork(queue_env) -> None:
     """With an S3 store, the worker imports boto3 and loads its S3 model once, before any job: each work-horse,
     forked from it, starts with them instead of spending its click's time on them."""
-    env = {**queue_env, "QUOTECLIP_S3_BUCKET": "clips", "QUOTECLIP_S3_ENDPOINT": "http://127.0.0.1:9",
-           "AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret"}  # fmt: skip
+    env = {
+        **queue_env,
+        "QUOTECLIP_S3_BUCKET": "clips",
+        "QUOTECLIP_S3_ENDPOINT": "http://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+    }
     code = (
         "import sys; from quoteclip.settings import Settings; from jobs.worker import preload; "
         "assert 'boto3' not in sys.modules; preload(Settings.from_env()); import boto3; "

@@ -98,8 +98,10 @@ def test_instant_preview_falls_back_to_encoded_with_a_reason(media, settings, ff
 
     levels = media(size="160x90", duration=4, gop=30, pattern="levels")
     src = tmp_path / "mpeg4.mp4"
-    subprocess.run([ffmpeg_bin, "-loglevel", "error", "-i", str(levels), "-c:v", "mpeg4", "-q:v", "2", "-c:a", "copy",
-                    str(src)], check=True)  # fmt: skip
+    subprocess.run(
+        [ffmpeg_bin, "-loglevel", "error", "-i", str(levels), "-c:v", "mpeg4", "-q:v", "2", "-c:a", "copy", str(src)],
+        check=True,
+    )
     result = clip(settings, source=str(src), start=1.0, end=2.0, quality="instant")
     assert result.preview is not None and result.preview["mode"] == "encoded"
     assert "'mpeg4'" in result.preview["reason"]
@@ -132,8 +134,9 @@ def test_a_nudged_preview_of_a_remote_source_reuses_the_fetched_bytes(media, set
 
 
 def test_post_previews_answers_the_link_captions_and_frames(media, http_source, queue_env) -> None:
-    (http_source.root / "lv.mp4").symlink_to(media(size="160x90", fps="30000/1001", duration=4, gop=45,
-                                                   pattern="levels"))  # fmt: skip
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="160x90", fps="30000/1001", duration=4, gop=45, pattern="levels")
+    )
     client = TestClient(create_app(Settings.from_env(queue_env)), follow_redirects=False)
     body = {"source": http_source.url("lv.mp4"), "start": 0.067, "end": 1.068, "caption": "one two three four"}
     answer = client.post("/previews", json=body)

@@ -85,8 +85,9 @@ class Switch:
 
 
 def long_spec(media) -> object:  # type: ignore[no-untyped-def]
-    return build_spec({"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 14,
-                       "fit": "blur"})  # fmt: skip
+    return build_spec(
+        {"source": str(media(size="1280x720", duration=20, gop=300)), "start": 1, "end": 14, "fit": "blur"}
+    )
 
 
 def ffmpegs(horse: psutil.Process) -> list[psutil.Process]:
@@ -157,8 +158,11 @@ def test_storage_down_during_upload_then_back(media, queue_env, s3, workers, tmp
         try:
             wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render")
             switch.down()  # the store goes away while the clip renders: the upload fails
-            wait_for(lambda: job_status(job_id, settings)["status"] in ("scheduled", "queued", "failed"), 120,
-                       "the upload to fail")  # fmt: skip
+            wait_for(
+                lambda: job_status(job_id, settings)["status"] in ("scheduled", "queued", "failed"),
+                120,
+                "the upload to fail",
+            )
             assert job_status(job_id, settings)["status"] != "failed"  # transient: retried, not failed
             switch.up = True
             wait_for(lambda: job_status(job_id, settings)["status"] == "finished", 120, "the retry to finish")
@@ -186,9 +190,25 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
     folder.mkdir()
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder),
-                                 "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.Popen(
+            [
+                binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dir",
+                str(folder),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     redis_proc = start()
     url = f"redis://127.0.0.1:{port}/0"
@@ -200,8 +220,10 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
     workers.env = queue_env
     settings = Settings.from_env(queue_env)
     src = str(media(size="640x360", duration=12, gop=60))
-    ids = [enqueue_clip(build_spec({"source": src, "start": s, "end": s + 1.5}), settings, bulk=True).job_id
-           for s in range(8)]  # fmt: skip
+    ids = [
+        enqueue_clip(build_spec({"source": src, "start": s, "end": s + 1.5}), settings, bulk=True).job_id
+        for s in range(8)
+    ]
     proc = workers.start(burst=False)
     try:
         wait_for(lambda: sum(job_status(i, settings)["status"] == "finished" for i in ids) >= 1, 60, "a clip")
@@ -244,9 +266,23 @@ def test_job_events_subscribe_again_after_a_redis_restart(tmp_path, monkeypatch)
     url = f"redis://127.0.0.1:{port}/0"
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp_path),
-                                 "--save", "", "--appendonly", "no"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.Popen(
+            [
+                binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dir",
+                str(tmp_path),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     procs = [start()]
     wait_for(lambda: _ping(redis, url), 10, "redis")
@@ -319,8 +355,10 @@ def test_full_disk_fails_cleanly(media, tmp_path) -> None:
     small, store = tmp_path / "small-tmp", tmp_path / "clips"
     small.mkdir()
     src = media(size="640x360", duration=6, gop=60)
-    script = (f'mount -t tmpfs -o size=200k tmpfs "{small}" && TMPDIR="{small}" exec "{sys.executable}" -m quoteclip '
-              f'render "{src}" --start 0 --end 5 --caption "a full disk" && echo')  # fmt: skip
+    script = (
+        f'mount -t tmpfs -o size=200k tmpfs "{small}" && TMPDIR="{small}" exec "{sys.executable}" -m quoteclip '
+        f'render "{src}" --start 0 --end 5 --caption "a full disk" && echo'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}
     env.update(QUOTECLIP_STORAGE_DIR=str(store), XDG_CACHE_HOME=str(tmp_path / "cache"))
     done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
@@ -390,8 +428,12 @@ def test_burst_of_requests_while_workers_render(media, queue_env, workers, ffmpe
     _, log = ffmpeg_counter
     assert len(log.read_text().splitlines()) == 20  # exactly one render per distinct clip
     conn = redis.Redis.from_url(redis_url)
-    persistent = [k for k in conn.scan_iter("*") if conn.ttl(k) == -1 and not k.startswith((b"rq:queues", b"rq:queue:",
-                  b"quoteclip:metrics", b"rq:workers", b"rq:worker"))]  # fmt: skip
+    persistent = [
+        k
+        for k in conn.scan_iter("*")
+        if conn.ttl(k) == -1
+        and not k.startswith((b"rq:queues", b"rq:queue:", b"quoteclip:metrics", b"rq:workers", b"rq:worker"))
+    ]
     assert not [k for k in persistent if k.startswith((b"rq:job:", b"rq:results:", b"quoteclip:callbacks"))]
     assert all("Traceback" not in line for line in logs)
 

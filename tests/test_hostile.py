@@ -20,8 +20,24 @@ JSONISH = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=10,
 )
-FIELDS = ["source", "start", "end", "caption", "font", "caption_size", "words", "style", "watermark", "profile",
-          "fit", "quality", "pad_before", "pad_after", "fades", "encoder_preset"]  # fmt: skip
+FIELDS = [
+    "source",
+    "start",
+    "end",
+    "caption",
+    "font",
+    "caption_size",
+    "words",
+    "style",
+    "watermark",
+    "profile",
+    "fit",
+    "quality",
+    "pad_before",
+    "pad_after",
+    "fades",
+    "encoder_preset",
+]
 
 
 def _check(data: object) -> None:
@@ -41,8 +57,10 @@ def test_any_field_values_are_refused_cleanly_or_valid(data: dict[str, object]) 
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.floats(), st.integers(min_value=-(10**30), max_value=10**30), st.text(max_size=30)),
-       st.one_of(st.floats(), st.integers(min_value=-(10**30), max_value=10**30), st.text(max_size=30)))  # fmt: skip
+@given(
+    st.one_of(st.floats(), st.integers(min_value=-(10**30), max_value=10**30), st.text(max_size=30)),
+    st.one_of(st.floats(), st.integers(min_value=-(10**30), max_value=10**30), st.text(max_size=30)),
+)
 def test_times_of_every_kind(start: object, end: object) -> None:
     _check({"source": "clip.mp4", "start": start, "end": end})
 
@@ -105,8 +123,11 @@ def test_markup_in_captions_renders_literally(media, settings) -> None:
 
     nasty = r"';:\,[]{}%{pts} {\pos(1,1)}\N{\b1} [in]drawtext=text=x[out]; movie=/etc/passwd"
     src = media(size="320x180", duration=3, gop=60)
-    result = produce_clip(build_spec({"source": str(src), "start": 0.5, "end": 2, "caption": nasty}), settings,
-                          LocalStorage(settings.storage_dir))  # fmt: skip
+    result = produce_clip(
+        build_spec({"source": str(src), "start": 0.5, "end": 2, "caption": nasty}),
+        settings,
+        LocalStorage(settings.storage_dir),
+    )
     srt = Path(str(result.path)).with_suffix(".srt").read_text()
     assert r"{\pos(1,1)}\N{\b1}" in srt and "movie=/etc/passwd" in srt  # kept as text
 

@@ -12,10 +12,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage", "api")
 
-FACES = {"quoteclip.cli", "quoteclip.options", "quoteclip.batch", "quoteclip.demo", "quoteclip.up",
-         "quoteclip.__main__", "quoteclip.launch", "worker"}  # fmt: skip
-PIPELINE = {"jobs.pipeline", "jobs.lookup", "jobs.manifest", "jobs.results", "jobs.stages", "jobs.tempdirs",
-            "jobs.keys", "jobs.assets"}  # fmt: skip
+FACES = {
+    "quoteclip.cli",
+    "quoteclip.options",
+    "quoteclip.batch",
+    "quoteclip.demo",
+    "quoteclip.up",
+    "quoteclip.__main__",
+    "quoteclip.launch",
+    "worker",
+}
+PIPELINE = {
+    "jobs.pipeline",
+    "jobs.lookup",
+    "jobs.manifest",
+    "jobs.results",
+    "jobs.stages",
+    "jobs.tempdirs",
+    "jobs.keys",
+    "jobs.assets",
+}
 COMPONENTS = ("sources", "renderer", "watermarks", "storage")
 LAYER_NAMES = {5: "faces", 4: "jobs", 3: "the pipeline", 2: "components", 1: "the shared core"}
 

@@ -18,22 +18,70 @@ def test_landscape_with_overlays_exact_argv() -> None:
     argv = build_command(spec, INFO, "/src/in.mp4", [Overlay("/t/caption.png", 66, 504)], "/t/clip.mp4", "ffmpeg")
     assert argv == [
         "ffmpeg",
-        "-format_whitelist", FORMATS, "-protocol_whitelist", "file", "-ss", "1133.9995", "-t", "7.000",
-        "-threads", "1", "-i", "/src/in.mp4",
-        "-format_whitelist", STILL_FORMATS, "-protocol_whitelist", "file", "-i", "/t/caption.png",
+        "-format_whitelist",
+        FORMATS,
+        "-protocol_whitelist",
+        "file",
+        "-ss",
+        "1133.9995",
+        "-t",
+        "7.000",
+        "-threads",
+        "1",
+        "-i",
+        "/src/in.mp4",
+        "-format_whitelist",
+        STILL_FORMATS,
+        "-protocol_whitelist",
+        "file",
+        "-i",
+        "/t/caption.png",
         "-filter_complex",
         "[0:v]scale=1280:720:flags=bicubic:force_divisible_by=2:force_original_aspect_ratio=decrease[s0];"
         "[s0]pad=1280:720:(ow-iw)/2:(oh-ih)/2[s1];[s1]setsar=1[s2];"
         "[s2][1]overlay=eof_action=repeat:x=66:y=504[s3];"
         "[s3]format=yuv420p[s4];"
         "[0:a]afade=d=0.15:st=0:t=in[s5];[s5]afade=d=0.15:st=6.85:t=out[s6]",
-        "-map", "[s4]", "-map", "[s6]",
-        "-f", "mp4", "-b:a", "128k", "-acodec", "aac", "-ar", "48000", "-crf", "23", "-fps_mode", "cfr",
-        "-map_metadata", "-1", "-movflags", "+faststart", "-preset", "veryfast", "-r", "30", "-t", "7.000",
-        "-vcodec", "libx264", "-vframes", "210",
+        "-map",
+        "[s4]",
+        "-map",
+        "[s6]",
+        "-f",
+        "mp4",
+        "-b:a",
+        "128k",
+        "-acodec",
+        "aac",
+        "-ar",
+        "48000",
+        "-crf",
+        "23",
+        "-fps_mode",
+        "cfr",
+        "-map_metadata",
+        "-1",
+        "-movflags",
+        "+faststart",
+        "-preset",
+        "veryfast",
+        "-r",
+        "30",
+        "-t",
+        "7.000",
+        "-vcodec",
+        "libx264",
+        "-vframes",
+        "210",
         "/t/clip.mp4",
-        "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1", "-y",
-    ]  # fmt: skip
+        "-hide_banner",
+        "-nostdin",
+        "-nostats",
+        "-loglevel",
+        "error",
+        "-progress",
+        "pipe:1",
+        "-y",
+    ]
 
 
 def test_picture_fades_only_when_asked() -> None:
@@ -61,8 +109,9 @@ def test_final_renders_of_sources_up_to_1080p_decode_in_one_thread() -> None:
         before_source = argv[: argv.index("in.mp4")]
         return before_source[before_source.index("-threads") + 1] if "-threads" in before_source else None
 
-    uhd = MediaInfo(duration=60, width=3840, height=2160, rotation=0, fps=30, frame_rate="30", video_codec="h264",
-                    has_audio=True)  # fmt: skip
+    uhd = MediaInfo(
+        duration=60, width=3840, height=2160, rotation=0, fps=30, frame_rate="30", video_codec="h264", has_audio=True
+    )
     assert decoder_threads(INFO) == "1"
     assert decoder_threads(INFO, quality="preview") is None  # the decoder is a preview's slower stage
     assert decoder_threads(uhd) is None  # and a 4K source's
@@ -73,10 +122,24 @@ def test_remote_source_allows_network_protocols_only() -> None:
     argv = build_command(spec, INFO, "https://cdn.example/ep.mp4", [], "/t/o.mp4")
     i = argv.index("https://cdn.example/ep.mp4")
     assert argv[1:i] == [
-        "-format_whitelist", FORMATS, "-initial_request_size", "65536", "-multiple_requests", "1",
-        "-protocol_whitelist", "http,https,tcp,tls", "-request_size", "262144",
-        "-ss", "0.9995", "-t", "1.000", "-threads", "1", "-i",
-    ]  # fmt: skip
+        "-format_whitelist",
+        FORMATS,
+        "-initial_request_size",
+        "65536",
+        "-multiple_requests",
+        "1",
+        "-protocol_whitelist",
+        "http,https,tcp,tls",
+        "-request_size",
+        "262144",
+        "-ss",
+        "0.9995",
+        "-t",
+        "1.000",
+        "-threads",
+        "1",
+        "-i",
+    ]
     assert "hls" not in FORMATS and "concat" not in FORMATS
 
 
@@ -130,9 +193,16 @@ def test_preview_padding_and_caption_sequence() -> None:
     assert argv[i - 5 : i] == ["-ss", "8.9995", "-t", "3.500", "-i"]  # the pads widen the cut
     j = argv.index("/t/captions.ffconcat")
     assert argv[j - 9 : j] == [
-        "-f", "concat", "-format_whitelist", SEQUENCE_FORMATS, "-protocol_whitelist", "file",
-        "-safe", "1", "-i",
-    ]  # fmt: skip
+        "-f",
+        "concat",
+        "-format_whitelist",
+        SEQUENCE_FORMATS,
+        "-protocol_whitelist",
+        "file",
+        "-safe",
+        "1",
+        "-i",
+    ]
     graph = argv[argv.index("-filter_complex") + 1]
     assert "scale=640:360" in graph
     assert argv[argv.index("-preset") + 1] == "ultrafast" and argv[argv.index("-crf") + 1] == "28"

@@ -25,8 +25,23 @@ def levels(media) -> Path:  # type: ignore[no-untyped-def]
 def test_three_profiles_from_one_ffmpeg_run_each_cut_exactly(levels, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
-    args = ["render", str(levels), "--start", "2.5", "--end", "4.5", "--caption", "three shapes", "--watermark",
-            "StarZero", "--fit", "center", "--profiles", "landscape,vertical,square", "--json"]  # fmt: skip
+    args = [
+        "render",
+        str(levels),
+        "--start",
+        "2.5",
+        "--end",
+        "4.5",
+        "--caption",
+        "three shapes",
+        "--watermark",
+        "StarZero",
+        "--fit",
+        "center",
+        "--profiles",
+        "landscape,vertical,square",
+        "--json",
+    ]
     done = run_cli(*args, env=env)
     assert done.returncode == 0, done.stderr
     clips = json.loads(done.stdout)["clips"]

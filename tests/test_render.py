@@ -73,17 +73,36 @@ def test_encoder_preset_is_what_x264_ran_with_and_a_clip_of_its_own(media, setti
     assert named.cached and named.key == default.key  # the product's preset named: the same clip
 
 
-def test_one_decoder_thread_writes_the_same_clip(ffmpeg_bin, settings, monkeypatch, tmp_path,
-                                                 one_encoder_thread) -> None:  # fmt: skip
+def test_one_decoder_thread_writes_the_same_clip(
+    ffmpeg_bin, settings, monkeypatch, tmp_path, one_encoder_thread
+) -> None:
     """A final render decodes sources up to 1080p in one thread (renderer/plan.py) to spend less CPU: the clip's
     bytes are the ones ffmpeg's automatic decoder threads give (a source with B-frames and deblocking, as
     published video has them)."""
     source = tmp_path / "published.mp4"
     subprocess.run(
-        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30:d=6",
-         "-c:v", "libx264", "-preset", "veryfast", "-g", "60", "-bf", "3", "-an", str(source)],
+        [
+            ffmpeg_bin,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=640x360:rate=30:d=6",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-g",
+            "60",
+            "-bf",
+            "3",
+            "-an",
+            str(source),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     quote = {"source": str(source), "start": 2.2, "end": 4.5, "caption": "Hi"}
     one = produce_clip(build_spec(quote), settings, LocalStorage(settings.storage_dir))
     monkeypatch.setattr("renderer.plan.SINGLE_THREAD_DECODE_PIXELS", 0)
@@ -182,8 +201,9 @@ def _clip_with(spec: ClipSpec, src: Path, overlays: list[Overlay], ffmpeg_bin: s
 
     folder.mkdir(exist_ok=True)
     out, poster = folder / "clip.mp4", folder / "poster.jpg"
-    argv = build_command(spec, probe(str(src), first_frame=False), str(src), overlays, str(out), ffmpeg_bin,
-                         poster=(str(poster), 0.5))  # fmt: skip
+    argv = build_command(
+        spec, probe(str(src), first_frame=False), str(src), overlays, str(out), ffmpeg_bin, poster=(str(poster), 0.5)
+    )
     subprocess.run(argv, check=True, capture_output=True)
     return decoded_digest(out), poster.read_bytes()
 
@@ -192,8 +212,9 @@ WORDS = [("Raw", 1.0, 1.4), ("or", 1.4, 1.6), ("PNG,", 1.6, 2.0), ("the", 2.0, 2
 
 
 @pytest.mark.parametrize(("words", "state_bytes"), [(None, None), (WORDS, None), (WORDS, 0)])
-def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_path, monkeypatch, words,
-                                                        state_bytes, one_encoder_thread) -> None:  # fmt: skip
+def test_overlays_as_pam_images_make_the_clip_pngs_make(
+    media, ffmpeg_bin, tmp_path, monkeypatch, words, state_bytes, one_encoder_thread
+) -> None:
     """Captions (a still, or timed states) and the watermark go to ffmpeg as PAM images, raw RGBA behind a
     header (nothing compressed or inflated): the clip's frames and samples, and its poster, are byte for byte the
     ones the same images drawn again as PNGs give. States past ``STATE_BYTES`` in all are written as PNGs."""
@@ -205,10 +226,21 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
     if state_bytes is not None:
         monkeypatch.setattr("renderer.captions.STATE_BYTES", state_bytes)
     src = media(size="640x360", duration=4, gop=60)
-    fields = {"caption": "Raw or PNG, the same"} if words is None else {
-        "words": [{"text": w, "start": a, "end": b} for w, a, b in words]}  # fmt: skip
-    spec = build_spec({"source": str(src), "start": 1, "end": 2.5, **fields, "watermark": {"text": "StarZero"},
-                       "style": {"color": "#FF4000", "box": "#0020C0", "highlight": "#10E040"}})  # fmt: skip
+    fields = (
+        {"caption": "Raw or PNG, the same"}
+        if words is None
+        else {"words": [{"text": w, "start": a, "end": b} for w, a, b in words]}
+    )
+    spec = build_spec(
+        {
+            "source": str(src),
+            "start": 1,
+            "end": 2.5,
+            **fields,
+            "watermark": {"text": "StarZero"},
+            "style": {"color": "#FF4000", "box": "#0020C0", "highlight": "#10E040"},
+        }
+    )
     cut = (spec.cut_start, spec.duration)
     ours, _ = make_overlays(spec, tmp_path, cut)
     assert (ours[0].sequence, Path(ours[0].path).suffix) == ((True, ".ffconcat") if words else (False, ".pam"))
@@ -223,7 +255,8 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
         drawn["caption"] = track.image(track.states[0])
     state_ext = ".png" if state_bytes == 0 else ".pam"
     assert {p.name for p in tmp_path.glob("*.p[an][mg]")} == {
-        k + (state_ext if k.startswith("c-") else ".pam") for k in drawn}  # fmt: skip
+        k + (state_ext if k.startswith("c-") else ".pam") for k in drawn
+    }
     folder = tmp_path / "png"
     folder.mkdir()
     for stem, image in drawn.items():
@@ -232,14 +265,17 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(media, ffmpeg_bin, tmp_p
     if words:
         listed = folder / "captions.ffconcat"
         listed.write_text(Path(ours[0].path).read_text().replace(state_ext + "'", ".png'"))
-    pngs = [Overlay(str(listed), ours[0].x, ours[0].y, sequence=ours[0].sequence),
-            Overlay(str(folder / "watermark.png"), ours[1].x, ours[1].y)]  # fmt: skip
+    pngs = [
+        Overlay(str(listed), ours[0].x, ours[0].y, sequence=ours[0].sequence),
+        Overlay(str(folder / "watermark.png"), ours[1].x, ours[1].y),
+    ]
     assert _clip_with(spec, src, ours, ffmpeg_bin, tmp_path / "ours") == _clip_with(spec, src, pngs, ffmpeg_bin, folder)
 
 
 @pytest.mark.parametrize(("words", "profile"), [(None, "landscape"), (WORDS, "landscape"), (WORDS, "vertical")])
-def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bin, tmp_path, words, profile,
-                                                                one_encoder_thread) -> None:  # fmt: skip
+def test_caption_band_makes_the_clip_a_full_width_caption_makes(
+    media, ffmpeg_bin, tmp_path, words, profile, one_encoder_thread
+) -> None:
     """The caption images cover only the columns the pages reach (ffmpeg blends every pixel of an overlay into
     every frame): the clip's frames and samples, and its poster, are the ones full-width caption images give,
     byte for byte (decoded: ``decoded_digest``)."""
@@ -247,10 +283,21 @@ def test_caption_band_makes_the_clip_a_full_width_caption_makes(media, ffmpeg_bi
     from renderer.render import make_overlays
 
     src = media(size="640x360", duration=4, gop=60)
-    fields = {"caption": "Raw or PNG, the same"} if words is None else {
-        "words": [{"text": w, "start": a, "end": b} for w, a, b in words]}  # fmt: skip
-    spec = build_spec({"source": str(src), "start": 1, "end": 2.5, **fields, "profile": profile,
-                       "style": {"color": "#FF4000", "box": "#0020C0", "highlight": "#10E040"}})  # fmt: skip
+    fields = (
+        {"caption": "Raw or PNG, the same"}
+        if words is None
+        else {"words": [{"text": w, "start": a, "end": b} for w, a, b in words]}
+    )
+    spec = build_spec(
+        {
+            "source": str(src),
+            "start": 1,
+            "end": 2.5,
+            **fields,
+            "profile": profile,
+            "style": {"color": "#FF4000", "box": "#0020C0", "highlight": "#10E040"},
+        }
+    )
     cut = (spec.cut_start, spec.duration)
     band, track = make_overlays(spec, tmp_path, cut)
     assert track is not None and 0 < band[0].x and track.canvas[0] < 0.8 * spec.size[0]
@@ -270,9 +317,14 @@ def test_logo_watermark_and_user_font(media, settings, tmp_path) -> None:
     Image.new("RGBA", (200, 100), (255, 0, 0, 255)).save(logo)
     src = media(size="320x180", duration=4, gop=60)
     out = render(
-        settings, source=str(src), start=1, end=2, font=str(default_font_path()),
-        caption="hi", watermark={"logo": str(logo), "position": "bottom-left", "opacity": 1.0, "size": 0.1},
-    )  # fmt: skip
+        settings,
+        source=str(src),
+        start=1,
+        end=2,
+        font=str(default_font_path()),
+        caption="hi",
+        watermark={"logo": str(logo), "position": "bottom-left", "opacity": 1.0, "size": 0.1},
+    )
     frame = rgb_frame(out, 0.5)
     # 0.1 × 720 = 72 px high, margin 0.03 × 720 = 22 px from the bottom-left corner: solid red.
     patch = frame[720 - 22 - 60 : 720 - 22 - 12, 22 + 10 : 22 + 130]
@@ -308,15 +360,32 @@ def test_an_ffmpeg_run_over_its_time_limit_is_stopped(ffmpeg_bin, tmp_path) -> N
     """The timer stops a run that takes too long (RenderFailed names the limit); a quick run returns at once."""
     from renderer.ffmpeg import run_ffmpeg
 
-    argv = [ffmpeg_bin, "-nostdin", "-loglevel", "error", "-re", "-f", "lavfi", "-i", "testsrc2=size=64x36:rate=5",
-            "-f", "null", "-"]  # fmt: skip
+    argv = [
+        ffmpeg_bin,
+        "-nostdin",
+        "-loglevel",
+        "error",
+        "-re",
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=64x36:rate=5",
+        "-f",
+        "null",
+        "-",
+    ]
     began = time.monotonic()
     with pytest.raises(RenderFailed, match="took longer than 1 s"):
         run_ffmpeg(argv, timeout=1.0)
     assert time.monotonic() - began < 5
     done = time.monotonic()
-    assert run_ffmpeg([ffmpeg_bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=d=0.2",
-                       "-f", "null", "-"], timeout=30) is not None  # fmt: skip
+    assert (
+        run_ffmpeg(
+            [ffmpeg_bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=d=0.2", "-f", "null", "-"],
+            timeout=30,
+        )
+        is not None
+    )
     assert time.monotonic() - done < 5  # a quick run is not held back by the timer
 
 

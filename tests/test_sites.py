@@ -29,34 +29,92 @@ def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
     """A 10-minute episode (flash + beep on every second; keyframes every 10 s) as a site serves it: separate
     video-only and audio-only files (YouTube's adaptive formats), a muxed file and HLS segments of it."""
     folder = tmp_path_factory.mktemp("site")
-    files = {"video": folder / "ep-video.mp4", "audio": folder / "ep-audio.m4a", "muxed": folder / "ep.mp4",
-             "hls": folder / "hls" / "index.m3u8", "dash": folder / "dash" / "manifest.mpd"}  # fmt: skip
+    files = {
+        "video": folder / "ep-video.mp4",
+        "audio": folder / "ep-audio.m4a",
+        "muxed": folder / "ep.mp4",
+        "hls": folder / "hls" / "index.m3u8",
+        "dash": folder / "dash" / "manifest.mpd",
+    }
     quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
     # noise makes the picture cost what real video does (about 1.3 Mbit/s, as 720p): "a few % of the bytes" means
     # something
     base = folder / "base.mp4"
     picture = "color=c=black:s=320x180:r=30:d=20,drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)',noise=alls=20:allf=t"
-    encode = ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-crf", "30", "-g", "300",
-              "-keyint_min", "300", "-sc_threshold", "0"]  # fmt: skip
+    encode = [
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+        "-crf",
+        "30",
+        "-g",
+        "300",
+        "-keyint_min",
+        "300",
+        "-sc_threshold",
+        "0",
+    ]
     subprocess.run([*quiet, "-f", "lavfi", "-i", picture, *encode, str(base)], check=True)
     # the picture by looping (stream copy: quick); the beep made whole, since looped AAC drifts a frame per loop
-    subprocess.run([*quiet, "-stream_loop", str(EPISODE_SECONDS // 20 - 1), "-i", str(base), "-c", "copy",
-                    str(files["video"])], check=True)  # fmt: skip
+    subprocess.run(
+        [*quiet, "-stream_loop", str(EPISODE_SECONDS // 20 - 1), "-i", str(base), "-c", "copy", str(files["video"])],
+        check=True,
+    )
     beep = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={EPISODE_SECONDS}"
     subprocess.run([*quiet, "-f", "lavfi", "-i", beep, "-c:a", "aac", str(files["audio"])], check=True)
-    subprocess.run([*quiet, "-i", str(files["video"]), "-i", str(files["audio"]), "-c", "copy",
-                    str(files["muxed"])], check=True)  # fmt: skip
+    subprocess.run(
+        [*quiet, "-i", str(files["video"]), "-i", str(files["audio"]), "-c", "copy", str(files["muxed"])], check=True
+    )
     # the same episode as HLS VOD, as ffmpeg's own muxer cuts it: 10 s MPEG-TS segments on the keyframes (their
     # timestamps start at 1.4 s, not 0)
     files["hls"].parent.mkdir()
-    subprocess.run([*quiet, "-i", str(files["muxed"]), "-c", "copy", "-f", "hls", "-hls_time", "10",
-                    "-hls_playlist_type", "vod", "-hls_segment_filename", str(files["hls"].parent / "seg%03d.ts"),
-                    str(files["hls"])], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            *quiet,
+            "-i",
+            str(files["muxed"]),
+            "-c",
+            "copy",
+            "-f",
+            "hls",
+            "-hls_time",
+            "10",
+            "-hls_playlist_type",
+            "vod",
+            "-hls_segment_filename",
+            str(files["hls"].parent / "seg%03d.ts"),
+            str(files["hls"]),
+        ],
+        check=True,
+    )
     # and as DASH: a manifest naming fMP4 fragments (SegmentTemplate), video and audio apart
     files["dash"].parent.mkdir()
-    subprocess.run([*quiet, "-i", str(files["muxed"]), "-map", "0:v", "-map", "0:a", "-c", "copy", "-f", "dash",
-                    "-seg_duration", "10", "-use_template", "1", "-use_timeline", "0", str(files["dash"])],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [
+            *quiet,
+            "-i",
+            str(files["muxed"]),
+            "-map",
+            "0:v",
+            "-map",
+            "0:a",
+            "-c",
+            "copy",
+            "-f",
+            "dash",
+            "-seg_duration",
+            "10",
+            "-use_template",
+            "1",
+            "-use_timeline",
+            "0",
+            str(files["dash"]),
+        ],
+        check=True,
+    )
     return files
 
 
@@ -157,8 +215,11 @@ def test_media_behind_a_cookie_gets_the_operators_cookies(site, settings, tmp_pa
 
 
 def test_cli_renders_share_one_extraction_on_disk(site, tmp_path) -> None:
-    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "QUOTECLIP_CACHE_DIR": str(tmp_path / "cache"),
-           "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32"}  # fmt: skip
+    env = {
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+        "QUOTECLIP_CACHE_DIR": str(tmp_path / "cache"),
+        "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
+    }
     for start in ("60.9", "64.9"):
         done = run_cli("render", site.url("ep1"), "--start", start, "--end", str(float(start) + 3), "--json", env=env)
         assert done.returncode == 0, done.stderr
@@ -190,10 +251,20 @@ def test_an_hls_only_source_fetches_only_the_cuts_segments_and_cuts_exactly(site
     timestamp is the episode's time 0) and ffmpeg cuts a local file of them at the right place."""
     folder = episode_files["hls"].parent
     site.episodes["hls1"] = Episode(
-        "HLS only", EPISODE_SECONDS,
-        [SiteFormat("hls-180", episode_files["hls"], vcodec="avc1.64001f", acodec="mp4a.40.2", width=320, height=180,
-                    hls=True)],
-    )  # fmt: skip
+        "HLS only",
+        EPISODE_SECONDS,
+        [
+            SiteFormat(
+                "hls-180",
+                episode_files["hls"],
+                vcodec="avc1.64001f",
+                acodec="mp4a.40.2",
+                width=320,
+                height=180,
+                hls=True,
+            )
+        ],
+    )
     total = sum(f.stat().st_size for f in folder.glob("seg*.ts"))
     one, _ = clip(settings, site.url("hls1"), 300.9, 307.9)
     assert_exact(Path(one.path), 0.1)
@@ -210,8 +281,9 @@ def test_a_dash_only_source_fetches_only_the_cuts_fragments_and_cuts_exactly(sit
     """DASH (the manifest read by yt-dlp's MPD parser): the init sections and only the fragments the cut needs (and
     the first, the episode's time 0), separate video and audio, cut exactly and in sync."""
     folder = episode_files["dash"].parent
-    site.episodes["dash1"] = Episode("DASH only", EPISODE_SECONDS, [SiteFormat("dash", episode_files["dash"],
-                                                                             dash=True)])  # fmt: skip
+    site.episodes["dash1"] = Episode(
+        "DASH only", EPISODE_SECONDS, [SiteFormat("dash", episode_files["dash"], dash=True)]
+    )
     total = sum(f.stat().st_size for f in folder.glob("chunk-*.m4s"))
     one, _ = clip(settings, site.url("dash1"), 300.9, 307.9)
     assert_exact(Path(one.path), 0.1)
@@ -336,8 +408,10 @@ def test_requests_to_one_origin_keep_to_the_configured_rate_and_concurrency(http
     http_source.stalls["f.bin"] = 0.2  # each answer takes a while: requests would overlap if allowed
     fetcher = Fetcher(None, settings.allow_addresses, origin_rate=10.0, per_origin=2)
     began = time.monotonic()
-    threads = [threading.Thread(target=fetcher.get_range, args=(http_source.url("f.bin"), i * 1000, i * 1000 + 999))
-               for i in range(6)]  # fmt: skip
+    threads = [
+        threading.Thread(target=fetcher.get_range, args=(http_source.url("f.bin"), i * 1000, i * 1000 + 999))
+        for i in range(6)
+    ]
     for t in threads:
         t.start()
     for t in threads:

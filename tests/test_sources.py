@@ -32,10 +32,22 @@ def long_source(media, ffmpeg_bin, tmp_path_factory) -> Path:
     base = media(size="320x180", duration=20, gop=300)
     out = tmp_path_factory.mktemp("long") / "episode.mp4"
     subprocess.run(
-        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-stream_loop", "59", "-i", str(base),
-         "-c", "copy", str(out)],
+        [
+            ffmpeg_bin,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-stream_loop",
+            "59",
+            "-i",
+            str(base),
+            "-c",
+            "copy",
+            str(out),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return out
 
 
@@ -390,8 +402,11 @@ def test_a_source_whose_frames_do_not_decode_is_bad_input(media, settings, tmp_p
     data[mdat + 64 : mdat + 64 + len(noise)] = noise.tobytes()
     (tmp_path / "noise.mp4").write_bytes(data)
     with pytest.raises(BadInput, match="source has no decodable video frames"):
-        produce_clip(build_spec({"source": str(tmp_path / "noise.mp4"), "start": 1, "end": 2}), settings,
-                     LocalStorage(settings.storage_dir))  # fmt: skip
+        produce_clip(
+            build_spec({"source": str(tmp_path / "noise.mp4"), "start": 1, "end": 2}),
+            settings,
+            LocalStorage(settings.storage_dir),
+        )
     assert not (settings.storage_dir.exists() and list(settings.storage_dir.iterdir()))
 
 
@@ -399,10 +414,24 @@ def test_crafted_huge_frame_header_is_refused_without_decoding_it(settings, http
     """A real file whose frame is 20000 pixels wide (one tiny MJPEG frame): refused by the size cap."""
     wide = tmp_path / "wide.mov"
     subprocess.run(
-        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "color=c=gray:s=20000x8:d=3:r=1",
-         "-c:v", "mjpeg", "-q:v", "31", str(wide)],
+        [
+            ffmpeg_bin,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "color=c=gray:s=20000x8:d=3:r=1",
+            "-c:v",
+            "mjpeg",
+            "-q:v",
+            "31",
+            str(wide),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     from renderer.probe import probe
 
     with pytest.raises(SourceUnavailable, match=r"source frame size 20000x8 is over the limit"):
@@ -543,9 +572,29 @@ def test_frames_that_grow_mid_stream_are_refused(settings, ffmpeg_bin, tmp_path)
     parts = []
     for n, (size, offset) in enumerate((("320x180", 0), ("640x360", 2))):
         part = tmp_path / f"p{n}.ts"
-        subprocess.run([ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi",
-                        "-i", f"testsrc2=s={size}:r=30:d=2", "-c:v", "libx264", "-g", "30",
-                        "-output_ts_offset", str(offset), "-f", "mpegts", str(part)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                ffmpeg_bin,
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-y",
+                "-f",
+                "lavfi",
+                "-i",
+                f"testsrc2=s={size}:r=30:d=2",
+                "-c:v",
+                "libx264",
+                "-g",
+                "30",
+                "-output_ts_offset",
+                str(offset),
+                "-f",
+                "mpegts",
+                str(part),
+            ],
+            check=True,
+        )
         parts.append(part.read_bytes())
     grown = tmp_path / "grown.ts"
     grown.write_bytes(b"".join(parts))
@@ -574,8 +623,12 @@ def test_every_spelling_of_a_youtube_video_is_one_source() -> None:
     ]
     assert {url_identity(u) for u in same} == {"youtube:Dkm0sjuzgPU"}
     assert url_identity("https://www.youtube.com/watch?v=otherVideo1") == "youtube:otherVideo1"
-    others = ["https://www.youtube.com/watch?v=short", "https://www.youtube.com/@channel",
-              "https://notyoutube.com/watch?v=Dkm0sjuzgPU", "https://cdn.example/ep.mp4#frag"]  # fmt: skip
+    others = [
+        "https://www.youtube.com/watch?v=short",
+        "https://www.youtube.com/@channel",
+        "https://notyoutube.com/watch?v=Dkm0sjuzgPU",
+        "https://cdn.example/ep.mp4#frag",
+    ]
     assert [url_identity(u) for u in others] == ["url:" + u.split("#")[0] for u in others]
 
 
@@ -584,6 +637,8 @@ def test_youtube_spellings_share_one_clip_key(settings) -> None:
     from storage import LocalStorage
 
     store = LocalStorage(settings.storage_dir)
-    keys = {lookup(build_spec({"source": u, "start": 1, "end": 2}), settings, store)[0]
-            for u in ("https://youtu.be/Dkm0sjuzgPU", "https://m.youtube.com/watch?v=Dkm0sjuzgPU&t=42")}  # fmt: skip
+    keys = {
+        lookup(build_spec({"source": u, "start": 1, "end": 2}), settings, store)[0]
+        for u in ("https://youtu.be/Dkm0sjuzgPU", "https://m.youtube.com/watch?v=Dkm0sjuzgPU&t=42")
+    }
     assert len(keys) == 1

@@ -60,8 +60,9 @@ def test_srt_without_word_times_is_spread_by_length() -> None:
 
 def test_json_word_list(tmp_path) -> None:
     path = tmp_path / "words.json"
-    path.write_text(json.dumps({"words": [{"word": "hello", "start": 1, "end": 1.4}, {"text": "world", "start": 1.5,
-                                                                                       "end": 2}]}))  # fmt: skip
+    path.write_text(
+        json.dumps({"words": [{"word": "hello", "start": 1, "end": 1.4}, {"text": "world", "start": 1.5, "end": 2}]})
+    )
     assert align("Hello, world!", load_transcript(path)).end == 2.0
 
 
@@ -97,8 +98,9 @@ def test_cli_align_and_render_by_transcript(media, tmp_path) -> None:
     src = media(size="320x180", duration=8, gop=60)
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}
     quote = "This weird scheduling, which I'm quite sure"
-    clip = run_cli("render", str(src), "--transcript", str(vtt), "--caption", quote, "--style", "karaoke", "--json",
-                   env=env)  # fmt: skip
+    clip = run_cli(
+        "render", str(src), "--transcript", str(vtt), "--caption", quote, "--style", "karaoke", "--json", env=env
+    )
     assert clip.returncode == 0, clip.stderr
     body = json.loads(clip.stdout)
     assert abs(body["duration"] - 4.8) < 0.05  # 1.2 → 6.0 from the transcript
@@ -114,13 +116,29 @@ def test_brand_style_file(media, tmp_path) -> None:
     from mediacheck import streams
 
     brand = tmp_path / "brand.json"
-    style = {"style": {"preset": "bold-outline", "highlight": "#00E5FF"}, "profile": "vertical", "fit": "blur",
-             "watermark": {"text": "StarZero", "position": "top-left"}}  # fmt: skip
+    style = {
+        "style": {"preset": "bold-outline", "highlight": "#00E5FF"},
+        "profile": "vertical",
+        "fit": "blur",
+        "watermark": {"text": "StarZero", "position": "top-left"},
+    }
     brand.write_text(json.dumps(style))
     src = media(size="320x180", duration=4, gop=60)
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}
-    done = run_cli("render", str(src), "--start", "1", "--end", "3", "--caption", "brand", "--style-file", str(brand),
-                   "--json", env=env)  # fmt: skip
+    done = run_cli(
+        "render",
+        str(src),
+        "--start",
+        "1",
+        "--end",
+        "3",
+        "--caption",
+        "brand",
+        "--style-file",
+        str(brand),
+        "--json",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     info = streams(__import__("pathlib").Path(json.loads(done.stdout)["path"]))
     assert (info["width"], info["height"]) == (720, 1280)

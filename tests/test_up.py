@@ -46,12 +46,20 @@ def test_up_runs_the_whole_system_with_an_embedded_redis(media, http_source, tmp
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
     store = tmp_path / "clips"
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_") and k != "REDIS_URL"}
-    env.update(QUOTECLIP_STORAGE_DIR=str(store), QUOTECLIP_SOURCE_HOSTS="127.0.0.1",
-               QUOTECLIP_ALLOW_ADDRESSES="127.0.0.1/32", QUOTECLIP_CACHE_DIR=str(tmp_path / "cache"),
-               TMPDIR=str(tmp_path))  # fmt: skip
+    env.update(
+        QUOTECLIP_STORAGE_DIR=str(store),
+        QUOTECLIP_SOURCE_HOSTS="127.0.0.1",
+        QUOTECLIP_ALLOW_ADDRESSES="127.0.0.1/32",
+        QUOTECLIP_CACHE_DIR=str(tmp_path / "cache"),
+        TMPDIR=str(tmp_path),
+    )
     port = free_port()
-    up = subprocess.Popen([sys.executable, "-m", "quoteclip", "up", "--redis", "embedded", "--port", str(port),
-                           "--workers", "1"], env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    up = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _healthy(base), 60, "quoteclip up to answer /healthz")
@@ -60,8 +68,16 @@ def test_up_runs_the_whole_system_with_an_embedded_redis(media, http_source, tmp
         assert (store / ".redis" / "appendonlydir").is_dir()  # its data lives under the clip folder
         assert _get(base + "/")[0] == 200  # the page
 
-        status, job = _post(base + "/clips", {"source": http_source.url("ep.mp4"), "start": 1, "end": 3,
-                                              "caption": "one machine", "watermark": "StarZero"})  # fmt: skip
+        status, job = _post(
+            base + "/clips",
+            {
+                "source": http_source.url("ep.mp4"),
+                "start": 1,
+                "end": 3,
+                "caption": "one machine",
+                "watermark": "StarZero",
+            },
+        )
         assert status == 202, job
         wait_for(lambda: _status(base, str(job["id"])) == "finished", 120, "the clip to render")
         code, _, headers = _get(base + str(job["download_url"]))

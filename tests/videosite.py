@@ -107,17 +107,30 @@ class VideoSite:
             with self._lock:
                 self._signatures[sig] = [uses, available]
             signed = f"sig={sig}&expire={int(now + self.lifetime)}"
-            formats.append({
-                "format_id": f.format_id, "ext": f.ext, "vcodec": f.vcodec, "acodec": f.acodec,
-                "width": f.width, "height": f.height,
-                **({"url": f"/hls/{video_id}/{f.format_id}/index.m3u8?{signed}", "protocol": "m3u8_native"}
-                   if f.hls else {"manifest": f"/hls/{video_id}/{f.format_id}/manifest.mpd?{signed}"}
-                   if f.dash else {"url": f"/media/{video_id}/{f.format_id}?{signed}",
-                                   "filesize": f.file.stat().st_size}),
-                **({"available_at": int(available) + 1} if available else {}),
-            })  # fmt: skip
-        data = {"title": episode.title, "duration": episode.duration, "formats": formats,
-                "headers": {"X-Site-Token": f"token-{video_id}"}}  # fmt: skip
+            formats.append(
+                {
+                    "format_id": f.format_id,
+                    "ext": f.ext,
+                    "vcodec": f.vcodec,
+                    "acodec": f.acodec,
+                    "width": f.width,
+                    "height": f.height,
+                    **(
+                        {"url": f"/hls/{video_id}/{f.format_id}/index.m3u8?{signed}", "protocol": "m3u8_native"}
+                        if f.hls
+                        else {"manifest": f"/hls/{video_id}/{f.format_id}/manifest.mpd?{signed}"}
+                        if f.dash
+                        else {"url": f"/media/{video_id}/{f.format_id}?{signed}", "filesize": f.file.stat().st_size}
+                    ),
+                    **({"available_at": int(available) + 1} if available else {}),
+                }
+            )
+        data = {
+            "title": episode.title,
+            "duration": episode.duration,
+            "formats": formats,
+            "headers": {"X-Site-Token": f"token-{video_id}"},
+        }
         body = json.dumps(data).replace("</", "<\\/")  # raw text inside <script>: no HTML escaping
         player = f'<script id="player" type="application/json">{body}</script>'
         return f"<html><head><title>{html.escape(episode.title)}</title></head><body>{player}</body></html>"
