@@ -10,8 +10,8 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CollectorRegistry
 
-from jobs.assets import MAX_FONT_BYTES
 from jobs.metrics import QueueCollector
+from jobs.pipeline.assets import MAX_FONT_BYTES
 from jobs.queue import bulk_queue_name
 from quoteclip.settings import Settings
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from jobs.assets import upload
+from jobs.pipeline.assets import upload
 
 from .deps import RateLimited, ServicesDep
 

@@ -8,7 +8,7 @@ import threading
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from quoteclip.spec import build_spec
 
 from .clips import status_of

@@ -24,7 +24,7 @@ import psutil
 from rq import Worker
 from rq.job import Job
 
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from jobs.queue import connect, enqueue_clip, job_status
 from quoteclip.fonts import default_font_path
 from quoteclip.settings import Settings
@@ -808,7 +808,7 @@ def import_figure(env: dict[str, str], reps: int, work: Path) -> Row:
 
     runs, helper = [], []
     for _ in range(max(3, reps)):
-        runs.append(imports("import quoteclip.cli, jobs.pipeline"))
+        runs.append(imports("import quoteclip.cli, jobs.pipeline.produce"))
         helper.append(imports("import av")[IMPORT_GROUPS["av"]])
     totals = [sum(g.values()) for g in runs]
     middle = runs[totals.index(statistics.median_low(totals))]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.pipeline import produce_clip, produce_clips
+from jobs.pipeline.produce import produce_clip, produce_clips
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec, in_profiles
 from storage import LocalStorage

@@ -24,12 +24,12 @@ from sources import allowed_hosts
 from sources.safety import check_url
 from storage import Storage
 
-from .assets import check_allowed
 from .connection import JOB_ID, bulk_queue_name, clients, connect, job_id_for
-from .lookup import lookup
 from .maintenance import PENDING, health, mark_pending, requeue_lost
 from .metrics import record_cache_hit
-from .stages import Stage
+from .pipeline.assets import check_allowed
+from .pipeline.lookup import lookup
+from .pipeline.stages import Stage
 from .status import job_status
 from .webhooks import add_callback
 

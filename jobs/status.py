@@ -15,7 +15,7 @@ from quoteclip.settings import Settings
 from storage import Storage
 
 from .connection import JOB_ID, clients
-from .stages import Stage
+from .pipeline.stages import Stage
 
 
 def job_status(

@@ -17,7 +17,7 @@ from storage import open_storage
 from .connection import bulk_queue_name
 from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
-from .pipeline import Stage, produce_clips
+from .pipeline.produce import Stage, produce_clips
 from .status import announce
 
 log = logging.getLogger(__name__)

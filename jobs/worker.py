@@ -21,7 +21,7 @@ from quoteclip.settings import Settings
 
 from .connection import bulk_queue_name, connect
 from .maintenance import requeue_lost
-from .pipeline import sweep_temp
+from .pipeline.produce import sweep_temp
 
 log = logging.getLogger("quoteclip.worker")
 

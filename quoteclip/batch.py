@@ -143,7 +143,7 @@ def run_batch(
 
 def _inline(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str], None]) -> list[list[Outcome]]:
     """Each quote's profiles from one decode of the source."""
-    from jobs.pipeline import produce_clips
+    from jobs.pipeline.produce import produce_clips
     from storage import open_storage
 
     storage = open_storage(settings)
@@ -162,7 +162,7 @@ def _inline(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str
 
 
 def _through_queue(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str], None]) -> list[list[Outcome]]:
-    from jobs.assets import upload_paths
+    from jobs.pipeline.assets import upload_paths
     from jobs.queue import connect, enqueue_profiles, job_status
     from storage import open_storage
 

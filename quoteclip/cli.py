@@ -194,7 +194,7 @@ def _clip_command(action: Callable[[list[ClipSpec], Settings, bool], None]) -> C
 
 
 def _render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
-    from jobs.lookup import lookup
+    from jobs.pipeline.lookup import lookup
     from storage import open_storage
 
     storage = open_storage(settings)
@@ -202,7 +202,7 @@ def _render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) 
     found = [lookup(spec, settings, storage)[1] for spec in specs]  # stored clips answered without the renderer
     results = [r for r in found if r is not None]
     if len(results) < len(specs):
-        from jobs.pipeline import produce_clips
+        from jobs.pipeline.produce import produce_clips
 
         progress: AbstractContextManager[Any] = _Progress() if not as_json or sys.stderr.isatty() else nullcontext()
         with progress as bar:
@@ -219,7 +219,7 @@ def _render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) 
 
 
 def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
-    from jobs.assets import upload_paths
+    from jobs.pipeline.assets import upload_paths
     from jobs.queue import enqueue_profiles
     from storage import open_storage
 

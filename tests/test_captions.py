@@ -9,7 +9,7 @@ import pytest
 from mediacheck import gray_frames, rgb_frame, streams
 from PIL import Image, ImageDraw, ImageFont
 
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from quoteclip.errors import BadInput
 from quoteclip.fonts import font_set
 from quoteclip.settings import Settings
@@ -367,7 +367,7 @@ def test_speaker_framing_without_a_face_keeps_the_centre(media, settings) -> Non
 PEAK_SCRIPT = """
 import sys
 from pathlib import Path
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage

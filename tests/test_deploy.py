@@ -204,7 +204,7 @@ preload(settings)
 before = set(sys.modules)
 pid = os.fork()
 if pid == 0:  # as rq forks a work-horse for a job
-    from jobs.pipeline import produce_clip
+    from jobs.pipeline.produce import produce_clip
     from storage import open_storage
     spec = build_spec({"source": sys.argv[1], "start": 1, "end": 2, "caption": "Hello", "watermark": "StarZero"})
     done = produce_clip(spec, settings, open_storage(settings))

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from mediacheck import frame_index, frame_means, streams
 
 from api import create_app
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from renderer.frames import first_frame_at, frame_span

@@ -118,7 +118,7 @@ def test_markup_in_captions_renders_literally(media, settings) -> None:
     """ffmpeg filter syntax, ASS override tags and libass line breaks in a caption are only pixels."""
     from pathlib import Path
 
-    from jobs.pipeline import produce_clip
+    from jobs.pipeline.produce import produce_clip
     from storage import LocalStorage
 
     nasty = r"';:\,[]{}%{pts} {\pos(1,1)}\N{\b1} [in]drawtext=text=x[out]; movie=/etc/passwd"
@@ -133,7 +133,7 @@ def test_markup_in_captions_renders_literally(media, settings) -> None:
 
 
 def test_download_names_never_escape_the_storage_prefix(media, settings) -> None:
-    from jobs.keys import download_name
+    from jobs.pipeline.keys import download_name
     from storage.s3 import content_disposition
 
     spec = build_spec({"source": "../../x.mp4", "start": 1, "end": 2, "caption": '../../etc/passwd"; rm -rf /'})

@@ -179,7 +179,7 @@ def test_a_key_secret_makes_clip_keys_unguessable(media, settings) -> None:
     """With QUOTECLIP_KEY_SECRET the same request gets another key, which no one without the secret computes."""
     from dataclasses import replace
 
-    from jobs.lookup import lookup
+    from jobs.pipeline.lookup import lookup
     from storage import LocalStorage
 
     spec = build_spec({"source": str(media(size="320x180", duration=4, gop=60)), "start": 1, "end": 2})

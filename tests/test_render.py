@@ -21,7 +21,7 @@ from mediacheck import (
     top_level_atoms,
 )
 
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from quoteclip.errors import BadInput, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec

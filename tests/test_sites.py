@@ -15,7 +15,7 @@ from conftest import run_cli
 from mediacheck import first_bright_frame, first_loud_sample
 from videosite import Episode, SiteFormat, VideoSite
 
-from jobs.pipeline import Stage, produce_clip
+from jobs.pipeline.produce import Stage, produce_clip
 from quoteclip.errors import SourceLinkExpired, SourceTransient, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec

@@ -15,7 +15,7 @@ import pytest
 from mediacheck import gray_frames, streams
 from services import free_port
 
-from jobs.pipeline import produce_clip
+from jobs.pipeline.produce import produce_clip
 from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
@@ -633,7 +633,7 @@ def test_every_spelling_of_a_youtube_video_is_one_source() -> None:
 
 
 def test_youtube_spellings_share_one_clip_key(settings) -> None:
-    from jobs.lookup import lookup
+    from jobs.pipeline.lookup import lookup
     from storage import LocalStorage
 
     store = LocalStorage(settings.storage_dir)
