@@ -20,9 +20,7 @@ Readable = media.Readable  # re-exported: a path or URL, or a seekable binary fi
 
 # Protocols a probe may use for a remote source: never file, concat, subfile or data.
 NETWORK_PROTOCOLS = "http,https,tcp,tls"
-# Demuxers for real media files only: no playlists (hls, dash), concat, image sequences or lavfi, so no file
-# can make ffmpeg open another file or address.
-FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,mpegts,avi,flv,ogg,mp3,aac,wav,asf,mxf,mpeg,h264,hevc"
+FORMATS = media.MEDIA_FORMATS  # the plain media demuxers: one whitelist for every media open, sources too
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def remux(source: Path, output: Path, ffmpeg_bin: str) -> None:
     """Stream copy of the joined segments into an MP4 (local files only, plain media demuxers only)."""
     import subprocess
 
-    from renderer.probe import FORMATS
+    from quoteclip.media import MEDIA_FORMATS
 
     argv = [
         ffmpeg_bin,
@@ -226,7 +226,7 @@ def remux(source: Path, output: Path, ffmpeg_bin: str) -> None:
         "-loglevel",
         "error",
         "-format_whitelist",
-        FORMATS,
+        MEDIA_FORMATS,
         "-protocol_whitelist",
         "file",
         "-i",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -155,32 +156,65 @@ def test_cli_takes_any_public_host_but_queue_only_allowed_ones(media, tmp_path, 
     assert http_source.requests["ep.mp4"] >= 1
 
 
+def _options(help_text: str) -> list[str]:
+    return sorted(set(re.findall(r"--[a-z][a-z-]+", help_text)))
+
+
 def test_worker_script_is_the_worker_command(tmp_path) -> None:
-    """``python worker.py`` parses its own options and reports bad settings as the CLI does (no traceback)."""
+    """``python worker.py`` is ``quoteclip worker``: the same options (``--clicks-only`` too), and bad settings
+    reported as the CLI does (no traceback)."""
     import subprocess
     import sys
 
     script = str(Path(__file__).resolve().parent.parent / "worker.py")
     shown = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0 and "--burst" in shown.stdout
+    command = run_cli("worker", "--help")
+    assert shown.returncode == 0 and command.returncode == 0
+    assert _options(shown.stdout) == _options(command.stdout)
+    assert {"--burst", "--clicks-only", "--webhooks", "--name"} <= set(_options(shown.stdout))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, "QUOTECLIP_LINK_TTL": "soon"}
     bad = subprocess.run([sys.executable, script, "--burst"], capture_output=True, text=True, env=env, timeout=60)
     assert (
         bad.returncode == 2
         and bad.stderr.strip() == "quoteclip: bad input: QUOTECLIP_LINK_TTL must be a number, got 'soon'"
     )
+    both = subprocess.run([sys.executable, script, "--webhooks", "--clicks-only"], capture_output=True, text=True)
+    assert both.returncode == 2 and "choose one" in both.stderr
+
+
+def test_every_clip_command_has_every_clip_option() -> None:
+    """The clip options are declared once: render and enqueue take all of them, batch all but the per-quote ones
+    (its file gives start, end and caption), and each becomes one ClipOptions field."""
+    from dataclasses import fields
+
+    from quoteclip.cli.options import CLIP_OPTIONS, PER_QUOTE, ClipOptions
+
+    names = {name for name, _, _ in CLIP_OPTIONS}
+    assert {f.name for f in fields(ClipOptions)} == names | {"source"}
+    flags = {"--" + name.replace("_", "-") for name in names}
+    for command, expected in (
+        ("render", flags),
+        ("enqueue", flags),
+        ("batch", flags - {"--start", "--end", "--caption"}),
+    ):
+        shown = run_cli(command, "--help", env={"COLUMNS": "200"})
+        assert shown.returncode == 0, shown.stderr
+        assert expected <= set(_options(shown.stdout)), command
+    assert PER_QUOTE == {"start", "end", "caption"}
 
 
 IMPORT_PROBE = """
 import json, sys
-from quoteclip.cli import app  # (main() would end the process at once: ONE_SHOT)
+from quoteclip.cli.app import app, load_commands  # (main() would end the process at once: ONE_SHOT)
 sys.argv = ["quoteclip", *sys.argv[1:]]
+load_commands(sys.argv[1:])
 try:
     app()
 except SystemExit:
     pass
 heavy = ["av", "PIL", "numpy", "urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "fontTools", "ffmpeg",
-         "renderer.render", "sources.http"]
+         "renderer.render", "sources.http", "uvicorn", "quoteclip.cli.service", "quoteclip.cli.queue",
+         "quoteclip.cli.align"]
 print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
 """
 
@@ -209,12 +243,14 @@ def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
     assert rendered["cached"] is False
     assert set(modules) >= {"av", "PIL", "renderer.render"}  # the probe works: it sees what a render loads
     assert not set(modules) & {"urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "numpy", "fontTools"}
+    # only the render command's own module: not the service, queue or align commands' (nor uvicorn)
+    assert not set(modules) & {"uvicorn", "quoteclip.cli.service", "quoteclip.cli.queue", "quoteclip.cli.align"}
     stored, modules = loaded()
     assert stored["cached"] is True
     assert modules == []
 
 
-# A cold render as the console script runs it (quoteclip.launch), with a finder that says on stderr when the
+# A cold render as the console script runs it (quoteclip.cli.launch), with a finder that says on stderr when the
 # command's own process (not a child it forked) imports PyAV. ``start=0``: the probe helper is not started;
 # ``start=fork-fails``: it cannot be (no process may be forked).
 LAUNCH_WATCH = """
@@ -236,7 +272,7 @@ if sys.argv[1] == "start=fork-fails":
         raise BlockingIOError(11, "Resource temporarily unavailable")
     os.fork = refuse
 sys.argv = ["quoteclip", *sys.argv[2:]]
-from quoteclip.launch import main
+from quoteclip.cli.launch import main
 main()
 """
 

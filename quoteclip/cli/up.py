@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from . import embedded
-from .errors import BadInput
-from .settings import Settings, configured_redis_url
+from quoteclip import embedded
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings, configured_redis_url
 
-log = logging.getLogger("quoteclip.up")
+log = logging.getLogger(__name__)
 
 RedisChoice = Literal["auto", "embedded"]
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quoteclip.settings import Settings, default_cache_dir
 from renderer.ffmpeg import ffmpeg_binary, run_ffmpeg
-
-from .settings import Settings, default_cache_dir
 
 
 def demo_source(settings: Settings, seconds: int = 15) -> Path:

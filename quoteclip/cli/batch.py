@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput, QuoteclipError
+from quoteclip.errors import BadInput, QuoteclipError
+from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec
+
 from .options import ClipOptions, specs_from_options
-from .settings import Settings
-from .spec import ClipSpec
 
 FIELDS = {"start", "end", "caption"}
 MAX_QUOTES = 1000

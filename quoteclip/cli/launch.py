@@ -1,6 +1,6 @@
 """The ``quoteclip`` command's entry point. For ``quoteclip render`` it first forks the probe helper
 (``renderer.prober``), while the process is one thread and a few modules, so that PyAV's import and the source's
-probe run on another core beside the command's own imports; then it runs the command line (``quoteclip.cli``)."""
+probe run on another core beside the command's own imports; then it runs the command line (``quoteclip.cli.app``)."""
 
 import sys
 
@@ -10,6 +10,6 @@ def main() -> None:
         from renderer import prober
 
         prober.start()
-    from .cli import main as command
+    from .app import main as command
 
     command()

@@ -1,0 +1,32 @@
+"""``quoteclip align``: find a quote in a transcript by its words."""
+
+from typing import Annotated
+
+import typer
+
+from .app import app
+from .common import JsonOpt, emit, run_guarded
+
+
+@app.command("align")
+def align(
+    transcript: Annotated[str, typer.Argument(help="A WebVTT, SRT or JSON word-list transcript.")],
+    quote: Annotated[str, typer.Option("--quote", help="The quote's words.")],
+    threshold: Annotated[float, typer.Option("--threshold", help="Lowest alignment score accepted.")] = 0.8,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find a quote in a transcript by its words: start, end, score and the words with their times."""
+
+    def go() -> None:
+        from quoteclip.transcript import align, load_transcript
+
+        found = align(quote, load_transcript(transcript), threshold)
+        body = {
+            "start": found.start,
+            "end": found.end,
+            "score": found.score,
+            "words": [{"text": w.text, "start": w.start, "end": w.end} for w in found.words],
+        }
+        emit(body, as_json, f"{found.start:.3f} {found.end:.3f} score {found.score:.2f}")
+
+    run_guarded(go)

@@ -1,0 +1,154 @@
+"""Commands that make clips: ``render`` (inline), ``enqueue`` (for the workers), ``batch`` (a quotes file) and
+``demo`` (a clip of a generated source)."""
+
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Annotated, Any
+
+import typer
+
+from quoteclip.logs import setup_cli_logging
+from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec, build_spec
+
+from .app import app
+from .common import JsonOpt, Progress, VerboseOpt, emit, run_guarded
+from .options import ClipOptions, clip_options, specs_from_options
+
+SourceArg = Annotated[str, typer.Argument(help="A local path, an http(s) media URL or a video page URL.")]
+
+
+def _clip_call(opts: ClipOptions, verbose: bool, action: Callable[[list[ClipSpec], Settings], None]) -> None:
+    setup_cli_logging(verbose)
+
+    def go() -> None:
+        settings = Settings.from_env()
+        action(specs_from_options(opts, settings), settings)
+
+    run_guarded(go)
+
+
+@app.command("render", help="Render one clip inline and store it (an identical call returns the stored clip).")
+@clip_options()
+def render(source: SourceArg, opts: ClipOptions, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    _clip_call(opts, verbose, lambda specs, settings: render_and_print(specs, settings, as_json))
+
+
+@app.command("enqueue", help="Queue one clip for the workers; prints the job id at once.")
+@clip_options()
+def enqueue(source: SourceArg, opts: ClipOptions, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    _clip_call(opts, verbose, lambda specs, settings: _enqueue_and_print(specs, settings, as_json))
+
+
+def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
+    from jobs.pipeline.lookup import lookup
+    from storage import open_storage
+
+    storage = open_storage(settings)
+    settings = settings.for_cli()
+    found = [lookup(spec, settings, storage)[1] for spec in specs]  # stored clips answered without the renderer
+    results = [r for r in found if r is not None]
+    if len(results) < len(specs):
+        from jobs.pipeline.produce import produce_clips
+
+        progress: AbstractContextManager[Any] = Progress() if not as_json or sys.stderr.isatty() else nullcontext()
+        with progress as bar:
+            results = produce_clips(specs, settings, storage, report=bar)
+    if len(specs) == 1:
+        result = results[0]
+        emit(result.to_json(), as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
+        return
+    clips = [{**r.to_json(), "profile": s.profile} for s, r in zip(specs, results, strict=True)]
+    lines = [
+        f"{'cached' if r.cached else 'rendered'} {s.profile}: {r.link}" for s, r in zip(specs, results, strict=True)
+    ]
+    emit({"clips": clips}, as_json, "\n".join(lines))
+
+
+def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
+    from jobs.pipeline.assets import upload_paths
+    from jobs.queue import enqueue_profiles
+    from storage import open_storage
+
+    storage = open_storage(settings)
+    uploaded = [upload_paths(spec, storage) for spec in specs]  # local files uploaded first
+    queued = enqueue_profiles(uploaded, settings, storage=storage)
+    if len(specs) == 1:
+        one = queued[0]
+        emit(one.to_json(), as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
+        return
+    clips = [{**q.to_json(), "profile": s.profile} for s, q in zip(specs, queued, strict=True)]
+    lines = [
+        f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
+        for s, q in zip(specs, queued, strict=True)
+    ]
+    emit({"clips": clips}, as_json, "\n".join(lines))
+
+
+@app.command("batch")
+@clip_options(per_quote=False)
+def batch(
+    source: Annotated[str, typer.Argument(help="The episode: a local path, an http(s) media URL or a page URL.")],
+    quotes_file: Annotated[str, typer.Argument(help="CSV with a header (start,end,caption), JSON or JSON lines.")],
+    opts: ClipOptions,
+    queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Render every quote of a file from one source, with shared options; a bad line does not stop the others.
+
+    Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable."""
+    setup_cli_logging(verbose)
+
+    def go() -> None:
+        from .batch import run_batch
+
+        settings = Settings.from_env()
+        outcomes = run_batch(source, quotes_file, opts, settings, queue, lambda line: typer.echo(line, err=True))
+        failed = sum(1 for o in outcomes if "error" in o)
+        cached = sum(1 for o in outcomes if o.get("cached"))
+        if as_json:
+            emit({"clips": outcomes, "failed": failed}, True, "")
+        else:
+            for o in outcomes:
+                what = (
+                    f"failed: {o['error']}"
+                    if "error" in o
+                    else f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
+                )
+                typer.echo(f"line {o['line']}{' ' + o['profile'] if opts.profiles else ''}: {what}")
+            made = len(outcomes) - failed - cached
+            typer.echo(f"{len(outcomes)} clips: {made} rendered, {cached} already stored, {failed} failed", err=True)
+        if cached == len(outcomes):
+            typer.echo(f"all {cached} clips were already stored: nothing was rendered", err=True)
+        if failed:
+            raise typer.Exit(1)
+
+    run_guarded(go)
+
+
+@app.command()
+def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Render a demo clip offline: generates a 1080p sample source, then a 7 s captioned, branded quote."""
+    setup_cli_logging(verbose)
+
+    def go() -> None:
+        from .demo import demo_source
+
+        settings = Settings.from_env()
+        source = demo_source(settings)
+        spec = build_spec(
+            {
+                "source": str(source),
+                "start": "0:03.0",
+                "end": "0:10.0",
+                "caption": "This weird scheduling, which I'm quite sure people are going to start "
+                "replicating it, is to reduce the bubble, the wastage.",
+                "watermark": {"text": "StarZero"},
+            },
+            max_seconds=settings.max_clip_seconds,
+        )
+        render_and_print([spec], settings, as_json)
+
+    run_guarded(go)

@@ -1,0 +1,235 @@
+"""The CLI's clip options, declared once: their command-line forms (``CLIP_OPTIONS``), the decorator that gives a
+command all of them (``clip_options``), one typed record of their values (``ClipOptions``), and the one function
+that turns them (with a brand style file and a transcript) into a ClipSpec. The commands are in ``clips.py``."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
+
+# Every option of a command that takes a clip spec: (parameter, type with its command-line form, default). None:
+# the spec's default, or the brand style file's. The parameter names are ClipOptions' fields.
+CLIP_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("start", Annotated[str | None, typer.Option(help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")], None),
+    ("end", Annotated[str | None, typer.Option(help="Quote end, same forms as --start.")], None),
+    ("caption", Annotated[str | None, typer.Option(help="The quote's text, burned in as captions.")], None),
+    ("watermark", Annotated[str | None, typer.Option(help="Brand text (e.g. StarZero) or a PNG logo path.")], None),
+    (
+        "watermark_position",
+        Annotated[str | None, typer.Option(help="top-left | top-right | bottom-left | bottom-right")],
+        None,
+    ),
+    ("watermark_opacity", Annotated[float | None, typer.Option(help="0.05–1.0 (default 0.8)")], None),
+    ("watermark_size", Annotated[float | None, typer.Option(help="Mark height / the frame's short side.")], None),
+    ("font", Annotated[str | None, typer.Option(help="A TTF/OTF file for captions and the text mark.")], None),
+    ("caption_size", Annotated[float | None, typer.Option(help="Font size / the frame's short side.")], None),
+    ("style", Annotated[str | None, typer.Option(help="clean | bold-outline | boxed | karaoke")], None),
+    ("style_file", Annotated[str | None, typer.Option(help="A brand style JSON file (see the docs).")], None),
+    ("profile", Annotated[str | None, typer.Option(help="landscape (1280x720) | vertical | square | portrait")], None),
+    (
+        "profiles",
+        Annotated[
+            str | None,
+            typer.Option(help="Several shapes from one decode, e.g. landscape,vertical,square (one clip each)."),
+        ],
+        None,
+    ),
+    ("fit", Annotated[str | None, typer.Option(help="pad (bars) | blur (blurred fill) | center (crop)")], None),
+    (
+        "quality",
+        Annotated[str | None, typer.Option(help="final | preview (half size, fast encode) | instant (copied frames)")],
+        None,
+    ),
+    (
+        "encoder_preset",
+        Annotated[str | None, typer.Option(help="veryfast (default) | superfast | ultrafast: less CPU, larger files.")],
+        None,
+    ),
+    ("pad_before", Annotated[float | None, typer.Option(help="Seconds of source before the quote.")], None),
+    ("pad_after", Annotated[float | None, typer.Option(help="Seconds of source after the quote.")], None),
+    ("no_fades", Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")], False),
+    (
+        "video_fades",
+        Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")],
+        False,
+    ),
+    (
+        "transcript",
+        Annotated[
+            str | None,
+            typer.Option(help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
+        ],
+        None,
+    ),
+)
+# What a batch takes from each line of its quotes file instead of the command line.
+PER_QUOTE = frozenset({"start", "end", "caption"})
+
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def clip_options(per_quote: bool = True) -> Callable[[Command], Command]:
+    """Give a command every clip option. The command declares ``source`` and ``opts: ClipOptions``; the options
+    take the place of ``opts`` among its parameters, and their values reach it as one ClipOptions. With
+    ``per_quote=False`` the command leaves out start, end and caption (a batch reads them from its file)."""
+
+    def decorate(command: Command) -> Command:
+        declared = inspect.signature(command).parameters
+        names = [name for name, _, _ in CLIP_OPTIONS if per_quote or name not in PER_QUOTE]
+        options = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for name, annotation, default in CLIP_OPTIONS
+            if name in names
+        ]
+        params: list[inspect.Parameter] = []
+        for param in declared.values():
+            if param.name == "opts":
+                params += options
+            elif params and params[-1].kind is inspect.Parameter.KEYWORD_ONLY:
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+            else:
+                params.append(param)
+
+        @functools.wraps(command)
+        def run(**values: Any) -> None:
+            given = {name: values.pop(name) for name in names}
+            command(**values, opts=ClipOptions(source=values["source"], **given))
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        del run.__wrapped__  # typer reads the options from the signature above, not the command's own
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class ClipOptions:
+    """The values of a clip command's options (None: the spec's default, or the style file's)."""
+
+    source: str
+    start: str | None = None
+    end: str | None = None
+    caption: str | None = None
+    watermark: str | None = None
+    watermark_position: str | None = None
+    watermark_opacity: float | None = None
+    watermark_size: float | None = None
+    font: str | None = None
+    caption_size: float | None = None
+    style: str | None = None
+    style_file: str | None = None
+    profile: str | None = None
+    fit: str | None = None
+    quality: str | None = None
+    pad_before: float | None = None
+    pad_after: float | None = None
+    no_fades: bool = False
+    video_fades: bool = False
+    transcript: str | None = None
+    profiles: str | None = None
+    encoder_preset: str | None = None
+
+
+BRAND_FIELDS = {
+    "font",
+    "caption_size",
+    "style",
+    "watermark",
+    "profile",
+    "fit",
+    "quality",
+    "fades",
+    "video_fades",
+    "pad_before",
+    "pad_after",
+    "background",
+    "profiles",
+    "encoder_preset",
+}
+
+
+def load_brand_style(path: str) -> dict[str, Any]:
+    """A brand style file: JSON with any of BRAND_FIELDS, reused across a batch of clips."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"style file not found: {path!r}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"style file cannot be read: {path!r} ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"style file is not valid JSON: {path!r} ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"style file must hold a JSON object, got {type(data).__name__}: {path!r}")
+    unknown = sorted(set(data) - BRAND_FIELDS)
+    if unknown:
+        raise BadInput(f"style file has unknown fields {unknown} (allowed: {sorted(BRAND_FIELDS)}): {path!r}")
+    return data
+
+
+def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
+    """Options → spec data: the brand style file first, explicit options over it, a transcript for the times."""
+    data: dict[str, Any] = load_brand_style(opts.style_file) if opts.style_file else {}
+    data.pop("profiles", None)  # (read by specs_from_options)
+    data["source"] = opts.source
+    given = {
+        "caption": opts.caption,
+        "font": opts.font,
+        "caption_size": opts.caption_size,
+        "profile": opts.profile,
+        "fit": opts.fit,
+        "quality": opts.quality,
+        "pad_before": opts.pad_before,
+        "pad_after": opts.pad_after,
+        "encoder_preset": opts.encoder_preset,
+    }
+    data.update({name: value for name, value in given.items() if value is not None})
+    if opts.no_fades:
+        data["fades"] = False
+    if opts.video_fades:
+        data["video_fades"] = True
+    if opts.style is not None:
+        data["style"] = {**data.get("style", {}), "preset": opts.style}
+    if opts.watermark:
+        kind = "logo" if opts.watermark.lower().endswith(".png") else "text"
+        data["watermark"] = {kind: opts.watermark}
+    if data.get("watermark"):
+        placing = {"position": opts.watermark_position, "opacity": opts.watermark_opacity, "size": opts.watermark_size}
+        data["watermark"] = {**data["watermark"], **{k: v for k, v in placing.items() if v is not None}}
+    if opts.transcript:
+        from .transcript import align, load_transcript, retime
+
+        if not opts.caption:
+            raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
+        found = align(opts.caption, load_transcript(opts.transcript))
+        data["start"] = opts.start if opts.start is not None else found.start
+        data["end"] = opts.end if opts.end is not None else found.end
+        data["words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(opts.caption, found.words)]
+        logging.getLogger("quoteclip").info("quote found in the transcript, score %.2f", found.score)
+    else:
+        for name, value in (("start", opts.start), ("end", opts.end)):
+            if value is None:
+                raise BadInput(f"{name}: required (or give --transcript and --caption to find the quote)")
+            data[name] = value
+    return build_spec(data, max_seconds=settings.max_clip_seconds, encoder_preset=settings.encoder_preset)
+
+
+def specs_from_options(opts: ClipOptions, settings: Settings) -> list[ClipSpec]:
+    """The clip spec, once per profile when ``--profiles`` names several (``--profile`` otherwise)."""
+    spec = spec_from_options(opts, settings)
+    profiles = opts.profiles
+    if profiles is None and opts.style_file:  # a brand kit may name the shapes every clip comes in
+        profiles = load_brand_style(opts.style_file).get("profiles")
+    return in_profiles(spec, parse_profiles(profiles)) if profiles is not None else [spec]

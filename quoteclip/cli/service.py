@@ -1,0 +1,93 @@
+"""Commands that run the service: ``serve`` (the HTTP API and pages), ``up`` (the whole system on one machine)
+and ``health`` (do Redis and the store answer; is page extraction ready)."""
+
+from typing import Annotated, Any
+
+import typer
+
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+
+from .app import app
+from .common import JsonOpt, emit, run_guarded
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+) -> None:
+    """Run the HTTP API and the demo page (an ASGI app on uvicorn)."""
+
+    def go() -> None:
+        import uvicorn
+
+        from api import create_app
+        from quoteclip.logs import setup_service_logging
+
+        setup_service_logging()
+        settings = Settings.from_env()
+        trusted = ",".join(settings.trusted_proxies)  # forwarded headers only from these (none by default)
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_config=None,
+            proxy_headers=bool(trusted),
+            forwarded_allow_ips=trusted or None,
+        )
+
+    run_guarded(go)
+
+
+@app.command()
+def up(
+    host: Annotated[str, typer.Option("--host", help="Address the API and page listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port of the API and page.")] = 8000,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes (one per 2 cores).")] = None,
+    redis: Annotated[
+        str, typer.Option("--redis", help="auto: the configured or running Redis, else embedded | embedded")
+    ] = "auto",
+) -> None:
+    """Run the whole system on one machine: API, page and workers, with an embedded Redis when none is around."""
+
+    def go() -> None:
+        from .up import default_workers, run
+
+        if redis not in ("auto", "embedded"):
+            raise BadInput(f"redis must be auto or embedded, got {redis!r}")
+        count = default_workers() if workers is None else workers
+        code = run(Settings.from_env(), host, port, count, redis)  # type: ignore[arg-type]
+        if code:
+            raise typer.Exit(code)
+
+    run_guarded(go)
+
+
+@app.command("health")
+def health(as_json: JsonOpt = False) -> None:
+    """Check that Redis and the clip store answer (exit 0), or say which does not (exit 1); report what page
+    extraction needs (yt-dlp's version, the JavaScript runtime, the challenge solver), warning when one is missing.
+    """
+
+    def go() -> None:
+        from jobs.queue import connect, health
+        from sources.ytdlp import readiness
+        from storage import open_storage
+
+        settings = Settings.from_env()
+        body: dict[str, Any] = dict(health(connect(settings), open_storage(settings)))
+        body["extraction"] = readiness(settings.cookies_file, settings.extractor_args)
+        for name, value in body["extraction"].items():
+            if value.startswith(("missing", "bad")):
+                typer.echo(
+                    f"quoteclip: WARNING: {name} {value}: YouTube pages will give fewer formats or none "
+                    "(yt-dlp falls back silently)",
+                    err=True,
+                )
+        human = {k: v for k, v in body.items() if k != "extraction"} | body["extraction"]
+        emit(body, as_json, " ".join(f"{k}: {v}" for k, v in human.items()))
+        if body["status"] != "ok":
+            raise typer.Exit(1)
+
+    run_guarded(go)
