@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import quote
@@ -57,15 +59,9 @@ class S3Storage:
         return f"{PREFIX}{key}{suffix}"
 
     def stat(self, key: str) -> dict[str, str] | None:
-        try:
-            head = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key))
-        except ClientError as exc:
-            if _absent(exc):
-                return None
-            raise StorageFailed(f"could not look up {self.object_key(key)} in bucket {self.bucket}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StorageFailed(f"object store unreachable: {exc}") from exc
-        return dict(head.get("Metadata", {}))
+        with _store_errors(f"could not look up {self.object_key(key)} in bucket {self.bucket}", absent=True):
+            return dict(self.client.head_object(Bucket=self.bucket, Key=self.object_key(key)).get("Metadata", {}))
+        return None
 
     def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> None:
         name = self.object_key(key)
@@ -76,7 +72,7 @@ class S3Storage:
             "CacheControl": CACHE_CONTROL,
             "Metadata": metadata,
         }
-        try:
+        with _store_errors(f"upload of {name} to bucket {self.bucket} failed"):
             if size <= SINGLE_PUT_LIMIT:
                 data = path.read_bytes()
                 md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
@@ -90,8 +86,6 @@ class S3Storage:
                     Config=TransferConfig(multipart_threshold=SINGLE_PUT_LIMIT, multipart_chunksize=16 * 1024 * 1024),
                 )
             head = self.client.head_object(Bucket=self.bucket, Key=name)
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageFailed(f"upload of {name} to bucket {self.bucket} failed: {exc}") from exc
         if int(head.get("ContentLength", -1)) != size:
             raise StorageFailed(f"upload of {name} came back with {head.get('ContentLength')} bytes, expected {size}")
         log.info("uploaded %s (%d bytes)", name, size)
@@ -103,25 +97,18 @@ class S3Storage:
         self._put_bytes(f"{ASSETS}{name}", data, content_type)
 
     def get_asset(self, name: str) -> bytes | None:
-        try:
+        with _store_errors(f"could not read asset {name} from bucket {self.bucket}", absent=True):
             return bytes(self.client.get_object(Bucket=self.bucket, Key=f"{ASSETS}{name}")["Body"].read())
-        except ClientError as exc:
-            if _absent(exc):
-                return None
-            raise StorageFailed(f"could not read asset {name} from bucket {self.bucket}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StorageFailed(f"object store unreachable: {exc}") from exc
+        return None
 
     def read(self, key: str) -> BinaryIO:
-        try:
+        with _store_errors(f"could not read {self.object_key(key)} from bucket {self.bucket}"):
             body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageFailed(f"could not read {self.object_key(key)} from bucket {self.bucket}: {exc}") from exc
         return cast(BinaryIO, body)
 
     def _put_bytes(self, name: str, data: bytes, content_type: str) -> None:
         md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
-        try:
+        with _store_errors(f"upload of {name} to bucket {self.bucket} failed"):
             self.client.put_object(
                 Bucket=self.bucket,
                 Key=name,
@@ -130,28 +117,35 @@ class S3Storage:
                 ContentType=content_type,
                 CacheControl=CACHE_CONTROL,
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageFailed(f"upload of {name} to bucket {self.bucket} failed: {exc}") from exc
 
     def link(self, key: str, suffix: str = ".mp4") -> str:
         name = self.object_key(key, suffix)
         if self.public_base_url:
             return f"{self.public_base_url}/{quote(name)}"
-        try:
+        with _store_errors(f"could not sign a link for {name}"):
             return str(
                 self.client.generate_presigned_url(
                     "get_object", Params={"Bucket": self.bucket, "Key": name}, ExpiresIn=self.link_ttl
                 )
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageFailed(f"could not sign a link for {name}: {exc}") from exc
 
     def local_path(self, key: str) -> Path | None:
         return None
 
 
-def _absent(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}
+@contextmanager
+def _store_errors(doing: str, absent: bool = False) -> Iterator[None]:
+    """The one mapping of boto3's errors to ours: ``StorageFailed`` (transient: the queue retries) saying what was
+    being done, or that the store did not answer. With ``absent``, a missing object is no error: the block is left
+    and the caller answers "not there"."""
+    try:
+        yield
+    except ClientError as exc:
+        if absent and exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            return
+        raise StorageFailed(f"{doing}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StorageFailed(f"{doing}: object store unreachable: {exc}") from exc
 
 
 def content_disposition(filename: str) -> str:
