@@ -2,7 +2,8 @@
 
 A clip reads only the blocks its cut touches; a batch from one episode reuses them (overlapping or adjacent
 ranges are fetched once). One lock file per block: two workers never download the same block at the same
-time. Size-capped, least recently used blocks evicted first.
+time. Size-capped, least recently used blocks evicted first; a block's lock file goes with it (and a lock file
+left without its block, by a download that failed, goes at the next eviction).
 """
 
 from __future__ import annotations
@@ -40,6 +41,23 @@ class BlockCache:
 
     def _block(self, source_id: str, index: int) -> Path:
         return self.folder(source_id) / f"{index:08d}.blk"
+
+    @staticmethod
+    def _remove(block: Path) -> bool:
+        """Delete a block and its lock file, unless a download of that block holds the lock right now (it is
+        left for a later eviction). The lock is held while both go, so no download starts in between."""
+        lock_path = block.with_suffix(".lock")
+        lock = FileLock(str(lock_path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return False
+        try:
+            block.unlink(missing_ok=True)
+            lock_path.unlink(missing_ok=True)
+        finally:
+            lock.release()
+        return True
 
     def get(self, source_id: str, index: int) -> bytes | None:
         path = self._block(source_id, index)
@@ -105,10 +123,13 @@ class BlockCache:
     def drop(self, source_id: str) -> None:
         """Forget a source whose bytes changed at the origin."""
         for path in self.folder(source_id).glob("*.blk"):
-            path.unlink(missing_ok=True)
+            self._remove(path)
 
     def evict(self) -> None:
-        """Delete least recently used blocks until the cache is under its cap."""
+        """Delete least recently used blocks until the cache is under its cap, and lock files without a block."""
+        for path in self.root.glob("*/*/*.lock"):
+            if not path.with_suffix(".blk").exists():
+                self._remove(path.with_suffix(".blk"))
         blocks = []
         total = 0
         for path in self.root.glob("*/*/*.blk"):
@@ -124,6 +145,6 @@ class BlockCache:
         for _, size, path in blocks:
             if total <= self.max_bytes * 0.9:
                 break
-            path.unlink(missing_ok=True)
-            total -= size
+            if self._remove(path):
+                total -= size
         log.info("source cache evicted down to %d bytes", total)

@@ -151,6 +151,47 @@ def test_cache_evicts_least_recently_used_blocks(tmp_path) -> None:
     assert sum(p.stat().st_size for p in cache.folder("s1").glob("*.blk")) <= 4 * 1024
 
 
+def test_lock_files_go_with_their_blocks(tmp_path) -> None:
+    """Blocks downloaded under their locks, evicted, dropped: the lock files go with them (the folder holds no
+    more lock files than blocks); a lock file a failed download left goes at the next eviction; a block whose
+    lock another process holds (a download of it under way) is not removed."""
+    import subprocess
+    import sys
+
+    cache = BlockCache(tmp_path, max_bytes=8 * 1024, block_size=1024)
+    for i in range(40):
+        with cache.lock("s1", i):
+            cache.put("s1", i, bytes([i]) * 1024)
+    with cache.lock("s1", 99):
+        pass  # a download that failed: a lock file and no block
+    cache.evict()
+    folder = cache.folder("s1")
+    blocks = {p.stem for p in folder.glob("*.blk")}
+    locks = {p.stem for p in folder.glob("*.lock")}
+    assert 0 < len(blocks) <= 8 and locks <= blocks
+
+    held = sorted(blocks)[0]
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from filelock import FileLock; l = FileLock({str(folder / (held + '.lock'))!r})"
+            "; l.acquire(); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        cache.drop("s1")
+        assert {p.stem for p in folder.glob("*.blk")} == {held}  # the downloading block stays, the rest went
+    finally:
+        holder.communicate("", timeout=10)
+    cache.drop("s1")
+    assert list(folder.glob("*.blk")) == [] and list(folder.glob("*.lock")) == []
+
+
 # ---- safety ---------------------------------------------------------------------------------------------------
 
 
