@@ -26,6 +26,33 @@ sys.path.insert(0, PLUGINS)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")]))
 
 
+# The everyday tier is ``pytest -m "not integration"``: a test that uses a service (Redis, the object store, an
+# HTTP server, real workers, the browser) is an integration test by the fixtures it asks for, so none can be
+# forgotten; long end-to-end cases are marked ``slow`` (and so integration) where they are declared.
+SERVICE_FIXTURES = frozenset(
+    {
+        "redis_server_url",
+        "redis_url",
+        "s3_server",
+        "s3",
+        "workers",
+        "queue_env",
+        "http_source",
+        "canary",
+        "site",
+        "served",
+        "chromium",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        uses = SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses or item.get_closest_marker("slow") or item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_dropped_connections() -> Iterator[None]:
     """Apps, clients and Redis connections that tests drop are collected after the last test, their sockets

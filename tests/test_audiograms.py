@@ -78,6 +78,7 @@ def band_levels(path: Path) -> list[tuple[float, float]]:
     return [(t, float(img[rows, :].mean())) for t, img in gray_frames(path, size=(160, 90))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["plain", "m4a"])
 def test_an_audio_only_source_becomes_an_audiogram_in_each_profile(kind, podcasts, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
@@ -100,6 +101,7 @@ def test_an_audio_only_source_becomes_an_audiogram_in_each_profile(kind, podcast
         assert corner.mean() < 40
 
 
+@pytest.mark.slow
 def test_the_episodes_artwork_is_the_background_and_a_brand_colour_stands_in(
     podcasts, tmp_path, ffmpeg_counter
 ) -> None:

@@ -15,6 +15,7 @@ def episode(media) -> str:  # type: ignore[no-untyped-def]
     return str(media(size="320x180", duration=12, gop=60))
 
 
+@pytest.mark.slow
 def test_a_bad_line_is_named_and_the_others_render(episode, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
     quotes = tmp_path / "quotes.csv"
@@ -31,6 +32,7 @@ def test_a_bad_line_is_named_and_the_others_render(episode, tmp_path, ffmpeg_cou
     assert runs(log) == 2
 
 
+@pytest.mark.slow
 def test_rerunning_a_batch_renders_nothing_and_says_so(episode, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
     quotes = tmp_path / "quotes.jsonl"
@@ -63,6 +65,7 @@ def test_an_unusable_file_exits_2(episode, tmp_path, name: str, content: str | N
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_json_list_with_a_bad_item_and_captions_found_in_a_transcript(episode, tmp_path) -> None:
     transcript = tmp_path / "ep.json"
     words = [
@@ -104,6 +107,7 @@ def test_batch_through_the_workers(episode, tmp_path, queue_env, workers) -> Non
     assert "3/3 clips through the workers" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_batch_in_three_profiles_decodes_each_quote_once(episode, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
     quotes = tmp_path / "quotes.csv"
@@ -122,6 +126,7 @@ def test_a_batch_in_three_profiles_decodes_each_quote_once(episode, tmp_path, ff
     assert all(c["cached"] for c in json.loads(again.stdout)["clips"]) and runs(log) == 2
 
 
+@pytest.mark.slow
 def test_the_readme_creator_example_a_brand_kit_in_three_shapes(episode, tmp_path, ffmpeg_counter) -> None:
     """The README's "week of clips": a brand file with a logo, caption style, three profiles, a fit and a
     background; every quote in every shape, in quote order then profile order."""

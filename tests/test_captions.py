@@ -39,6 +39,7 @@ def yellow_x(frame: np.ndarray, rows: slice) -> float | None:
     return float(xs.mean()) if xs.size > 50 else None
 
 
+@pytest.mark.slow
 def test_highlighted_word_moves_at_the_word_times(media, settings) -> None:
     src = media(size="320x180", duration=4, gop=60, pattern="black")
     out = render(
@@ -69,6 +70,7 @@ def test_karaoke_keeps_spoken_words_lit(media, settings) -> None:
     assert lit(0.2) < lit(0.7) < lit(1.3)
 
 
+@pytest.mark.slow
 def test_long_caption_without_times_is_paged(media, settings) -> None:
     src = media(size="320x180", duration=10, gop=60, pattern="black")
     text = "This weird scheduling, which I'm quite sure people are going to start replicating it, " * 2
@@ -80,6 +82,7 @@ def test_long_caption_without_times_is_paged(media, settings) -> None:
     assert all(len(p.lines) <= 2 for p in pages) and len(pages) >= 4
 
 
+@pytest.mark.slow
 def test_vertical_captions_stay_in_the_safe_zone(media, settings) -> None:
     src = media(size="640x360", duration=4, gop=60, pattern="black")
     out = render(
@@ -100,6 +103,7 @@ def test_vertical_captions_stay_in_the_safe_zone(media, settings) -> None:
     assert bright.max() < 1280 * (1 - 0.2) and bright.min() > 1280 * 0.5
 
 
+@pytest.mark.slow
 def test_center_crop_fills_the_vertical_frame(media, settings) -> None:
     src = media(size="640x360", duration=3, gop=60)
     frame = rgb_frame(render(settings, source=str(src), start=0.5, end=2, profile="vertical", fit="center"), 1.0)
@@ -113,6 +117,7 @@ def test_portrait_and_square_profiles(media, settings) -> None:
         assert (info["width"], info["height"]) == size
 
 
+@pytest.mark.slow
 def test_preview_is_half_size_same_cut_and_keyed_apart(media, settings) -> None:
     src = media(size="640x360", duration=4, gop=60)
     base = {"source": str(src), "start": 0.5, "end": 3.0, "caption": "cut check", "watermark": {"text": "Brand"}}
@@ -129,6 +134,7 @@ def test_preview_is_half_size_same_cut_and_keyed_apart(media, settings) -> None:
         assert int(np.argmin(errors)) == 15, errors[10:20]
 
 
+@pytest.mark.slow
 def test_padding_and_fades(media, settings) -> None:
     src = media(size="320x180", duration=6, gop=60)
     out = render(settings, source=str(src), start=2, end=3, pad_before=0.5, pad_after=0.5, video_fades=True)
@@ -330,6 +336,7 @@ def _face_x(frame: np.ndarray) -> float | None:
     return float(x + w / 2)
 
 
+@pytest.mark.slow
 def test_speaker_framing_follows_the_face(panning_face, settings) -> None:
     base = {"source": str(panning_face), "start": 0.5, "end": 5.5, "profile": "vertical", "fades": False}
     follow = render(settings, **base, fit="speaker")
@@ -342,6 +349,7 @@ def test_speaker_framing_follows_the_face(panning_face, settings) -> None:
     assert late is None or not 150 < late < 570  # a fixed centre crop loses it
 
 
+@pytest.mark.slow
 def test_speaker_framing_without_a_face_keeps_the_centre(media, settings) -> None:
     out = render(
         settings,
@@ -414,6 +422,7 @@ def test_many_word_captions_keep_memory_bounded(media, tmp_path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_poster_is_the_clips_frame_at_one_second(media, settings) -> None:
     """The poster comes out of the render's own ffmpeg pass: the finished frame 1 s in, not a neighbour."""
     src = media(size="320x180", duration=6, gop=60)  # a moving pattern: neighbouring frames differ

@@ -12,6 +12,7 @@ from conftest import run_cli, runs
 from mediacheck import assert_same_encode
 
 
+@pytest.mark.slow
 def test_render_json_then_cached_without_ffmpeg(media, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
     src = media(size="640x360", duration=6)
@@ -47,6 +48,7 @@ def test_render_json_then_cached_without_ffmpeg(media, tmp_path, ffmpeg_counter)
     assert runs(log) == rendered  # no ffmpeg ran for the cached clip
 
 
+@pytest.mark.slow
 def test_default_storage_dir_is_clips_in_cwd(media, tmp_path) -> None:
     src = media(size="320x180", duration=4, gop=60)
     done = run_cli("render", str(src), "--start", "1", "--end", "2", "--json", cwd=tmp_path)
@@ -78,6 +80,7 @@ def test_bad_input_exits_2_with_one_line(media, tmp_path, args, message) -> None
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_bad_sources(tmp_path) -> None:
     notvideo = tmp_path / "x.mp4"
     notvideo.write_text("hello")
@@ -99,6 +102,7 @@ def test_missing_required_option_is_usage_error() -> None:
     assert unknown.returncode == 2 and "--bogus" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_render_failure_exits_1_with_ffmpeg_tail(media, tmp_path) -> None:
     broken = tmp_path / "ffmpeg-broken"
     broken.write_text("#!/bin/sh\necho 'Unknown encoder libx264 (simulated)' >&2\nexit 1\n")
@@ -119,6 +123,7 @@ def test_render_failure_exits_1_with_ffmpeg_tail(media, tmp_path) -> None:
     assert not (tmp_path / "c").exists() or not list((tmp_path / "c").iterdir())
 
 
+@pytest.mark.slow
 def test_bad_environment_exits_2(tmp_path) -> None:
     done = run_cli("render", "a.mp4", "--start", "0", "--end", "1", env={"QUOTECLIP_LINK_TTL": "soon"})
     assert done.returncode == 2 and "QUOTECLIP_LINK_TTL must be a number, got 'soon'" in done.stderr
@@ -128,6 +133,7 @@ def test_bad_environment_exits_2(tmp_path) -> None:
     assert done.returncode == 2 and "encoder_preset: Input should be 'veryfast', 'superfast'" in done.stderr
 
 
+@pytest.mark.slow
 def test_demo_renders_offline(tmp_path) -> None:
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = run_cli("demo", "--json", env=env)
@@ -160,6 +166,7 @@ def _options(help_text: str) -> list[str]:
     return sorted(set(re.findall(r"--[a-z][a-z-]+", help_text)))
 
 
+@pytest.mark.slow
 def test_worker_script_is_the_worker_command(tmp_path) -> None:
     """``python worker.py`` is ``quoteclip worker``: the same options (``--clicks-only`` too), and bad settings
     reported as the CLI does (no traceback)."""
@@ -219,6 +226,7 @@ print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
 """
 
 
+@pytest.mark.slow
 def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
     """Start-up is most of a call that finds its clip stored: it loads no media library, HTTP client, S3 SDK,
     queue or web framework; a local render loads the media libraries but no HTTP client, S3 SDK or queue."""
@@ -277,6 +285,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_cold_render_probes_in_a_helper_process(media, tmp_path) -> None:
     """``quoteclip render`` forks a helper as it starts, which imports PyAV and probes the source and the clip
     while the command imports the rest: the command's own process never imports PyAV, and the clip is the one a

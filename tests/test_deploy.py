@@ -40,6 +40,7 @@ def test_dockerfile_mirrors_the_pip_only_install() -> None:
     assert ".venv" in ignored and "tests" in ignored
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_no_test_launcher(tmp_path) -> None:
     """The installed package (and so the image) holds the product only: no Redis/SeaweedFS/origin launchers."""
     import zipfile

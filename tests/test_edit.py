@@ -38,6 +38,7 @@ def test_the_frame_rule_on_paper() -> None:
     assert (span.first, span.last) == (1, 2)  # frame 3 starts at 100.1 ms, within half a millisecond of 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rate", sorted(RATES))
 @pytest.mark.parametrize("quality", ["final", "instant"])
 def test_a_millisecond_time_selects_its_frame(media, settings, rate: str, quality: str) -> None:

@@ -75,6 +75,30 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
+def missing(root: Path = ROOT) -> list[str]:
+    """Imports of project modules that do not exist (a relative import left behind by a move, say): the scanner
+    would otherwise count them as imports of the package around them."""
+    known = modules(root)
+    found = []
+    for name, path in sorted(known.items()):
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*parent, base] if base else parent)
+                bases = [base]
+            elif isinstance(node, ast.Import):
+                bases = [alias.name for alias in node.names]
+            else:
+                continue
+            for base in bases:
+                if base.split(".")[0] in (*PACKAGES, "worker") and base not in known:
+                    found.append(f"{name} imports {base}, which does not exist")
+    return found
+
+
 def graph(root: Path = ROOT) -> tuple[dict[str, Path], dict[str, set[str]]]:
     known = modules(root)
     # ``quoteclip`` itself (the package's __init__) is imported on the way to any of its modules: not an edge
@@ -128,6 +152,10 @@ def test_no_module_imports_a_layer_above_it_or_another_component() -> None:
     assert not wrong_imports(), "\n".join(wrong_imports())
 
 
+def test_every_project_import_exists() -> None:
+    assert not missing(), "\n".join(missing())
+
+
 def test_no_import_cycles() -> None:
     found = cycles()
     assert not found, "\n".join(found[:10])
@@ -156,7 +184,7 @@ def planted(tmp_path: Path) -> Path:
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert wrong_imports(tmp_path) == [] and cycles(tmp_path) == []
+    assert wrong_imports(tmp_path) == [] and cycles(tmp_path) == [] and missing(tmp_path) == []
     return tmp_path
 
 
@@ -170,6 +198,11 @@ def test_the_checker_sees_an_upward_import(planted: Path) -> None:
         "sources.opener (components) imports jobs.pipeline.produce (the pipeline)",
         "sources.opener (components) imports renderer.plan (components)",
     ]
+
+
+def test_the_checker_sees_an_import_of_nothing(planted: Path) -> None:
+    (planted / "quoteclip/cli/app.py").write_text("def f():\n    from .transcript import align\n")
+    assert missing(planted) == ["quoteclip.cli.app imports quoteclip.cli.transcript, which does not exist"]
 
 
 def test_the_checker_sees_a_cycle(planted: Path) -> None:

@@ -22,6 +22,7 @@ def levels(media) -> Path:  # type: ignore[no-untyped-def]
     return media(size="640x360", duration=8, gop=60, pattern="levels")
 
 
+@pytest.mark.slow
 def test_three_profiles_from_one_ffmpeg_run_each_cut_exactly(levels, tmp_path, ffmpeg_counter) -> None:
     wrapper, log = ffmpeg_counter
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}

@@ -59,6 +59,7 @@ def _x264_settings(path: Path) -> str:
     return data[at : data.index(b"\x00", at)].decode("ascii", "replace")
 
 
+@pytest.mark.slow
 def test_encoder_preset_is_what_x264_ran_with_and_a_clip_of_its_own(media, settings) -> None:
     src = str(media(size="640x360", duration=6))
     quote = {"source": src, "start": 1, "end": 3.5, "caption": "Hello"}
@@ -73,6 +74,7 @@ def test_encoder_preset_is_what_x264_ran_with_and_a_clip_of_its_own(media, setti
     assert named.cached and named.key == default.key  # the product's preset named: the same clip
 
 
+@pytest.mark.slow
 def test_one_decoder_thread_writes_the_same_clip(
     ffmpeg_bin, settings, monkeypatch, tmp_path, one_encoder_thread
 ) -> None:
@@ -111,6 +113,7 @@ def test_one_decoder_thread_writes_the_same_clip(
     assert Path(str(auto.path)).read_bytes() == Path(str(one.path)).read_bytes()
 
 
+@pytest.mark.slow
 def test_cut_is_frame_exact_with_sparse_keyframes(media, settings) -> None:
     """With the default options, the first output frame is the source frame at start (not a fade from black)
     and the frame count is duration × fps (keyframes 10 s apart)."""
@@ -150,6 +153,7 @@ def test_audio_stays_in_sync(media, settings) -> None:
     ],
     ids=["odd-size", "60fps", "rotated", "vfr", "no-audio", "square"],
 )
+@pytest.mark.slow
 def test_awkward_sources_render_720p(media, settings, params, expect_bars) -> None:
     src = media(duration=4, gop=60, **params)
     out = render(settings, source=str(src), start=1, end=3)
@@ -172,6 +176,7 @@ def test_rotated_source_is_upright(media, settings) -> None:
     assert content.mean() > 40 and frame[:, :200].mean() < 20
 
 
+@pytest.mark.slow
 def test_caption_and_watermark_pixels_are_there(media, settings) -> None:
     src = media(size="320x180", duration=4, gop=60)
     base = dict(source=str(src), start=1, end=2)
@@ -211,6 +216,7 @@ def _clip_with(spec: ClipSpec, src: Path, overlays: list[Overlay], ffmpeg_bin: s
 WORDS = [("Raw", 1.0, 1.4), ("or", 1.4, 1.6), ("PNG,", 1.6, 2.0), ("the", 2.0, 2.2), ("same", 2.2, 2.5)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("words", "state_bytes"), [(None, None), (WORDS, None), (WORDS, 0)])
 def test_overlays_as_pam_images_make_the_clip_pngs_make(
     media, ffmpeg_bin, tmp_path, monkeypatch, words, state_bytes, one_encoder_thread
@@ -272,6 +278,7 @@ def test_overlays_as_pam_images_make_the_clip_pngs_make(
     assert _clip_with(spec, src, ours, ffmpeg_bin, tmp_path / "ours") == _clip_with(spec, src, pngs, ffmpeg_bin, folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("words", "profile"), [(None, "landscape"), (WORDS, "landscape"), (WORDS, "vertical")])
 def test_caption_band_makes_the_clip_a_full_width_caption_makes(
     media, ffmpeg_bin, tmp_path, words, profile, one_encoder_thread
@@ -413,6 +420,7 @@ def test_only_a_urls_probe_has_pyavs_timeout(media, http_source, monkeypatch) ->
     assert seen == [None, None, 12.0]
 
 
+@pytest.mark.slow
 def test_ffmpeg_dies_with_the_process_that_started_it(ffmpeg_bin, tmp_path) -> None:
     """A process killed outright (a work-horse by the OOM killer, a CLI by ``kill -9``) takes its ffmpeg with it,
     even one that writes nothing it would fail on."""

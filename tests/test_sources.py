@@ -605,6 +605,7 @@ def test_ipv6_transition_ranges_to_public_addresses_pass() -> None:
     assert check_url("http://[64:ff9b::808:808]/x.mp4", None).address == "64:ff9b::808:808"  # NAT64 of 8.8.8.8
 
 
+@pytest.mark.slow
 def test_frames_that_grow_mid_stream_are_refused(settings, ffmpeg_bin, tmp_path) -> None:
     """The first frame passes the size cap, later ones are larger (a stream that changes resolution): the
     decoder's own cap (-max_pixels, on every frame) refuses them; the render fails naming the size."""

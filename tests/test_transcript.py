@@ -89,6 +89,7 @@ def test_bad_transcripts(tmp_path, content, message) -> None:
         load_transcript(tmp_path / "missing.vtt")
 
 
+@pytest.mark.slow
 def test_cli_align_and_render_by_transcript(media, tmp_path) -> None:
     vtt = tmp_path / "ep.vtt"
     vtt.write_text(YOUTUBE_VTT)

@@ -209,7 +209,7 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
         placing = {"position": opts.watermark_position, "opacity": opts.watermark_opacity, "size": opts.watermark_size}
         data["watermark"] = {**data["watermark"], **{k: v for k, v in placing.items() if v is not None}}
     if opts.transcript:
-        from .transcript import align, load_transcript, retime
+        from quoteclip.transcript import align, load_transcript, retime
 
         if not opts.caption:
             raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
