@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from typing import Any
@@ -41,9 +40,11 @@ class JsonFormatter(logging.Formatter):
 
 def setup_service_logging(level: int = logging.INFO, fmt: str | None = None) -> None:
     """For the worker and the API: job ids on every line, text or JSON (``QUOTECLIP_LOG_FORMAT``)."""
+    from .settings import env_text  # loaded already in a worker and the API (Settings)
+
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(JobIdFilter())
-    if (fmt or os.environ.get("QUOTECLIP_LOG_FORMAT", "text")).lower() == "json":
+    if (fmt or env_text("QUOTECLIP_LOG_FORMAT") or "text").lower() == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(job_id)s] %(name)s: %(message)s"))

@@ -1,12 +1,17 @@
-"""Settings: one frozen dataclass, built once from the environment in the entry point and passed down."""
+"""Settings: every environment variable quoteclip reads is declared once, in ``DECLARED`` (its name, the Settings
+field it fills, how its text is read, its default as users see it, one line of meaning). ``Settings.from_env`` reads
+the table once, in the entry point, and the Settings are passed down; the few variables read elsewhere are read
+through their declaration (``env_text``). ``python -m quoteclip.settings`` prints the configuration page
+(docs/configuration.md) from the same table. Nothing here reads the environment at import."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, get_args
 
 from . import embedded
 from .errors import BadInput
@@ -22,33 +27,56 @@ DEFAULT_SOURCE_HOSTS = (
     "twitter.com",
 )
 
+# The configuration page's sections, in its order; every declaration names one.
+GROUPS = (
+    "storage",
+    "queue",
+    "sources and fetching",
+    "extraction",
+    "rendering",
+    "API and security",
+    "webhooks",
+    "workers",
+    "logging",
+    "command line",
+)
 
-def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadInput(f"{name} must be a number, got {raw!r}") from None
-    if not value >= minimum:
-        raise BadInput(f"{name} must be at least {minimum:g}, got {raw!r}")
-    return value
+# Parsers: (the variable's text, the variable's name) → the field's value; called only for a variable that is set and
+# not empty. A bad value raises BadInput naming the variable (exit code 2).
 
 
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in {"1", "true", "yes", "on"}:
+def _text(text: str, name: str) -> str:
+    return text
+
+
+def _path(text: str, name: str) -> Path:
+    return Path(text)
+
+
+def _flag(text: str, name: str) -> bool:
+    if text.lower() in {"1", "true", "yes", "on"}:
         return True
-    if raw.lower() in {"0", "false", "no", "off"}:
+    if text.lower() in {"0", "false", "no", "off"}:
         return False
-    raise BadInput(f"{name} must be true or false, got {raw!r}")
+    raise BadInput(f"{name} must be true or false, got {text!r}")
 
 
-def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in env.get(name, "").split(",") if item.strip())
+def _items(text: str, name: str) -> tuple[str, ...]:
+    """Comma-separated."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _hosts(text: str, name: str) -> tuple[str, ...]:
+    return tuple(host.lower() for host in _items(text, name))
+
+
+def _words(text: str, name: str) -> tuple[str, ...]:
+    """Space-separated."""
+    return tuple(text.split())
+
+
+def _base_url(text: str, name: str) -> str | None:
+    return text.rstrip("/") or None
 
 
 def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[str, ...]:
@@ -63,45 +91,421 @@ def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[
     return tuple(nets)
 
 
-def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "quoteclip"
-
-
-def configured_redis_url(env: Mapping[str, str]) -> str | None:
-    return env.get("QUOTECLIP_REDIS_URL") or env.get("REDIS_URL") or None
-
-
-def _preset(value: str | None) -> EncoderPreset | None:
-    """``QUOTECLIP_ENCODER_PRESET``: the x264 preset of final renders whose request names none."""
-    from typing import get_args
-
-    if not value:
-        return None
+def _preset(text: str, name: str) -> EncoderPreset:
     allowed = get_args(EncoderPreset)
-    if value not in allowed:
-        raise BadInput(f"QUOTECLIP_ENCODER_PRESET must be one of {', '.join(allowed)}, got {value[:40]!r}")
-    return value  # type: ignore[return-value]
+    if text not in allowed:
+        raise BadInput(f"{name} must be one of {', '.join(allowed)}, got {text[:40]!r}")
+    return text  # type: ignore[return-value]
 
 
-def _proxy(value: str | None) -> str | None:
-    """``QUOTECLIP_PROXY``: an http:// proxy URL (host and port; user:password@ allowed)."""
-    if not value:
-        return None
+def _proxy(text: str, name: str) -> str:
+    """An http:// proxy URL (host and port; user:password@ allowed)."""
     from urllib.parse import urlsplit
 
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        raise BadInput("QUOTECLIP_PROXY must be a URL like http://proxy.internal:3128") from None
+        raise BadInput(f"{name} must be a URL like http://proxy.internal:3128") from None
     if parts.scheme != "http" or not parts.hostname or port is None:
-        raise BadInput("QUOTECLIP_PROXY must be a URL like http://proxy.internal:3128 (http, a host and a port)")
-    return value
+        raise BadInput(f"{name} must be a URL like http://proxy.internal:3128 (http, a host and a port)")
+    return text
 
 
-def _optional_bool(env: Mapping[str, str], name: str) -> bool | None:
-    return None if not env.get(name) else _bool(env, name, False)
+def _shown_number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+class _Number:
+    """A number of at least ``minimum``, counted in ``unit``s of the field's (MB: 1024**2 bytes); ``whole``: the
+    field is an int."""
+
+    __slots__ = ("minimum", "unit", "whole")
+
+    def __init__(self, minimum: float = 0.0, *, unit: int = 1, whole: bool = False) -> None:
+        self.minimum, self.unit, self.whole = minimum, unit, whole
+
+    def __call__(self, text: str, name: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadInput(f"{name} must be a number, got {text!r}") from None
+        if not value >= self.minimum:
+            raise BadInput(f"{name} must be at least {self.minimum:g}, got {text!r}")
+        return int(value * self.unit) if self.whole else value * self.unit
+
+    def show(self, value: float) -> str:
+        return _shown_number(value / self.unit)
+
+
+class Setting:
+    """One environment variable: ``name`` (and ``also``, read in turn when it is unset or empty), the Settings
+    ``field`` it fills through ``parse`` (None: read where ``read_by`` says, through ``env_text``), its ``default``
+    as users see it (None: the field's own default, shown by the parser), its one line of ``meaning``, and its
+    ``group`` on the configuration page."""
+
+    __slots__ = ("name", "meaning", "group", "field", "parse", "default", "also", "read_by")
+
+    def __init__(
+        self,
+        name: str,
+        meaning: str,
+        *,
+        group: str,
+        field: str | None = None,
+        parse: Callable[[str, str], Any] = _text,
+        default: str | None = None,
+        also: tuple[str, ...] = (),
+        read_by: str = "quoteclip.settings",
+    ) -> None:
+        self.name, self.meaning, self.group, self.field = name, meaning, group, field
+        self.parse, self.default, self.also, self.read_by = parse, default, also, read_by
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name!r})"
+
+    def text(self, env: Mapping[str, str]) -> str | None:
+        """The first of the variable and its fallbacks that is set and not empty."""
+        for name in (self.name, *self.also):
+            if text := env.get(name):
+                return text
+        return None
+
+
+_PRESETS = ", ".join(f"`{p}`" for p in get_args(EncoderPreset))
+_QUEUE_HOSTS = ", ".join(DEFAULT_SOURCE_HOSTS)
+
+DECLARED: tuple[Setting, ...] = (
+    # storage
+    Setting(
+        "QUOTECLIP_STORAGE_DIR",
+        "the local clip folder (used when no S3 bucket is set)",
+        group="storage",
+        field="storage_dir",
+        parse=_path,
+        default="`clips` in the working directory",
+    ),
+    Setting(
+        "QUOTECLIP_S3_ENDPOINT",
+        "an S3-compatible store's endpoint URL",
+        group="storage",
+        field="s3_endpoint",
+        default="none (AWS S3)",
+    ),
+    Setting(
+        "QUOTECLIP_S3_BUCKET",
+        "the bucket clips are stored in; setting it turns S3 storage on",
+        group="storage",
+        field="s3_bucket",
+        default="none (the local clip folder)",
+    ),
+    Setting("QUOTECLIP_S3_REGION", "the bucket's region", group="storage", field="s3_region"),
+    Setting(
+        "AWS_ACCESS_KEY_ID",
+        "S3 credentials: the access key",
+        group="storage",
+        field="aws_access_key_id",
+        default="boto3's usual chain",
+    ),
+    Setting(
+        "AWS_SECRET_ACCESS_KEY",
+        "S3 credentials: the secret key",
+        group="storage",
+        field="aws_secret_access_key",
+        default="boto3's usual chain",
+    ),
+    Setting(
+        "QUOTECLIP_LINK_TTL",
+        "lifetime of a clip's links (presigned S3 links, signed download and file links), seconds",
+        group="storage",
+        field="link_ttl",
+        parse=_Number(1, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_PUBLIC_BASE_URL",
+        "S3 storage: return public URLs under this base (a public bucket or a CDN) instead of presigned links",
+        group="storage",
+        field="public_base_url",
+        parse=_base_url,
+    ),
+    # queue
+    Setting(
+        "QUOTECLIP_REDIS_URL",
+        "Redis for the queue",
+        group="queue",
+        field="redis_url",
+        also=("REDIS_URL",),
+        default="the embedded server a running `quoteclip up` recorded under the clip folder, "
+        "else `redis://127.0.0.1:6379/0`",
+    ),
+    # sources and fetching
+    Setting(
+        "QUOTECLIP_SOURCE_HOSTS",
+        "hosts remote sources may come from, comma-separated; `*` for any public host",
+        group="sources and fetching",
+        field="source_hosts",
+        parse=_hosts,
+        default=f"command line: any; queue: {_QUEUE_HOSTS}",
+    ),
+    Setting(
+        "QUOTECLIP_ALLOW_LOCAL_SOURCES",
+        "allow local paths as sources (`true` or `false`)",
+        group="sources and fetching",
+        field="allow_local_sources",
+        parse=_flag,
+        default="command line: yes; queue: no",
+    ),
+    Setting(
+        "QUOTECLIP_ALLOW_ADDRESSES",
+        "private or loopback networks sources may resolve to, comma-separated (e.g. `127.0.0.1`); never metadata "
+        "addresses",
+        group="sources and fetching",
+        field="allow_addresses",
+        parse=parse_networks,
+    ),
+    Setting(
+        "QUOTECLIP_CACHE_DIR",
+        "the source block cache's folder",
+        group="sources and fetching",
+        field="cache_dir",
+        parse=_path,
+        default="`quoteclip/sources` in the user's cache folder (`~/.cache/quoteclip/sources`)",
+    ),
+    Setting(
+        "QUOTECLIP_CACHE_MAX_MB",
+        "the source block cache's size, MB",
+        group="sources and fetching",
+        field="cache_max_bytes",
+        parse=_Number(1, unit=1024**2, whole=True),
+    ),
+    Setting(
+        "XDG_CACHE_HOME",
+        "the user's cache folder; quoteclip's is `quoteclip` in it (the block cache, ffmpeg's version, the demo's "
+        "video)",
+        group="sources and fetching",
+        default="`~/.cache`",
+    ),
+    Setting(
+        "QUOTECLIP_MAX_FETCH_MB",
+        "most a job fetches from its sources, MB",
+        group="sources and fetching",
+        field="max_fetch_bytes",
+        parse=_Number(1, unit=1024**2, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_FETCH_TIMEOUT",
+        "a source read that stalls this many seconds fails",
+        group="sources and fetching",
+        field="fetch_timeout",
+        parse=_Number(0.1),
+    ),
+    Setting(
+        "QUOTECLIP_MAX_SOURCE_SECONDS",
+        "longest source, seconds",
+        group="sources and fetching",
+        field="max_source_seconds",
+        parse=_Number(1),
+    ),
+    Setting(
+        "QUOTECLIP_ORIGIN_CONCURRENCY",
+        "requests in flight to one origin host from one job at most",
+        group="sources and fetching",
+        field="origin_concurrency",
+        parse=_Number(1, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_ORIGIN_RATE",
+        "requests a second to one origin host from one job at most (0: no limit)",
+        group="sources and fetching",
+        field="origin_rate",
+        parse=_Number(0),
+    ),
+    Setting(
+        "QUOTECLIP_PROXY",
+        "one http:// proxy (a host and a port; `user:password@` allowed) for everything sources fetch, pages and "
+        "media; the address rules still apply to what quoteclip asks it for",
+        group="sources and fetching",
+        field="proxy",
+        parse=_proxy,
+    ),
+    # extraction
+    Setting(
+        "QUOTECLIP_COOKIES_FILE",
+        "a Netscape cookies file for yt-dlp (signed-in pages, bot checks); each job reads a private copy, the file "
+        "itself is never rewritten and never goes to Redis",
+        group="extraction",
+        field="cookies_file",
+        parse=_path,
+    ),
+    Setting(
+        "QUOTECLIP_EXTRACTOR_ARGS",
+        "yt-dlp `--extractor-args` values, space-separated (e.g. "
+        "`youtube:player_client=default,mweb;po_token=web.gvs+TOKEN`)",
+        group="extraction",
+        field="extractor_args",
+        parse=_words,
+    ),
+    Setting(
+        "QUOTECLIP_EXTRACTION_TTL",
+        "longest a page's extraction (its media URLs) is reused by the jobs of that page, seconds; never past its "
+        "URLs' `expire=`",
+        group="extraction",
+        field="extraction_ttl",
+        parse=_Number(0),
+    ),
+    Setting(
+        "QUOTECLIP_AVAILABLE_WAIT",
+        "longest a job waits for a format the site makes available later (`available_at`), seconds",
+        group="extraction",
+        field="available_wait",
+        parse=_Number(0),
+    ),
+    # rendering
+    Setting(
+        "QUOTECLIP_MAX_CLIP_SECONDS",
+        "longest clip, seconds",
+        group="rendering",
+        field="max_clip_seconds",
+        parse=_Number(0.1),
+    ),
+    Setting(
+        "QUOTECLIP_ENCODER_PRESET",
+        f"x264 preset of final renders whose request names none: {_PRESETS}",
+        group="rendering",
+        field="encoder_preset",
+        parse=_preset,
+        default="`veryfast`",
+    ),
+    Setting(
+        "QUOTECLIP_BRAND_DIR",
+        "the operator's brand files (logos, fonts), named in specs as `brand:NAME`",
+        group="rendering",
+        field="brand_dir",
+        parse=_path,
+    ),
+    Setting(
+        "FFMPEG_BINARY",
+        "another ffmpeg (a path, or a command on the PATH); the version of each binary (for the manifest) is asked "
+        "once and remembered in the cache folder's `ffmpeg-versions.json`",
+        group="rendering",
+        field="ffmpeg_binary",
+        default="the imageio-ffmpeg wheel's binary, found by its path without a check run",
+    ),
+    Setting(
+        "IMAGEIO_FFMPEG_EXE",
+        "imageio-ffmpeg's own choice of ffmpeg: when set (and `FFMPEG_BINARY` is not), imageio-ffmpeg's lookup decides",
+        group="rendering",
+        read_by="renderer.ffmpeg",
+        default="the wheel's binary",
+    ),
+    # API and security
+    Setting(
+        "QUOTECLIP_API_KEYS",
+        "API keys, comma-separated; with keys set, every route needs one (`Authorization: Bearer KEY`)",
+        group="API and security",
+        field="api_keys",
+        parse=_items,
+        default="none (no key needed)",
+    ),
+    Setting(
+        "QUOTECLIP_RATE_LIMIT",
+        "requests a minute per API key (per client address without keys)",
+        group="API and security",
+        field="rate_limit_per_minute",
+        parse=_Number(1, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_CORS_ORIGINS",
+        "browser origins allowed to call the API, comma-separated",
+        group="API and security",
+        field="cors_origins",
+        parse=_items,
+    ),
+    Setting(
+        "QUOTECLIP_LINK_SECRET",
+        "signs the expiring `?token=` of the download and file links a browser opens",
+        group="API and security",
+        field="link_secret",
+        default="derived from the API keys",
+    ),
+    Setting(
+        "QUOTECLIP_KEY_SECRET",
+        "mixed into every clip key, so clip URLs (public buckets) cannot be computed from a guessed request",
+        group="API and security",
+        field="key_secret",
+    ),
+    Setting(
+        "QUOTECLIP_TRUSTED_PROXIES",
+        "proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` the API trusts: addresses or networks, "
+        "comma-separated",
+        group="API and security",
+        field="trusted_proxies",
+        parse=parse_networks,
+    ),
+    # webhooks
+    Setting(
+        "QUOTECLIP_WEBHOOK_SECRET",
+        "signs webhooks (Standard Webhooks; `whsec_…` or any text)",
+        group="webhooks",
+        field="webhook_secret",
+        default="unsigned",
+    ),
+    # workers
+    Setting(
+        "QUOTECLIP_SHUTDOWN_GRACE",
+        "seconds a worker lets its current render finish after SIGTERM",
+        group="workers",
+        field="shutdown_grace",
+        parse=_Number(0),
+    ),
+    Setting(
+        "QUOTECLIP_MAINTENANCE_INTERVAL",
+        "seconds between a worker's sweeps for abandoned jobs",
+        group="workers",
+        field="maintenance_interval",
+        parse=_Number(1, whole=True),
+    ),
+    # logging
+    Setting(
+        "QUOTECLIP_LOG_FORMAT",
+        "the worker's and the API's log lines: `text`, or `json` (one object a line)",
+        group="logging",
+        read_by="quoteclip.logs",
+        default="`text`",
+    ),
+    # command line
+    Setting(
+        "QUOTECLIP_DEBUG",
+        "set (to anything): a command's unexpected error shows its traceback instead of one line",
+        group="command line",
+        read_by="quoteclip.cli",
+        default="unset",
+    ),
+    Setting(
+        "PYDANTIC_DISABLE_PLUGINS",
+        "the `quoteclip` command sets it to `__all__` when unset (pydantic's search of every installed package for "
+        "plugins is a slice of each command's start-up); set it empty to let pydantic plugins load",
+        group="command line",
+        read_by="quoteclip.cli",
+        default="`__all__`",
+    ),
+)
+
+_BY_NAME = {setting.name: setting for setting in DECLARED}
+
+
+def env_text(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The text of the declared variable ``name`` (or of a fallback it declares), None when unset or empty; an
+    undeclared name is a KeyError."""
+    return _BY_NAME[name].text(os.environ if env is None else env)
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    return Path(env_text("XDG_CACHE_HOME", env) or Path.home() / ".cache") / "quoteclip"
+
+
+def configured_redis_url(env: Mapping[str, str]) -> str | None:
+    return env_text("QUOTECLIP_REDIS_URL", env)
 
 
 @dataclass(frozen=True)
@@ -165,49 +569,17 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Every declared variable that fills a field, read and checked; an unset or empty one leaves the default."""
         env = os.environ if env is None else env
-        hosts = env.get("QUOTECLIP_SOURCE_HOSTS")
-        storage_dir = Path(env.get("QUOTECLIP_STORAGE_DIR") or "clips")
-        return cls(
-            storage_dir=storage_dir,
-            # Configured, else the embedded server a running ``quoteclip up`` recorded, else the default address.
-            redis_url=configured_redis_url(env) or embedded.recorded_url(storage_dir) or cls.redis_url,
-            s3_endpoint=env.get("QUOTECLIP_S3_ENDPOINT") or None,
-            s3_bucket=env.get("QUOTECLIP_S3_BUCKET") or None,
-            s3_region=env.get("QUOTECLIP_S3_REGION") or cls.s3_region,
-            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
-            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-            link_ttl=int(_float(env, "QUOTECLIP_LINK_TTL", cls.link_ttl, minimum=1)),
-            public_base_url=(env.get("QUOTECLIP_PUBLIC_BASE_URL") or "").rstrip("/") or None,
-            source_hosts=tuple(h.strip().lower() for h in hosts.split(",") if h.strip()) if hosts else None,
-            allow_local_sources=_optional_bool(env, "QUOTECLIP_ALLOW_LOCAL_SOURCES"),
-            brand_dir=Path(env["QUOTECLIP_BRAND_DIR"]) if env.get("QUOTECLIP_BRAND_DIR") else None,
-            allow_addresses=parse_networks(env.get("QUOTECLIP_ALLOW_ADDRESSES", "")),
-            cache_dir=Path(env.get("QUOTECLIP_CACHE_DIR") or default_cache_dir(env) / "sources"),
-            cache_max_bytes=int(_float(env, "QUOTECLIP_CACHE_MAX_MB", cls.cache_max_bytes / 1024**2, 1) * 1024**2),
-            max_fetch_bytes=int(_float(env, "QUOTECLIP_MAX_FETCH_MB", cls.max_fetch_bytes / 1024**2, 1) * 1024**2),
-            max_source_seconds=_float(env, "QUOTECLIP_MAX_SOURCE_SECONDS", cls.max_source_seconds, 1),
-            fetch_timeout=_float(env, "QUOTECLIP_FETCH_TIMEOUT", cls.fetch_timeout, 0.1),
-            ffmpeg_binary=env.get("FFMPEG_BINARY") or None,
-            encoder_preset=_preset(env.get("QUOTECLIP_ENCODER_PRESET")),
-            max_clip_seconds=_float(env, "QUOTECLIP_MAX_CLIP_SECONDS", DEFAULT_MAX_SECONDS, minimum=0.1),
-            api_keys=_list(env, "QUOTECLIP_API_KEYS"),
-            rate_limit_per_minute=int(_float(env, "QUOTECLIP_RATE_LIMIT", cls.rate_limit_per_minute, 1)),
-            cors_origins=_list(env, "QUOTECLIP_CORS_ORIGINS"),
-            link_secret=env.get("QUOTECLIP_LINK_SECRET") or None,
-            key_secret=env.get("QUOTECLIP_KEY_SECRET") or None,
-            trusted_proxies=parse_networks(env.get("QUOTECLIP_TRUSTED_PROXIES", ""), "QUOTECLIP_TRUSTED_PROXIES"),
-            webhook_secret=env.get("QUOTECLIP_WEBHOOK_SECRET") or None,
-            cookies_file=Path(env["QUOTECLIP_COOKIES_FILE"]) if env.get("QUOTECLIP_COOKIES_FILE") else None,
-            extractor_args=tuple(env.get("QUOTECLIP_EXTRACTOR_ARGS", "").split()),
-            extraction_ttl=_float(env, "QUOTECLIP_EXTRACTION_TTL", cls.extraction_ttl, 0),
-            available_wait=_float(env, "QUOTECLIP_AVAILABLE_WAIT", cls.available_wait, 0),
-            origin_concurrency=int(_float(env, "QUOTECLIP_ORIGIN_CONCURRENCY", cls.origin_concurrency, 1)),
-            origin_rate=_float(env, "QUOTECLIP_ORIGIN_RATE", cls.origin_rate, 0),
-            proxy=_proxy(env.get("QUOTECLIP_PROXY")),
-            shutdown_grace=_float(env, "QUOTECLIP_SHUTDOWN_GRACE", cls.shutdown_grace),
-            maintenance_interval=int(_float(env, "QUOTECLIP_MAINTENANCE_INTERVAL", cls.maintenance_interval, 1)),
-        )
+        values: dict[str, Any] = {}
+        for setting in DECLARED:
+            if setting.field is not None and (text := setting.text(env)) is not None:
+                values[setting.field] = setting.parse(text, setting.name)
+        storage_dir = values.setdefault("storage_dir", cls.storage_dir)
+        if "redis_url" not in values:  # else the embedded server a running ``quoteclip up`` recorded, else the default
+            values["redis_url"] = embedded.recorded_url(storage_dir) or cls.redis_url
+        values.setdefault("cache_dir", default_cache_dir(env) / "sources")
+        return cls(**values)
 
     @property
     def uses_s3(self) -> bool:
@@ -231,3 +603,54 @@ class Settings:
 
     def render_timeout(self, clip_seconds: float) -> float:
         return self.render_timeout_base + self.render_timeout_factor * clip_seconds
+
+
+def shown_default(setting: Setting) -> str:
+    """The default as the configuration page shows it: the declaration's words, else the field's own default."""
+    if setting.default is not None:
+        return setting.default
+    if setting.field is None:
+        raise ValueError(f"{setting.name} fills no field, so its declaration must say its default")
+    value = {f.name: f.default for f in fields(Settings)}[setting.field]
+    show = getattr(setting.parse, "show", None)
+    if show is not None:
+        return str(show(value))
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _shown_number(value)
+    return f"`{value}`"
+
+
+def configuration_page() -> str:
+    """docs/configuration.md: the declarations, section by section."""
+    lines = [
+        "# Configuration",
+        "",
+        "quoteclip is configured by environment variables, read once when a command, a worker or the API starts.",
+        "An empty variable counts as unset, unless its line says otherwise.",
+        "A bad value is refused with exit code 2 naming the variable "
+        "(`QUOTECLIP_LINK_TTL must be a number, got 'soon'`).",
+        "",
+        "This page is generated from the declarations in `quoteclip/settings.py` by "
+        "`python -m quoteclip.settings > docs/configuration.md`: change the declarations, then run it again.",
+    ]
+    for setting in DECLARED:
+        if setting.group not in GROUPS:
+            raise ValueError(f"{setting.name}: no section {setting.group!r} (GROUPS)")
+    for group in GROUPS:
+        rows = [setting for setting in DECLARED if setting.group == group]
+        if not rows:
+            continue
+        lines += ["", f"## {group[0].upper()}{group[1:]}", "", "| variable | meaning | default |", "|---|---|---|"]
+        for setting in rows:
+            names = f"`{setting.name}`" + "".join(f" (or `{other}`)" for other in setting.also)
+            cells = (names, setting.meaning, shown_default(setting))
+            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(configuration_page())

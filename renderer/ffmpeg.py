@@ -42,8 +42,10 @@ def _bundled_ffmpeg() -> str:
     Where the wheel holds no binary, or ``IMAGEIO_FFMPEG_EXE`` names one, imageio-ffmpeg's own lookup decides."""
     import imageio_ffmpeg
 
+    from quoteclip.settings import env_text
+
     folder = Path(imageio_ffmpeg.__file__).parent / "binaries"
-    if not os.environ.get("IMAGEIO_FFMPEG_EXE"):
+    if not env_text("IMAGEIO_FFMPEG_EXE"):
         found = [p for p in folder.glob("ffmpeg*") if p.is_file() and os.access(p, os.X_OK)]
         if len(found) == 1:
             return str(found[0])
