@@ -127,9 +127,9 @@ def test_a_batch_in_three_profiles_decodes_each_quote_once(episode, tmp_path, ff
 
 
 @pytest.mark.slow
-def test_the_readme_creator_example_a_brand_kit_in_three_shapes(episode, tmp_path, ffmpeg_counter) -> None:
-    """The README's "week of clips": a brand file with a logo, caption style, three profiles, a fit and a
-    background; every quote in every shape, in quote order then profile order."""
+def test_the_docs_creator_example_a_brand_kit_in_three_shapes(episode, tmp_path, ffmpeg_counter) -> None:
+    """The creators' page's "week of clips" (docs/creators.md): a brand file with a logo, caption style, three
+    profiles, a fit and a background; every quote in every shape, in quote order then profile order."""
     from PIL import Image
 
     wrapper, log = ffmpeg_counter

@@ -36,7 +36,7 @@ CLIP_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("font", Annotated[str | None, typer.Option(help="A TTF/OTF file for captions and the text mark.")], None),
     ("caption_size", Annotated[float | None, typer.Option(help="Font size / the frame's short side.")], None),
     ("style", Annotated[str | None, typer.Option(help="clean | bold-outline | boxed | karaoke")], None),
-    ("style_file", Annotated[str | None, typer.Option(help="A brand style JSON file (see the docs).")], None),
+    ("style_file", Annotated[str | None, typer.Option(help="A brand style JSON file (docs/creators.md).")], None),
     ("profile", Annotated[str | None, typer.Option(help="landscape (1280x720) | vertical | square | portrait")], None),
     (
         "profiles",
