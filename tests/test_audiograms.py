@@ -106,11 +106,15 @@ def test_the_episodes_artwork_is_the_background_and_a_brand_colour_stands_in(
     podcasts, tmp_path, ffmpeg_counter
 ) -> None:
     wrapper, _ = ffmpeg_counter
-    for clip in render(podcasts["artwork"], tmp_path, wrapper):
+    clips = render(podcasts["artwork"], tmp_path, wrapper)
+    assert len(clips) == 2  # landscape and vertical
+    for clip in clips:
         corner = rgb_frame(Path(str(clip["path"])), 0.5)[:40, :40].reshape(-1, 3).mean(axis=0)
         assert corner[0] > 150 and corner[1] < 60 and corner[2] < 60, corner  # the red cover art
     style = tmp_path / "brand.json"
     style.write_text(json.dumps({"background": "#1040c0"}))
-    for clip in render(podcasts["plain"], tmp_path / "brand", wrapper, "--style-file", str(style)):
+    clips = render(podcasts["plain"], tmp_path / "brand", wrapper, "--style-file", str(style))
+    assert len(clips) == 2
+    for clip in clips:
         corner = rgb_frame(Path(str(clip["path"])), 0.5)[:40, :40].reshape(-1, 3).mean(axis=0)
         assert corner[2] > 150 and corner[0] < 60, corner  # the brand's blue

@@ -251,6 +251,7 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
             browser.close()
     assert sizes == [[1280, 720], [720, 1280]] * 2, sizes
     assert labels == ["quote 1 · landscape", "quote 1 · vertical", "quote 2 · landscape", "quote 2 · vertical"]
+    assert len(downloads) == 4 and len(set(downloads)) == 4, downloads  # a download on every card, each its own
     for href in downloads:
         with urllib.request.urlopen(f"{served}{href}") as resp:
             assert resp.read(8)[4:8] == b"ftyp"

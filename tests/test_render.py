@@ -169,11 +169,24 @@ def test_awkward_sources_render_720p(media, settings, params, expect_bars) -> No
 
 
 def test_rotated_source_is_upright(media, settings) -> None:
+    """A phone video (a 320x180 picture whose display matrix says: turn it 90° counter-clockwise) comes out as the
+    player shows it: a portrait picture between bars, turned the right way (the clip's frame is the source's
+    coded picture turned counter-clockwise, and far from the same picture turned the other way)."""
+    from PIL import Image
+
     src = media(size="320x180", duration=4, gop=60, rotation=90)
     out = render(settings, source=str(src), start=1, end=2)
-    frame = rgb_frame(out, 0.2)
+    frame = rgb_frame(out, 0.19)  # the clip's frame 6, the source's frame 36 (1.2 s)
     content = frame[:, 440:840]  # a 180x320 portrait picture scaled to 405x720 sits in the middle
     assert content.mean() > 40 and frame[:, :200].mean() < 20
+    coded = rgb_frame(src, 1.19).astype(np.uint8)  # PyAV's frame is the coded picture, not turned
+
+    def turned(k: int) -> np.ndarray:
+        picture = Image.fromarray(np.ascontiguousarray(np.rot90(coded, k))).resize((405, 720), Image.BILINEAR)
+        return np.asarray(picture).astype(np.int16)[:, 3:403]  # the columns 440:840 of the 1280-wide frame
+
+    upright, upside_down = (float(np.abs(content - turned(k)).mean()) for k in (1, -1))
+    assert upright < 20 and upright < upside_down / 2, (upright, upside_down)
 
 
 @pytest.mark.slow
