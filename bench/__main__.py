@@ -31,7 +31,7 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
 from storage import LocalStorage
-from tests.services import HttpSource, free_port, start_private_redis, start_seaweedfs, wait_for
+from testkit.services import HttpSource, free_port, start_private_redis, start_seaweedfs, wait_for
 
 from . import baselines
 from .creators import hls_figure, page_batch_figure, profiles_figures

@@ -19,11 +19,12 @@ from jobs.pipeline.produce import produce_clip, produce_clips
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec, in_profiles
 from storage import LocalStorage
+from testkit import add_plugins_to_path, with_plugins
+from testkit.videosite import Episode, SiteFormat, VideoSite
 
 PROFILES = ("landscape", "vertical", "square")
-PLUGINS = Path(__file__).resolve().parent.parent / "tests" / "plugins"
 # the test video site's yt-dlp extractor is a plugin: on the path before yt-dlp first loads its plugins
-sys.path.insert(0, str(PLUGINS))
+add_plugins_to_path()
 Row = dict[str, Any]
 
 
@@ -119,9 +120,6 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
     """11a. A batch of quotes from one page whose media URLs are signed afresh at every extraction and expire
     soon (the extraction cache then lasts 10 s), through ``quoteclip batch``: extractions made, bytes fetched,
     no byte fetched twice."""
-    sys.path.insert(0, str(PLUGINS.parent))
-    from videosite import Episode, SiteFormat, VideoSite
-
     site = VideoSite(lifetime=130.0)  # expire= 130 s ahead: an extraction is reused for 10 s, then made again
     try:
         site.episodes["episode"] = Episode(
@@ -140,7 +138,7 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
             "QUOTECLIP_STORAGE_DIR": str(work / "store-page"),
             "QUOTECLIP_CACHE_DIR": str(work / "cache-page"),
             "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": with_plugins(os.environ),
         }
         t = time.perf_counter()
         argv = [
@@ -185,9 +183,6 @@ def hls_figure(
     first: float = 300.0,
 ) -> Row:
     """11b. A 7 s clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
-    sys.path.insert(0, str(PLUGINS.parent))
-    from videosite import Episode, SiteFormat, VideoSite
-
     folder = work / "hls"
     folder.mkdir(exist_ok=True)
     playlist = folder / "index.m3u8"
