@@ -13,8 +13,9 @@ BRAND = "StarZero"
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The sizes of a run. ``full()`` is the measurement BENCHMARKS.md reports; ``quick()`` is CI's check that every
-    figure's code still runs (each path at least once, as little work as that takes): its figures are not
+    """The sizes of a run. ``full()`` is the measurement BENCHMARKS.md reports; ``quick_check()`` is CI's check that
+    every figure's code still runs (each path at least once, with as little work as that takes: 2 s quotes, no
+    warm-up, one repetition, one faster preset, batches of 2, one click during a batch): its figures are not
     measurements."""
 
     quick: bool
@@ -22,6 +23,7 @@ class RunConfig:
     warmup: int  # runs of each side before the timed ones
     reps: int  # timed runs of each side (pairs, alternating)
     lengths: tuple[float, ...]  # quote lengths of figures 1 and 7a, seconds
+    quote: float  # the quote length of every other figure but 2, seconds
     moviepy_length: float  # figure 2's quote, seconds
     clicks: int  # figure 3a's clicks (each a new quote, cold source cache)
     naive_runs: int  # figure 3b's downloads of the whole file
@@ -45,6 +47,7 @@ class RunConfig:
             warmup=1,
             reps=9,
             lengths=(7.0, 30.0),
+            quote=7.0,
             moviepy_length=7.0,
             clicks=18,
             naive_runs=4,
@@ -68,15 +71,16 @@ class RunConfig:
             minutes=2,
             warmup=0,
             reps=1,
-            lengths=(7.0,),
-            moviepy_length=2.0,
+            lengths=(2.0,),
+            quote=2.0,
+            moviepy_length=1.0,
             clicks=1,
             naive_runs=1,
             hits=10,
             batch=2,
-            presets=("superfast", "ultrafast"),
-            busy_batch=4,
-            busy_clicks=3,
+            presets=("ultrafast",),
+            busy_batch=2,
+            busy_clicks=1,
             nudges=5,
             import_runs=3,
             profile_quotes=1,

@@ -45,7 +45,7 @@ def _settings(work: Path, name: str) -> Settings:
 def profiles_figures(run: RunConfig, source: Path, work: Path) -> list[Row]:
     """10. A batch of quotes × 3 profiles: one decode per quote (ours) against three separate renders of the same
     quote, and against one profile, alternating per quote (each side a new quote: no cached clip)."""
-    length = 7.0
+    length = run.quote
     quotes = run.profile_quotes
     multi, separate, single, cpu_multi = [], [], [], 0.0
     settings = _settings(work, "profiles")
@@ -62,9 +62,10 @@ def profiles_figures(run: RunConfig, source: Path, work: Path) -> list[Row]:
             }
         )
 
-    produce_clips(in_profiles(spec(30.0, "warm"), PROFILES), settings, storage)  # warm-up of both paths
-    for name in PROFILES:
-        produce_clip(spec(30.0, "warm-single").model_copy(update={"profile": name}), settings, storage)
+    for _ in range(run.warmup):  # of both paths
+        produce_clips(in_profiles(spec(30.0, "warm"), PROFILES), settings, storage)
+        for name in PROFILES:
+            produce_clip(spec(30.0, "warm-single").model_copy(update={"profile": name}), settings, storage)
     for i in range(quotes):
         start = 60.0 + 11 * i
         c = process_cpu()
@@ -85,7 +86,7 @@ def profiles_figures(run: RunConfig, source: Path, work: Path) -> list[Row]:
     output_seconds = quotes * len(PROFILES) * length
     return [
         Comparison.of(
-            f"10a. {quotes} quotes × 3 profiles (landscape, vertical, square), 7 s, from the 1080p episode: "
+            f"10a. {quotes} quotes × 3 profiles (landscape, vertical, square), {length:g} s, from the 1080p episode: "
             "one decode per quote vs one profile's render of the same quote",
             multi,
             single,
@@ -115,7 +116,7 @@ def page_batch_figure(run: RunConfig, source: Path, work: Path) -> Reading:
     """11a. A batch of quotes from one page whose media URLs are signed afresh at every extraction and expire
     soon (the extraction cache then lasts 10 s), through ``quoteclip batch``: extractions made, bytes fetched,
     no byte fetched twice."""
-    quotes, first = run.page_quotes, run.page_first
+    quotes, first, q = run.page_quotes, run.page_first, run.quote
     site = VideoSite(lifetime=130.0)  # expire= 130 s ahead: an extraction is reused for 10 s, then made again
     try:
         site.episodes["episode"] = Episode(
@@ -125,7 +126,7 @@ def page_batch_figure(run: RunConfig, source: Path, work: Path) -> Reading:
         )
         quotes_file = work / "page-quotes.jsonl"
         lines = [
-            json.dumps({"start": first + 9 * i, "end": first + 7 + 9 * i, "caption": f"{CAPTION} {i}"})
+            json.dumps({"start": first + 9 * i, "end": first + q + 9 * i, "caption": f"{CAPTION} {i}"})
             for i in range(quotes)
         ]
         quotes_file.write_text("\n".join(lines) + "\n")
@@ -170,8 +171,8 @@ def page_batch_figure(run: RunConfig, source: Path, work: Path) -> Reading:
 
 
 def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Comparison:
-    """11b. A 7 s clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
-    first = run.hls_first
+    """11b. A clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
+    first, q = run.hls_first, run.quote
     folder = work / "hls"
     folder.mkdir(exist_ok=True)
     playlist = folder / "index.m3u8"
@@ -218,7 +219,7 @@ def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Compari
                     {
                         "source": src,
                         "start": first + 9 * n,
-                        "end": first + 7 + 9 * n,
+                        "end": first + q + 9 * n,
                         "caption": CAPTION,
                         "watermark": {"text": BRAND},
                     }
@@ -238,7 +239,7 @@ def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Compari
     got = statistics.median(fetched)
     ratio = statistics.median(a / b for a, b in zip(ours, local, strict=True))
     return Comparison.of(
-        f"11b. 7 s clip of an HLS-only episode (8 s segments, cold cache, a fresh extraction each) vs "
+        f"11b. {q:g} s clip of an HLS-only episode (8 s segments, cold cache, a fresh extraction each) vs "
         f"the same clip of the local file; fetched {got / 1024**2:.1f} MB of {total / 1024**2:.0f} MB "
         f"of segments ({100 * got / total:.1f}%)",
         ours,

@@ -16,12 +16,12 @@ from .stack import Stack, clip_body
 from .timing import pair_ratio, paired, percentile
 
 START = 61.0  # where the quotes of figures 7a–7c start, seconds into the episode
-LENGTH = 7.0  # the quote of figures 7b–7d
 
 
 def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack) -> list[Row]:
     """Previews against the final render of the same quote, both sides warmed and repeated alike."""
     rows: list[Row] = []
+    q = run.quote  # figures 7b–7d
     for length in run.lengths:
         instant, final = paired(
             partial(render_inline, source, START, length, work, "instant"),
@@ -40,13 +40,13 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack)
             )
         )
     preview, final = paired(
-        lambda: render_inline(source, START, LENGTH, work, "preview"),
-        lambda: render_inline(source, START, LENGTH, work),
+        lambda: render_inline(source, START, q, work, "preview"),
+        lambda: render_inline(source, START, q, work),
         run,
     )
     rows.append(
         Comparison.of(
-            "7b. encoded preview (640×360, ultrafast) vs final render, 7 s, source only in 1080p",
+            f"7b. encoded preview (640×360, ultrafast) vs final render, {q:g} s, source only in 1080p",
             preview,
             final,
             pair_ratio(preview, final),
@@ -64,14 +64,14 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack)
     )
     page = stack.http.url("page.html")
     preview, final = paired(
-        lambda: render_inline(page, START, LENGTH, work, "preview"),
-        lambda: render_inline(page, START, LENGTH, work),
+        lambda: render_inline(page, START, q, work, "preview"),
+        lambda: render_inline(page, START, q, work),
         run,
     )
     ratio = pair_ratio(preview, final)
     rows.append(
         Comparison.of(
-            "7c. encoded preview vs final render, 7 s, page source offering 360p and 1080p "
+            f"7c. encoded preview vs final render, {q:g} s, page source offering 360p and 1080p "
             "(the preview decodes 360p; both extract the page and read through the warm block cache)",
             preview,
             final,
@@ -88,19 +88,20 @@ def nudges(run: RunConfig, stack: Stack) -> Reading:
     """Figure 7d: POST /previews as the edit page sends it on every nudge, the source's bytes cached by a first
     preview."""
     at = min(300.0, run.minutes * 30)  # mid-episode
-    body = clip_body(stack, at, LENGTH)
+    q = run.quote
+    body = clip_body(stack, at, q)
     status, answer = stack.call("POST", "/previews", body)
     if status != 200:
         raise SystemExit(f"bench: POST /previews answered {status}: {answer}")
     times = []
     for i in range(1, run.nudges + 1):
         t = time.perf_counter()
-        status, answer = stack.call("POST", "/previews", body | {"start": at + i / 30, "end": at + LENGTH + i / 30})
+        status, answer = stack.call("POST", "/previews", body | {"start": at + i / 30, "end": at + q + i / 30})
         times.append(time.perf_counter() - t)
         if status != 200 or answer.get("mode") != "copy":
             raise SystemExit(f"bench: POST /previews answered {status}: {answer}")
     return Reading(
-        "7d. POST /previews over HTTP for a one-frame nudge, 7 s quote, source bytes cached",
+        f"7d. POST /previews over HTTP for a one-frame nudge, {q:g} s quote, source bytes cached",
         f"p50 {1000 * statistics.median(times):.0f} ms, "
         f"p95 {1000 * percentile(times, 0.95):.0f} ms over {len(times)} nudges",
         "report",

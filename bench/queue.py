@@ -21,31 +21,31 @@ from .report import Comparison, Reading, Row
 from .stack import PeakRss, Stack, click_to_file, clip_body, run_batch
 from .timing import children_cpu, once, pair_ratio, percentile
 
-LENGTH = 7.0  # every quote of these figures, seconds
-
 
 def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack) -> list[Row]:
     """Starts the worker of figures 3–6 (it keeps running for the figures after these, as one would)."""
     rows: list[Row] = []
     worker = stack.start_worker()
     size = source.stat().st_size
-    click_to_file(stack, 30.0, LENGTH)  # warm-up of the worker, the API and the store
-    baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, LENGTH, work / "bare.mp4")  # and of the bare side
+    q = run.quote
+    for _ in range(run.warmup):
+        click_to_file(stack, 30.0, q)  # warm-up of the worker, the API and the store
+        baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, q, work / "bare.mp4")  # and of the bare side
     times: list[float] = []
     limit: list[float] = []
     fetched: list[int] = []
     parts: list[dict[str, float]] = []
     for i in range(run.clicks):  # alternating: a click (new quote, cold source cache), then the bare transcode
         stack.clear_source_cache()
-        times.append(click_to_file(stack, 100.0 + 7 * i, LENGTH, parts))
+        times.append(click_to_file(stack, 100.0 + 7 * i, q, parts))
         fetched.append(stack.http.bytes_sent["episode.mp4"])
-        limit.append(once(lambda: baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, LENGTH, work / "bare.mp4")))
+        limit.append(once(lambda: baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, q, work / "bare.mp4")))
     with PeakRss(worker.pid) as rss:  # a separate run: sampling memory costs CPU the timed runs should not pay
-        click_to_file(stack, 90.0, LENGTH)
+        click_to_file(stack, 90.0, q)
     ratio = pair_ratio(times, limit)
     rows.append(
         Comparison.of(
-            f"3a. click → link → first byte over HTTP (POST /clips to quoteclip serve, a worker, S3), 7 s quote, "
+            f"3a. click → link → first byte over HTTP (POST /clips to quoteclip serve, a worker, S3), {q:g} s quote, "
             f"cold source cache, {run.clicks} clicks, vs bare local transcode",
             times,
             limit,
@@ -60,7 +60,7 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack)
     for _ in range(run.naive_runs):
         folder = Path(tempfile.mkdtemp(dir=work, prefix="naive-"))
         t = time.perf_counter()
-        naive_bytes = baselines.download_then_cut(ffmpeg, stack.http.url("episode.mp4"), 100.0, LENGTH, folder)
+        naive_bytes = baselines.download_then_cut(ffmpeg, stack.http.url("episode.mp4"), 100.0, q, folder)
         naive_times.append(time.perf_counter() - t)
         shutil.rmtree(folder)
     rows.append(
@@ -76,7 +76,7 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack)
     got = statistics.median(fetched)
     rows.append(
         Reading(
-            "3c. source bytes fetched per 7 s clip (cold cache) vs file size",
+            f"3c. source bytes fetched per {q:g} s clip (cold cache) vs file size",
             f"{got / 1024**2:.2f} MB of {size / 1024**2:.0f} MB ({100 * got / size:.2f}%; "
             f"naive: {naive_bytes / 1024**2:.0f} MB)",
             "< 5%",
@@ -88,17 +88,17 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack)
     # 5. batch on the recommended set-up: one worker per 2 cores (the worker started above)
     first = 200.0 if size > 200 * 1024**2 else 20.0
     starts = [first + 9.0 * i for i in range(run.batch)]  # 7 s quotes, 2 s apart: neighbours share blocks
-    wall, cpu, ids, failed = run_batch(stack, worker.pid, starts, LENGTH)
+    wall, cpu, ids, failed = run_batch(stack, worker.pid, starts, q)
     twice = stack.http.bytes_sent_twice()
     cores = os.cpu_count() or 1
     before = children_cpu()
     for s in starts:  # the floor: the bare transcode of the same quotes, one after another, from the local file
-        baselines.bare_ffmpeg(ffmpeg, str(source), s, LENGTH, work / "bare.mp4")
-    seconds = run.batch * LENGTH
+        baselines.bare_ffmpeg(ffmpeg, str(source), s, q, work / "bare.mp4")
+    seconds = run.batch * q
     bare_cpu = (children_cpu() - before) / seconds
     rows.append(
         Reading(
-            f"5. batch: {run.batch} quotes of 7 s from one source on the bulk queue, 1 worker "
+            f"5. batch: {run.batch} quotes of {q:g} s from one source on the bulk queue, 1 worker "
             f"({cores} cores: one worker per 2 cores, as docs/scaling.md recommends)",
             f"{wall:.1f} s wall, {run.batch / (wall / 60):.1f} clips/min on this machine, "
             f"{cpu / seconds:.2f} CPU-s per output second, "
@@ -153,7 +153,7 @@ def cache_hits(run: RunConfig, stack: Stack) -> Reading:
     """Figure 4: a stored clip asked for again over HTTP. The worker is running, so a miss would render (and be
     counted)."""
     renders = stack.renders()
-    stored = clip_body(stack, 100.0, LENGTH)
+    stored = clip_body(stack, 100.0, run.quote)
     hits = []
     for _ in range(run.hits):
         t = time.perf_counter()
@@ -197,16 +197,16 @@ def preset_figures(
         return paths
 
     reference = fetched(product_ids, "veryfast")
-    seconds = len(starts) * LENGTH
+    seconds = len(starts) * run.quote
     ref_bytes = sum(p.stat().st_size for p in reference)
     rows: list[Row] = []
     for preset in run.presets:
-        _, cpu, ids, failed = run_batch(stack, worker, starts, LENGTH, encoder_preset=preset)
+        _, cpu, ids, failed = run_batch(stack, worker, starts, run.quote, encoder_preset=preset)
         if failed:
             raise SystemExit(f"bench: {len(failed)} {preset} clips failed")
         before = children_cpu()
         for s in starts:
-            baselines.bare_ffmpeg(ffmpeg, str(source), s, LENGTH, work / "bare.mp4", preset)
+            baselines.bare_ffmpeg(ffmpeg, str(source), s, run.quote, work / "bare.mp4", preset)
         bare = (children_cpu() - before) / seconds
         clips = fetched(ids, preset)
         scores = [baselines.similarity(ffmpeg, str(c), str(r)) for c, r in zip(clips, reference, strict=True)]
@@ -237,7 +237,7 @@ def click_during_batch(run: RunConfig, stack: Stack, idle: float) -> Reading:
     first, base = (400.0, 700.0) if long else (24.5, 80.5)
     # quotes no other figure renders: every one is a render
     ids = [
-        enqueue_clip(build_spec(clip_body(stack, first + 9.0 * i, LENGTH)), settings, bulk=True).job_id
+        enqueue_clip(build_spec(clip_body(stack, first + 9.0 * i, run.quote)), settings, bulk=True).job_id
         for i in range(run.busy_batch)
     ]
     deadline = time.monotonic() + 60
@@ -248,7 +248,7 @@ def click_during_batch(run: RunConfig, stack: Stack, idle: float) -> Reading:
     clicks = []
     for i in range(run.busy_clicks):
         time.sleep(1.0)
-        clicks.append(click_to_file(stack, base + 7 * i, LENGTH))
+        clicks.append(click_to_file(stack, base + 7 * i, run.quote))
         left = sum(job_status(j, settings)["status"] not in ("finished", "failed") for j in ids)
         print(f"bench: click {i + 1} during the batch: {clicks[-1]:.2f} s, {left} batch clips left", file=sys.stderr)
     while not all(job_status(i, settings)["status"] in ("finished", "failed") for i in ids):

@@ -127,8 +127,18 @@ class Stack:
             stderr=subprocess.DEVNULL,
         )
         self.procs.append(proc)
-        time.sleep(1.5)  # registered and idle
+        self.wait_idle(proc.pid, 60, "registered")
         return proc
+
+    def wait_idle(self, pid: int, timeout: float, what: str) -> None:
+        """Wait until the worker ``pid`` says it is idle (rq's registry; a worker registers once it has preloaded
+        what its work-horses need)."""
+        conn = connect(self.settings())
+        deadline = time.monotonic() + timeout
+        while [w.get_state() for w in Worker.all(connection=conn) if w.pid == pid] != ["idle"]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench: the worker was not {what} and idle within {timeout:g} s")
+            time.sleep(0.02)
 
     def renders(self) -> int:
         return len(self.counter.read_text().splitlines()) if self.counter.exists() else 0
@@ -235,12 +245,7 @@ def reaped(stack: Stack, pid: int) -> None:
     """Wait until the worker is idle: a job reads as finished a moment before its work-horse ends, and the horse's
     CPU (its ffmpeg's with it) counts in the worker's children's times only once the worker has reaped it, which
     it does before it says it is idle again."""
-    conn = connect(stack.settings())
-    deadline = time.monotonic() + 60
-    while [w.get_state() for w in Worker.all(connection=conn) if w.pid == pid] != ["idle"]:
-        if time.monotonic() > deadline:
-            raise SystemExit("bench: the worker did not come back to idle within 60 s of its last job")
-        time.sleep(0.02)
+    stack.wait_idle(pid, 60, "back from its last job")
 
 
 def tree_cpu(pid: int) -> float:
