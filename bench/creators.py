@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -19,38 +18,35 @@ from jobs.pipeline.produce import produce_clip, produce_clips
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec, in_profiles
 from storage import LocalStorage
+from testkit import add_plugins_to_path, with_plugins
+from testkit.videosite import Episode, SiteFormat, VideoSite
+
+from .config import BRAND, CAPTION, RunConfig
+from .inline import cli_settings
+from .report import Comparison, Reading, Row
+from .timing import paired, process_cpu
 
 PROFILES = ("landscape", "vertical", "square")
-PLUGINS = Path(__file__).resolve().parent.parent / "tests" / "plugins"
 # the test video site's yt-dlp extractor is a plugin: on the path before yt-dlp first loads its plugins
-sys.path.insert(0, str(PLUGINS))
-Row = dict[str, Any]
+add_plugins_to_path()
 
 
-def _cpu() -> float:
-    """CPU seconds of this process and its finished children (ffmpeg)."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def _stats(xs: list[float]) -> dict[str, float]:
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> list[Row]:
+    rows = profiles_figures(run, source, work)
+    rows.append(page_batch_figure(run, source, work))
+    rows.append(hls_figure(run, ffmpeg, source, work))
+    return rows
 
 
 def _settings(work: Path, name: str) -> Settings:
-    return Settings(
-        storage_dir=work / f"store-{name}",
-        allow_local_sources=True,
-        source_hosts=("127.0.0.1",),
-        allow_addresses=("127.0.0.1/32",),
-        cache_dir=work / f"cache-{name}",
-    ).for_cli()
+    return cli_settings(work / f"store-{name}", work / f"cache-{name}")
 
 
-def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> list[Row]:
+def profiles_figures(run: RunConfig, source: Path, work: Path) -> list[Row]:
     """10. A batch of quotes × 3 profiles: one decode per quote (ours) against three separate renders of the same
     quote, and against one profile, alternating per quote (each side a new quote: no cached clip)."""
-    length = 7.0
+    length = run.quote
+    quotes = run.profile_quotes
     multi, separate, single, cpu_multi = [], [], [], 0.0
     settings = _settings(work, "profiles")
     storage = LocalStorage(settings.storage_dir)
@@ -61,21 +57,22 @@ def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> lis
                 "source": str(source),
                 "start": start,
                 "end": start + length,
-                "caption": f"{caption} {tag}",
-                "watermark": {"text": "StarZero"},
+                "caption": f"{CAPTION} {tag}",
+                "watermark": {"text": BRAND},
             }
         )
 
-    produce_clips(in_profiles(spec(30.0, "warm"), PROFILES), settings, storage)  # warm-up of both paths
-    for name in PROFILES:
-        produce_clip(spec(30.0, "warm-single").model_copy(update={"profile": name}), settings, storage)
+    for _ in range(run.warmup):  # of both paths
+        produce_clips(in_profiles(spec(30.0, "warm"), PROFILES), settings, storage)
+        for name in PROFILES:
+            produce_clip(spec(30.0, "warm-single").model_copy(update={"profile": name}), settings, storage)
     for i in range(quotes):
         start = 60.0 + 11 * i
-        c = _cpu()
+        c = process_cpu()
         t = time.perf_counter()
         produce_clips(in_profiles(spec(start, "multi"), PROFILES), settings, storage)
         multi.append(time.perf_counter() - t)
-        cpu_multi += _cpu() - c
+        cpu_multi += process_cpu() - c
         t = time.perf_counter()
         for name in PROFILES:
             produce_clip(spec(start, "separate").model_copy(update={"profile": name}), settings, storage)
@@ -88,40 +85,38 @@ def profiles_figures(source: Path, quotes: int, caption: str, work: Path) -> lis
     vs_three = statistics.median(m / s for m, s in zip(multi, separate, strict=True))
     output_seconds = quotes * len(PROFILES) * length
     return [
-        {
-            "figure": f"10a. {quotes} quotes × 3 profiles (landscape, vertical, square), 7 s, from the 1080p episode: "
+        Comparison.of(
+            f"10a. {quotes} quotes × 3 profiles (landscape, vertical, square), {length:g} s, from the 1080p episode: "
             "one decode per quote vs one profile's render of the same quote",
-            "ours": _stats(multi),
-            "other": _stats(single),
-            "ratio": vs_one,
-            "target": "≤ 2.2×",
-            "met": vs_one <= 2.2,
-        },
-        {
-            "figure": "10b. the same batch: one decode per quote vs three separate renders per quote",
-            "ours": _stats(multi),
-            "other": _stats(separate),
-            "ratio": vs_three,
-            "target": "report (< 1: cheaper)",
-            "met": None,
-        },
-        {
-            "figure": "10c. the same batch's cost",
-            "value": f"{sum(multi):.1f} s wall for {quotes * len(PROFILES)} clips, "
+            multi,
+            single,
+            vs_one,
+            "≤ 2.2×",
+            vs_one <= 2.2,
+        ),
+        Comparison.of(
+            "10b. the same batch: one decode per quote vs three separate renders per quote",
+            multi,
+            separate,
+            vs_three,
+            "report (< 1: cheaper)",
+            None,
+        ),
+        Reading(
+            "10c. the same batch's cost",
+            f"{sum(multi):.1f} s wall for {quotes * len(PROFILES)} clips, "
             f"{cpu_multi / output_seconds:.2f} CPU-s per output second",
-            "target": "report",
-            "met": None,
-        },
+            "report",
+            None,
+        ),
     ]
 
 
-def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first: float = 200.0) -> Row:
+def page_batch_figure(run: RunConfig, source: Path, work: Path) -> Reading:
     """11a. A batch of quotes from one page whose media URLs are signed afresh at every extraction and expire
     soon (the extraction cache then lasts 10 s), through ``quoteclip batch``: extractions made, bytes fetched,
     no byte fetched twice."""
-    sys.path.insert(0, str(PLUGINS.parent))
-    from videosite import Episode, SiteFormat, VideoSite
-
+    quotes, first, q = run.page_quotes, run.page_first, run.quote
     site = VideoSite(lifetime=130.0)  # expire= 130 s ahead: an extraction is reused for 10 s, then made again
     try:
         site.episodes["episode"] = Episode(
@@ -131,7 +126,7 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
         )
         quotes_file = work / "page-quotes.jsonl"
         lines = [
-            json.dumps({"start": first + 9 * i, "end": first + 7 + 9 * i, "caption": f"{caption} {i}"})
+            json.dumps({"start": first + 9 * i, "end": first + q + 9 * i, "caption": f"{CAPTION} {i}"})
             for i in range(quotes)
         ]
         quotes_file.write_text("\n".join(lines) + "\n")
@@ -140,7 +135,7 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
             "QUOTECLIP_STORAGE_DIR": str(work / "store-page"),
             "QUOTECLIP_CACHE_DIR": str(work / "cache-page"),
             "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": with_plugins(os.environ),
         }
         t = time.perf_counter()
         argv = [
@@ -151,7 +146,7 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
             site.url("episode"),
             str(quotes_file),
             "--watermark",
-            "StarZero",
+            BRAND,
             "--json",
         ]
         done = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -162,32 +157,22 @@ def page_batch_figure(source: Path, quotes: int, caption: str, work: Path, first
         fetched = sum(site.bytes_sent.values())
         size = source.stat().st_size
         twice = site.bytes_sent_twice()
-        return {
-            "figure": f"11a. batch of {quotes} quotes from one page source whose media URLs change at every "
+        return Reading(
+            f"11a. batch of {quotes} quotes from one page source whose media URLs change at every "
             "extraction (links signed for 130 s), quoteclip batch",
-            "value": f"{wall:.1f} s wall, {site.page_loads['episode']} extractions, "
+            f"{wall:.1f} s wall, {site.page_loads['episode']} extractions, "
             f"{fetched / 1024**2:.1f} MB fetched of {size / 1024**2:.0f} MB, {twice} bytes fetched "
             f"twice, {len(site.refused)} requests refused by the site's rules, {failed} failed",
-            "target": "no byte fetched twice",
-            "met": twice == 0 and not failed and done.returncode == 0,
-        }
+            "no byte fetched twice",
+            twice == 0 and not failed and done.returncode == 0,
+        )
     finally:
         site.close()
 
 
-def hls_figure(
-    ffmpeg: str,
-    source: Path,
-    reps: int,
-    caption: str,
-    work: Path,
-    paired: Callable[..., tuple[list[float], list[float]]],
-    first: float = 300.0,
-) -> Row:
-    """11b. A 7 s clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
-    sys.path.insert(0, str(PLUGINS.parent))
-    from videosite import Episode, SiteFormat, VideoSite
-
+def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Comparison:
+    """11b. A clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
+    first, q = run.hls_first, run.quote
     folder = work / "hls"
     folder.mkdir(exist_ok=True)
     playlist = folder / "index.m3u8"
@@ -234,9 +219,9 @@ def hls_figure(
                     {
                         "source": src,
                         "start": first + 9 * n,
-                        "end": first + 7 + 9 * n,
-                        "caption": caption,
-                        "watermark": {"text": "StarZero"},
+                        "end": first + q + 9 * n,
+                        "caption": CAPTION,
+                        "watermark": {"text": BRAND},
                     }
                 )
                 result = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
@@ -247,19 +232,19 @@ def hls_figure(
 
             return run
 
-        ours, local = paired(clip(site.url("hls")), clip(str(source)), reps)
+        ours, local = paired(clip(site.url("hls")), clip(str(source)), run)
     finally:
         site.close()
         shutil.rmtree(folder, ignore_errors=True)
     got = statistics.median(fetched)
     ratio = statistics.median(a / b for a, b in zip(ours, local, strict=True))
-    return {
-        "figure": f"11b. 7 s clip of an HLS-only episode (8 s segments, cold cache, a fresh extraction each) vs "
+    return Comparison.of(
+        f"11b. {q:g} s clip of an HLS-only episode (8 s segments, cold cache, a fresh extraction each) vs "
         f"the same clip of the local file; fetched {got / 1024**2:.1f} MB of {total / 1024**2:.0f} MB "
         f"of segments ({100 * got / total:.1f}%)",
-        "ours": _stats(ours),
-        "other": _stats(local),
-        "ratio": ratio,
-        "target": "< 5% of the bytes",
-        "met": got < 0.05 * total,
-    }
+        ours,
+        local,
+        ratio,
+        "< 5% of the bytes",
+        got < 0.05 * total,
+    )

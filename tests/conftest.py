@@ -12,18 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from services import HttpSource, S3Server, start_private_redis, start_seaweedfs
 
 from quoteclip import embedded
 from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
+from testkit import add_plugins_to_path, with_plugins
+from testkit.services import HttpSource, S3Server, start_private_redis, start_seaweedfs
 
-ROOT = Path(__file__).resolve().parent.parent
-# The test video site's yt-dlp extractor is a plugin (tests/plugins/yt_dlp_plugins), found on the Python path as
+# The test video site's yt-dlp extractor is a plugin (testkit/plugins/yt_dlp_plugins), found on the Python path as
 # yt-dlp finds any plugin: here, and in every CLI and worker process the tests start.
-PLUGINS = str(ROOT / "tests" / "plugins")
-sys.path.insert(0, PLUGINS)
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")]))
+add_plugins_to_path()
+os.environ["PYTHONPATH"] = with_plugins(os.environ)
 
 
 # The everyday tier is ``pytest -m "not integration"``: a test that uses a service (Redis, the object store, an

@@ -222,7 +222,8 @@ def test_streamed_oversize_body_is_refused_without_reading_it_whole(api_env, tmp
     import sys
 
     import psutil
-    from services import free_port, wait_for
+
+    from testkit.services import free_port, wait_for
 
     api_env["QUOTECLIP_API_KEYS"] = "k-secret"
     port = free_port()

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import run_cli
-from services import wait_for
 
 from jobs.queue import enqueue_clip, job_status
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
+from testkit.services import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,9 @@ def test_the_wheel_ships_no_test_launcher(tmp_path) -> None:
     assert built.returncode == 0, built.stderr
     names = zipfile.ZipFile(next(tmp_path.glob("quoteclip-*.whl"))).namelist()
     assert "quoteclip/embedded.py" in names and "sources/ranges.py" in names  # the product's own server pieces
-    assert not [n for n in names if "devservices" in n or n.startswith(("tests/", "bench/")) or "services.py" in n]
+    assert not [
+        n for n in names if "devservices" in n or n.startswith(("tests/", "testkit/", "bench/")) or "services.py" in n
+    ]
 
 
 def test_compose_file() -> None:

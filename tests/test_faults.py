@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 from mediacheck import streams
-from services import free_port, wait_for
 
 from jobs.queue import enqueue_clip, job_status
 from quoteclip import embedded
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
+from testkit.services import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 

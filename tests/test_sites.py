@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from mediacheck import first_bright_frame, first_loud_sample
-from videosite import Episode, SiteFormat, VideoSite
 
 from jobs.pipeline.produce import Stage, produce_clip
 from quoteclip.errors import SourceLinkExpired, SourceTransient, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage
+from testkit.videosite import Episode, SiteFormat, VideoSite
 
 EPISODE_SECONDS = 600
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mediacheck import gray_frames, streams
-from services import free_port
 
 from jobs.pipeline.produce import produce_clip
 from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
@@ -24,6 +23,7 @@ from sources.http import Fetcher
 from sources.remote import RemoteFile
 from sources.safety import check_url
 from storage import LocalStorage
+from testkit.services import free_port
 
 
 @pytest.fixture(scope="session")

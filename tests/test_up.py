@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 from conftest import run_cli
-from services import free_port, wait_for
 
 from quoteclip import embedded
+from testkit.services import free_port, wait_for
 
 
 def _get(url: str) -> tuple[int, bytes, dict[str, str]]:

@@ -8,7 +8,7 @@ documentation and issue tracker describe them; YouTube itself cannot be reached 
 - a format may be refused (403) until its ``available_at`` time; a cookie may be required for media;
 - a format may be HLS only: a signed playlist URL, segments (10 s, MPEG-TS) beside it, fetched whole;
 - or DASH: a signed manifest (read by yt-dlp's own MPD parser) naming fMP4 fragments beside it;
-- the yt-dlp extractor for it is a plugin (tests/plugins), found on the Python path as any plugin is.
+- the yt-dlp extractor for it is a plugin (testkit/plugins), found on the Python path as any plugin is.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from services import _range_rule_broken
-
 from sources.ranges import Body, RangeHandler
+from testkit.services import _range_rule_broken
 
 
 @dataclass
@@ -171,7 +170,7 @@ class VideoSite:
                     entry = site._signatures.get(sig)
                     if why is None and (entry is None or entry[0] <= 0):
                         why = "expired link"
-                    elif why is None and entry[1] > time.time():
+                    elif why is None and entry is not None and entry[1] > time.time():
                         why = "before available_at"
                     elif why is None and self.headers.get("X-Site-Token") != f"token-{video_id}":
                         why = "missing header"

@@ -1,4 +1,4 @@
-"""A yt-dlp extractor for the tests' video site (tests/videosite.py), loaded as yt-dlp loads any plugin (a
+"""A yt-dlp extractor for the tests' video site (testkit/videosite.py), loaded as yt-dlp loads any plugin (a
 ``yt_dlp_plugins`` package on the Python path). It hands yt-dlp what a real site's extractor does: freshly signed
 media URLs with an ``expire=`` time, the headers every media request must carry, sizes, and ``available_at``."""
 

@@ -1,0 +1,120 @@
+"""The benchmark's results: one row per figure, the machine they were measured on, the markdown table, the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from renderer.ffmpeg import ffmpeg_binary, ffmpeg_version
+
+from .config import RunConfig
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Wall-clock seconds of one side's timed runs."""
+
+    min: float
+    median: float
+    max: float
+
+    @classmethod
+    def of(cls, xs: list[float]) -> Spread:
+        return cls(min(xs), statistics.median(xs), max(xs))
+
+    def __str__(self) -> str:
+        return f"{self.min:.2f} / {self.median:.2f} / {self.max:.2f}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A figure timed against an alternative (the limit, or what a user would otherwise do): both sides' runs and
+    a ratio (usually the median of the per-pair ratios ours / other)."""
+
+    figure: str
+    ours: Spread
+    other: Spread
+    ratio: float
+    target: str
+    met: bool | None
+
+    @classmethod
+    def of(
+        cls, figure: str, ours: list[float], other: list[float], ratio: float, target: str, met: bool | None
+    ) -> Comparison:
+        return cls(figure, Spread.of(ours), Spread.of(other), ratio, target, met)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A figure read as one line of text (sizes, counts, percentiles, parts of a time)."""
+
+    figure: str
+    value: str
+    target: str
+    met: bool | None
+
+
+Row = Comparison | Reading
+
+
+@dataclass(frozen=True)
+class Machine:
+    cores: str
+    cpu: str
+    memory_gib: str
+    python: str
+    ffmpeg: str
+    date: str
+
+    @classmethod
+    def this(cls) -> Machine:
+        model = "unknown"
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return cls(
+            cores=str(os.cpu_count()),
+            cpu=model,
+            memory_gib=f"{psutil.virtual_memory().total / 1024**3:.0f}",
+            python=platform.python_version(),
+            ffmpeg=ffmpeg_version(ffmpeg_binary(None)),
+            date=time.strftime("%Y-%m-%d"),
+        )
+
+
+def machine_line(info: Machine, run: RunConfig) -> str:
+    return (
+        f"machine: {info.cores} cores, {info.cpu}, {info.memory_gib} GiB, Python {info.python}, "
+        f"ffmpeg {info.ffmpeg}, {info.date}; {run.describe()}"
+    )
+
+
+def table(rows: list[Row]) -> str:
+    out = [
+        "| figure | ours (min / median / max s) | alternative (min / median / max s) | result | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        met = {True: "yes", False: "**no**", None: "–"}[r.met]
+        if isinstance(r, Reading):
+            out.append(f"| {r.figure} | | | {r.value} | {r.target} | {met} |")
+        else:
+            out.append(f"| {r.figure} | {r.ours} | {r.other} | {r.ratio:.2f}× | {r.target} | {met} |")
+    return "\n".join(out)
+
+
+def write_json(path: Path, info: Machine, rows: list[Row]) -> None:
+    """The machine and every row, as the table has them (a comparison's sides as min / median / max)."""
+    path.write_text(json.dumps({"machine": asdict(info), "rows": [asdict(r) for r in rows]}, indent=1, default=str))
