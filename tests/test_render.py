@@ -530,3 +530,34 @@ def test_overlays_drawn_ahead_are_drawn_again_when_the_video_ends_the_cut(media,
     assert abs(result.duration - 1.0) < 0.05
     # the 0.8 s caption over a 3.8 s cut is a timed sequence (shown, then blank); over the 1 s clip, one still
     assert str(tmp_path / "caption.pam") in result.argv and not any(a.endswith(".ffconcat") for a in result.argv)
+
+
+def test_a_logo_of_any_aspect_is_drawn_within_the_frame(tmp_path) -> None:
+    """A 98-byte 4096×1 PNG at the largest mark size would be drawn 884736×216 before being narrowed (1.5 GB of
+    RGBA): it is scaled into its box at once, so drawing it costs little memory, and the mark stays within half
+    the frame's width and the mark's height; an ordinary logo is drawn as it always was."""
+    import json
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    thin, wide = tmp_path / "thin.png", tmp_path / "wide.png"
+    Image.new("RGBA", (4096, 1), (255, 0, 0, 255)).save(thin)
+    Image.new("RGBA", (300, 100), (0, 0, 255, 255)).save(wide)
+    probe = (
+        "import json, resource, sys\n"
+        "from quoteclip.spec import WatermarkSpec\n"
+        "from watermarks import watermark_image\n"
+        "img, at = watermark_image(WatermarkSpec(logo=sys.argv[1], size=0.3), (1280, 720))\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "print(json.dumps({'size': img.size, 'at': at, 'peak_mb': peak}))\n"
+    )
+    drawn = [
+        json.loads(
+            subprocess.run([sys.executable, "-c", probe, str(p)], capture_output=True, text=True, check=True).stdout
+        )
+        for p in (thin, wide)
+    ]
+    assert drawn[0]["size"][0] <= 640 and drawn[0]["size"][1] <= 216 and drawn[0]["peak_mb"] < 250, drawn[0]
+    assert drawn[1]["size"] == [640, 213] and drawn[1]["peak_mb"] < 250, drawn[1]  # 300×100 at 216 px, then narrowed

@@ -11,6 +11,7 @@ from quoteclip.fonts import load_font
 from quoteclip.spec import WatermarkSpec
 
 MAX_LOGO_PIXELS = 4096 * 4096
+WIDE = 4  # a logo drawn wider than this many times its box at the mark's height is scaled into the box at once
 
 __all__ = ["watermark_image"]
 
@@ -22,7 +23,7 @@ def watermark_image(
     width, height = frame
     short = min(width, height)  # sizes follow the short side, so a vertical frame gets the same mark
     target_h = max(8, round(mark.size * short))
-    img = _logo(mark.logo, target_h) if mark.logo else _text(mark.text or "", target_h, font_path)
+    img = _logo(mark.logo, (width // 2, target_h)) if mark.logo else _text(mark.text or "", target_h, font_path)
     if img.width > width // 2:  # never cover more than half the frame width
         img = img.resize((width // 2, max(1, round(img.height * (width // 2) / img.width))), Image.Resampling.LANCZOS)
     alpha = img.getchannel("A").point(lambda a: round(a * mark.opacity))
@@ -46,7 +47,11 @@ def _text(text: str, target_h: int, font_path: str | None) -> Image.Image:
     return img
 
 
-def _logo(path: str, target_h: int) -> Image.Image:
+def _logo(path: str, box: tuple[int, int]) -> Image.Image:
+    """The logo scaled to the mark's height (``box``: at most half the frame's width, the mark's height). Its drawn
+    size is bounded by the frame whatever its aspect: a logo that would be drawn more than ``WIDE`` times the box's
+    width at that height (a 4096×1 PNG would be 884736 px wide) is scaled into the box at once; any other is drawn
+    at the mark's height first (the caller narrows it to the box), the clips it has always made."""
     file = Path(path)
     if not file.is_file():
         raise BadInput(f"watermark.logo not found: {path!r}")
@@ -59,5 +64,9 @@ def _logo(path: str, target_h: int) -> Image.Image:
             logo = src.convert("RGBA")
     except (UnidentifiedImageError, OSError):
         raise BadInput(f"watermark.logo is not a readable PNG: {path!r}") from None
-    scale = target_h / logo.height
-    return logo.resize((max(1, round(logo.width * scale)), target_h), Image.Resampling.LANCZOS)
+    width, height = box
+    if logo.width * height <= WIDE * width * logo.height:
+        return logo.resize((max(1, round(logo.width * height / logo.height)), height), Image.Resampling.LANCZOS)
+    scale = min(height / logo.height, width / logo.width)
+    size = (max(1, min(width, round(logo.width * scale))), max(1, min(height, round(logo.height * scale))))
+    return logo.resize(size, Image.Resampling.LANCZOS)
