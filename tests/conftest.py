@@ -78,6 +78,8 @@ MediaFactory = Callable[..., Path]
 def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFactory:
     """Generate a source once per session per set of parameters.
 
+    ``bframes``: encoded with B-frames (x264 veryfast, 3 of them), as most real sources are.
+
     pattern: "testsrc" (moving test pattern, good for matching frames), "flash" (black, a white frame
     flash and a 1 kHz beep for the first 0.1 s of every second: for audio/video sync) or "levels" (each frame
     one flat gray level, so a frame is named by its mean: see ``mediacheck.frame_index``). ``fps`` may be a
@@ -94,8 +96,9 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
         rotation: int | None = None,
         vfr: bool = False,
         pattern: str = "testsrc",
+        bframes: bool = False,
     ) -> Path:
-        params = json.dumps([size, fps, duration, gop, audio, rotation, vfr, pattern])
+        params = json.dumps([size, fps, duration, gop, audio, rotation, vfr, pattern] + ([True] if bframes else []))
         path = folder / f"src-{hashlib.sha1(params.encode()).hexdigest()[:12]}.mp4"
         if path.exists():
             return path
@@ -117,7 +120,9 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
         vf = ["select='mod(n,5)'"] if vfr else []
         if vf:
             argv += ["-vf", ",".join(vf), "-fps_mode", "vfr"]
+        # B-frames (as most real sources have): frames decoded out of presentation order
         argv += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]
+        argv += ["-preset", "veryfast", "-bf", "3"] if bframes else []
         if gop:
             argv += ["-g", str(gop), "-keyint_min", str(gop), "-sc_threshold", "0"]
         if audio:

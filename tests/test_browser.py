@@ -126,6 +126,21 @@ GRAB = """(id) => {
 }"""
 
 
+# The frame a player shows at the very end of a video: paused, sought to its duration (as a user drags the bar to
+# the end), then grabbed as GRAB does.
+AT_END = (
+    """async (id) => {
+  const v = document.getElementById(id);
+  v.pause();
+  await new Promise((done) => { v.addEventListener("seeked", done, { once: true }); v.currentTime = v.duration; });
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  return ("""
+    + GRAB
+    + """)(id);
+}"""
+)
+
+
 def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, media, http_source, tmp_path) -> None:
     """The first frame Chromium shows is the source frame at ``start`` (a 29.97 fps source whose frames are each
     one gray level, so a canvas grab names the frame); a one-frame nudge moves it by exactly one source frame;
@@ -137,7 +152,7 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
     from playwright.sync_api import sync_playwright
 
     (http_source.root / "lv.mp4").symlink_to(
-        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels", bframes=True)
     )
     words = [
         {"text": "one", "start": 0.5, "end": 0.9},
@@ -178,6 +193,8 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
                 shown.append((named, frame_index(page.evaluate(GRAB, "player"), named)))
 
             after(1)  # 1.068 s: frame 32 starts at 1.06773 s (the millisecond rounds up)
+            last_named = int(page.inner_text("#f-end"))
+            last_shown = frame_index(page.evaluate(AT_END, "player"), last_named)  # the preview's end, in Chromium
             page.keyboard.press("]")
             after(2)
             page.keyboard.press("[")
@@ -197,6 +214,7 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
         finally:
             browser.close()
     assert shown == [(32, 32), (33, 33), (32, 32), (31, 31), (36, 36), (39, 39)], shown
+    assert (last_named, last_shown) == (74, 74)  # 2.5 s: frame 75 starts at 2.5025 s, so the cut ends on 74
     assert final_first == 39
     saved = tmp_path / "final.mp4"
     with urllib.request.urlopen(f"{served}/{href}") as resp:

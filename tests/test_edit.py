@@ -92,6 +92,50 @@ def test_instant_preview_copies_the_source_packets(media, settings) -> None:
     assert result.sidecars is not None and "vtt" in result.sidecars and "poster" not in result.sidecars
 
 
+def _edits(path: Path) -> list[tuple[str, int, int, int]]:
+    """(handler, segment duration in the movie's units, media time, media timescale) of each track's one edit,
+    and the movie's timescale, read from the boxes by hand."""
+    data = path.read_bytes()
+    mvhd = data.index(b"mvhd")
+    movie = struct.unpack(">I", data[mvhd + (24 if data[mvhd + 4] else 16) :][:4])[0]
+    out = []
+    for elst in [i for i in range(len(data)) if data.startswith(b"elst", i)][:2]:
+        version, count = data[elst + 4], struct.unpack(">I", data[elst + 8 : elst + 12])[0]
+        assert count == 1
+        duration, media_time = struct.unpack(">Qq" if version else ">Ii", data[elst + 12 :][: 16 if version else 8])
+        mdhd = data.index(b"mdhd", elst)
+        scale = struct.unpack(">I", data[mdhd + (24 if data[mdhd + 4] else 16) :][:4])[0]
+        hdlr = data.index(b"hdlr", mdhd)
+        out.append((data[hdlr + 12 : hdlr + 16].decode(), duration, media_time, scale))
+    return [(h, d, t, s) for h, d, t, s in out] + [("movie", movie, 0, 0)]
+
+
+@pytest.mark.parametrize("bframes", [False, True])
+@pytest.mark.parametrize(
+    ("rate", "start", "end", "first", "count"),
+    [("29.97", 12.4, 19.8, 372, 222), ("25", 4.5, 10.0, 113, 137)],
+)
+def test_an_instant_previews_edit_lists_play_exactly_the_cuts_frames(
+    media, settings, rate: str, start: float, end: float, first: int, count: int, bframes: bool
+) -> None:
+    """The edit list starts at the cut's first frame, not at the cut time between two frames (a player shows
+    the frame at or before an edit's start), and lasts exactly the cut's frames, not whole packets past them;
+    the sound's edit starts and ends with it."""
+    text, exact = RATES[rate]
+    src = media(size="160x90", fps=text, duration=22, gop=60, pattern="levels", bframes=bframes)
+    result = clip(settings, source=str(src), start=start, end=end, quality="instant")
+    assert result.frames is not None
+    assert (result.frames["first_frame"]["index"], result.frames["last_frame"]["index"]) == (first, first + count - 1)
+    edits = _edits(Path(str(result.path)))
+    (_, v_duration, v_time, v_scale), (_, a_duration, a_time, a_scale), (_, movie, _, _) = edits
+    frame = v_scale / exact  # a frame in the video's media units
+    delay = 2 * frame if bframes else 0  # x264's B-frames put the first frame 2 frames into the media's time
+    assert v_time == (first - first // 60 * 60) * frame + delay  # the first frame's own time, after the keyframe
+    assert v_duration == int(count / exact * movie) == a_duration  # the frames' time, in the movie's units
+    assert [h for h, *_ in edits] == ["vide", "soun", "movie"] and a_time >= 0
+    assert result.duration == round(float(count / exact), 3)
+
+
 def test_instant_preview_falls_back_to_encoded_with_a_reason(media, settings, ffmpeg_bin, tmp_path) -> None:
     """A source whose codec an MP4 for browsers cannot carry (MPEG-4 Part 2) gets the encoded preview instead,
     and says why; the cut is the same."""
