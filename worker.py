@@ -1,15 +1,18 @@
 """``python worker.py [OPTIONS]``: exactly ``quoteclip worker`` (the same command, every option of it), for
 deployments that start a script rather than the console command."""
 
+import sys
+
 import typer
 
+from quoteclip.cli.common import run_command
 from quoteclip.cli.queue import worker
 
 
 def main(argv: list[str] | None = None) -> None:
-    command = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    command = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     command.command()(worker)
-    command(args=argv, prog_name="python worker.py")
+    sys.exit(run_command(command, sys.argv[1:] if argv is None else argv, "python worker.py"))
 
 
 if __name__ == "__main__":

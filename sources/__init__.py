@@ -51,12 +51,15 @@ def resolve_source(source: str, allow_local: bool) -> SourceRef:
     if parts.scheme and len(parts.scheme) > 1:  # a Windows drive letter is not a scheme
         raise BadInput(f"source scheme {parts.scheme!r} is not supported (use http, https or a local path)")
     if not allow_local:
-        raise BadInput(f"source: local paths are not allowed here, got {source!r}")
+        raise BadInput(
+            f"source: local paths are not allowed here, got {source!r} (an operator opens them with "
+            "QUOTECLIP_ALLOW_LOCAL_SOURCES=true)"
+        )
     path = Path(source).expanduser()
     try:
         st = path.resolve(strict=True).stat()
     except (FileNotFoundError, NotADirectoryError):
-        raise SourceUnavailable(f"source not found: {source}") from None
+        raise BadInput(f"source not found: {source!r}") from None  # a path given wrong: bad input, as a folder is
     except OSError as exc:
         raise SourceUnavailable(f"source cannot be read ({exc.strerror}): {source}") from None
     if not path.is_file():

@@ -43,6 +43,8 @@ def test_rerunning_a_batch_renders_nothing_and_says_so(episode, tmp_path, ffmpeg
     again = run_cli("batch", episode, str(quotes), "--json", env=env)
     assert again.returncode == 0 and runs(log) == 2  # nothing rendered the second time
     assert "all 2 clips were already stored: nothing was rendered" in again.stderr
+    assert "2/2 clips done (0 rendered, 2 already stored, 0 failed)" in again.stderr  # not "rendered"
+    assert "2 clips: 0 rendered, 2 already stored, 0 failed" in again.stderr  # the summary, with --json too
     assert [c["line"] for c in json.loads(again.stdout)["clips"]] == [1, 3]
 
 
@@ -104,7 +106,7 @@ def test_batch_through_the_workers(episode, tmp_path, queue_env, workers) -> Non
     assert done.returncode == 0, done.stderr
     clips = json.loads(done.stdout)["clips"]
     assert [c["status"] for c in clips] == ["finished"] * 3 and all(c["link"] for c in clips)
-    assert "3/3 clips through the workers" in done.stderr
+    assert "3/3 clips done (3 rendered, 0 already stored, 0 failed)" in done.stderr
 
 
 @pytest.mark.slow

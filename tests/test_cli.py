@@ -71,13 +71,48 @@ def test_default_storage_dir_is_clips_in_cwd(media, tmp_path) -> None:
     ],
 )
 def test_bad_input_exits_2_with_one_line(media, tmp_path, args, message) -> None:
+    """One line on stderr, exit 2, and with --json the error as the one JSON object on stdout."""
     src = media(size="320x180", duration=4, gop=60)
     done = run_cli("render", str(src), *args, "--json", env={"QUOTECLIP_STORAGE_DIR": str(tmp_path)})
     assert done.returncode == 2, done.stderr
-    assert done.stdout == ""
+    body = json.loads(done.stdout)
+    assert body["status"] == "failed" and body["exit_code"] == 2 and message in body["error"]
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["render", "a.mp4", "--strat", "1"], "bad input: No such option: --strat"),
+        (["render", "a.mp4", "--watermark-opacity", "abc"], "bad input: Invalid value for '--watermark-opacity'"),
+        (["render"], "bad input: Missing argument 'source'"),
+        (["batch", "a.mp4"], "bad input: Missing argument 'quotes_file'"),
+    ],
+)
+def test_usage_errors_are_one_line_like_every_other_error(args: list[str], message: str) -> None:
+    done = run_cli(*args)
+    assert done.returncode == 2 and done.stderr.startswith(f"quoteclip: {message}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "╭" not in done.stderr and done.stdout == ""
+    as_json = run_cli(*args, "--json")
+    assert as_json.returncode == 2 and message in json.loads(as_json.stdout)["error"]
+
+
+def test_help_shows_every_choice_and_no_type_boxes() -> None:
+    shown = run_cli("render", "--help", env={"COLUMNS": "200"})
+    text = " ".join(shown.stdout.split())
+    assert shown.returncode == 0 and "speaker" in text and "top-left | top-right | bottom-left | bottom-right" in text
+    assert "<bool>" not in shown.stdout and "╭" not in shown.stdout
+
+
+def test_placing_a_mark_without_a_mark_is_said(media, tmp_path) -> None:
+    """--watermark-opacity (or -position, -size) without --watermark has nothing to apply to: a warning says so."""
+    src = media(size="320x180", duration=4, gop=60)
+    args = ["render", str(src), "--start", "1", "--end", "2", "--watermark-opacity", "0.5", "--quality", "instant"]
+    done = run_cli(*args, env={"QUOTECLIP_STORAGE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "warning: --watermark-opacity has no watermark to apply to" in done.stderr
 
 
 @pytest.mark.slow
@@ -85,7 +120,7 @@ def test_bad_sources(tmp_path) -> None:
     notvideo = tmp_path / "x.mp4"
     notvideo.write_text("hello")
     for source, code, message in [
-        (str(tmp_path / "missing.mp4"), 1, "source not found"),
+        (str(tmp_path / "missing.mp4"), 2, "source not found"),  # a path given wrong is bad input, as a folder is
         (str(notvideo), 2, "source is not a readable video file"),
         ("ftp://host/x.mp4", 2, "source scheme 'ftp' is not supported"),
         (str(tmp_path), 2, "source is not a file"),

@@ -365,7 +365,7 @@ def test_quote_past_the_end_is_refused_naming_the_length(media, settings) -> Non
 
 
 def test_missing_sources(settings, http_source, tmp_path) -> None:
-    with pytest.raises(SourceUnavailable, match="source not found"):
+    with pytest.raises(BadInput, match="source not found"):
         render(settings, source=str(tmp_path / "nope.mp4"), start=1, end=2)
     with pytest.raises(SourceUnavailable, match=r"HTTP 404"):
         render(settings, source=http_source.url("missing.mp4"), start=1, end=2)

@@ -29,4 +29,4 @@ def align(
         }
         emit(body, as_json, f"{found.start:.3f} {found.end:.3f} score {found.score:.2f}")
 
-    run_guarded(go)
+    run_guarded(go, as_json)

@@ -24,6 +24,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help text (every choice shown, no boxes), errors as one line (common.run_command)
     help="Render exact-quote video clips with captions and a watermark, inline or through a queue.",
 )
 
@@ -63,13 +64,17 @@ def load_commands(args: Sequence[str]) -> None:
 
 
 def main() -> None:
-    load_commands(sys.argv[1:])
+    from .common import run_command
+
+    args = sys.argv[1:]
+    load_commands(args)
     try:
-        app()
-    except SystemExit as done:
-        if sys.argv[1:2] and sys.argv[1] in ONE_SHOT:
-            _end_now(done.code)
-        raise
+        code = run_command(app, args, "quoteclip")
+    except SystemExit as done:  # a command that exits by itself (sys.exit in a library it calls)
+        code = done.code  # type: ignore[assignment]
+    if args[:1] and args[0] in ONE_SHOT:
+        _end_now(code)
+    sys.exit(code)
 
 
 def _end_now(code: object) -> NoReturn:

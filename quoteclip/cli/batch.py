@@ -151,14 +151,12 @@ def _inline(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str
     out: list[list[Outcome]] = []
     began = time.monotonic()
     total = sum(len(g) for g in groups)
-    done = 0
     for specs in groups:
         try:
             out.append([r.to_json() for r in produce_clips(specs, settings.for_cli(), storage)])
         except QuoteclipError as exc:
             out.append([{"error": f"{exc.kind}: {exc}".splitlines()[0]} for _ in specs])
-        done += len(specs)
-        say(_progress_line(done, total, began, "rendered inline"))
+        say(_progress_line([o for group in out for o in group], total, began))
     return out
 
 
@@ -183,7 +181,11 @@ def _through_queue(groups: list[list[ClipSpec]], settings: Settings, say: Callab
                 body = job_status(job_id, settings, connection, storage)
                 if body["status"] in ("finished", "failed", "stopped", "canceled", "unknown"):
                     done[job_id] = body
-                    say(_progress_line(len(done), len(set(ids)), began, "through the workers"))
+                    seen = [
+                        {"cached": j in stored} if b["status"] == "finished" else {"error": b["status"]}
+                        for j, b in done.items()
+                    ]
+                    say(_progress_line(seen, len(set(ids)), began))
         if len(done) < len(set(ids)):
             time.sleep(0.5)
     out: list[list[Outcome]] = []
@@ -207,7 +209,11 @@ def _through_queue(groups: list[list[ClipSpec]], settings: Settings, say: Callab
     return out
 
 
-def _progress_line(done: int, total: int, began: float, how: str) -> str:
-    elapsed = time.monotonic() - began
+def _progress_line(outcomes: list[Outcome], total: int, began: float) -> str:
+    """``3/10 clips done (2 rendered, 1 already stored, 0 failed), 12 s so far, about 28 s to go``."""
+    failed = sum(1 for o in outcomes if "error" in o)
+    stored = sum(1 for o in outcomes if o.get("cached"))
+    done, elapsed = len(outcomes), time.monotonic() - began
     eta = elapsed / done * (total - done) if done else 0.0
-    return f"{done}/{total} clips {how}, {elapsed:.0f} s so far, about {eta:.0f} s to go"
+    counts = f"{done - failed - stored} rendered, {stored} already stored, {failed} failed"
+    return f"{done}/{total} clips done ({counts}), {elapsed:.0f} s so far, about {eta:.0f} s to go"

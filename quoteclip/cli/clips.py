@@ -19,26 +19,28 @@ from .options import ClipOptions, clip_options, specs_from_options
 SourceArg = Annotated[str, typer.Argument(help="A local path, an http(s) media URL or a video page URL.")]
 
 
-def _clip_call(opts: ClipOptions, verbose: bool, action: Callable[[list[ClipSpec], Settings], None]) -> None:
+def _clip_call(
+    opts: ClipOptions, verbose: bool, as_json: bool, action: Callable[[list[ClipSpec], Settings], None]
+) -> None:
     setup_cli_logging(verbose)
 
     def go() -> None:
         settings = Settings.from_env()
         action(specs_from_options(opts, settings), settings)
 
-    run_guarded(go)
+    run_guarded(go, as_json)
 
 
 @app.command("render", help="Render one clip inline and store it (an identical call returns the stored clip).")
 @clip_options()
 def render(source: SourceArg, opts: ClipOptions, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
-    _clip_call(opts, verbose, lambda specs, settings: render_and_print(specs, settings, as_json))
+    _clip_call(opts, verbose, as_json, lambda specs, settings: render_and_print(specs, settings, as_json))
 
 
 @app.command("enqueue", help="Queue one clip for the workers; prints the job id at once.")
 @clip_options()
 def enqueue(source: SourceArg, opts: ClipOptions, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
-    _clip_call(opts, verbose, lambda specs, settings: _enqueue_and_print(specs, settings, as_json))
+    _clip_call(opts, verbose, as_json, lambda specs, settings: _enqueue_and_print(specs, settings, as_json))
 
 
 def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
@@ -118,14 +120,14 @@ def batch(
                     else f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
                 )
                 typer.echo(f"line {o['line']}{' ' + o['profile'] if opts.profiles else ''}: {what}")
-            made = len(outcomes) - failed - cached
-            typer.echo(f"{len(outcomes)} clips: {made} rendered, {cached} already stored, {failed} failed", err=True)
+        made = len(outcomes) - failed - cached  # the summary on stderr, with --json too
+        typer.echo(f"{len(outcomes)} clips: {made} rendered, {cached} already stored, {failed} failed", err=True)
         if cached == len(outcomes):
             typer.echo(f"all {cached} clips were already stored: nothing was rendered", err=True)
         if failed:
             raise typer.Exit(1)
 
-    run_guarded(go)
+    run_guarded(go, as_json)
 
 
 @app.command()
@@ -151,4 +153,4 @@ def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
         )
         render_and_print([spec], settings, as_json)
 
-    run_guarded(go)
+    run_guarded(go, as_json)

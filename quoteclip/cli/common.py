@@ -19,7 +19,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log progress to stderr.")]
 
 
-def fail(code: int, message: str) -> NoReturn:
+def fail(code: int, message: str, as_json: bool = False) -> NoReturn:
+    """The error on stderr (one line, then any detail indented) and, with ``--json``, as the one JSON object on
+    stdout (``{"status": "failed", "error", "exit_code"}``), then the exit code."""
+    if as_json:
+        sys.stdout.write(json.dumps({"status": "failed", "error": message, "exit_code": code}) + "\n")
     first, *rest = message.splitlines() or [""]
     typer.echo(f"quoteclip: {first}", err=True)
     for line in rest:
@@ -27,22 +31,44 @@ def fail(code: int, message: str) -> NoReturn:
     raise typer.Exit(code)
 
 
-def run_guarded(fn: Callable[[], Any]) -> Any:
+def run_guarded(fn: Callable[[], Any], as_json: bool = False) -> Any:
     """Turn the project's errors into exit codes and readable lines; never a traceback."""
     try:
         return fn()
     except BadInput as exc:
-        fail(2, f"{exc.kind}: {exc}")
+        fail(2, f"{exc.kind}: {exc}", as_json)
     except QuoteclipError as exc:
-        fail(1, f"{exc.kind}: {exc}")
+        fail(1, f"{exc.kind}: {exc}", as_json)
     except KeyboardInterrupt:
-        fail(130, "interrupted")
+        fail(130, "interrupted", as_json)
     except typer.Exit:
         raise
     except Exception as exc:  # the last line of defence: a readable reason instead of a traceback
         if os.environ.get("QUOTECLIP_DEBUG"):
             raise
-        fail(1, f"internal error: {type(exc).__name__}: {exc}")
+        fail(1, f"internal error: {type(exc).__name__}: {exc}", as_json)
+
+
+def run_command(command: typer.Typer, args: list[str], prog_name: str) -> int:
+    """Run a typer app on ``args``; its usage errors (an unknown option, a value of the wrong type, a missing
+    argument) are bad input, one line like every other error (exit 2), not click's box. Returns the exit code."""
+    from typer.exceptions import TyperException  # the base of typer's own (click's) usage errors
+
+    try:
+        code = typer.main.get_command(command).main(args=args, prog_name=prog_name, standalone_mode=False)
+    except typer.Abort:
+        return 130
+    except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the bare command: its help
+            typer.echo(exc.format_message())
+            return 0
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        try:
+            fail(2, f"bad input: {exc.format_message()}{where}", "--json" in args)
+        except typer.Exit as done:
+            return done.exit_code
+    return code if isinstance(code, int) else 0
 
 
 def emit(payload: dict[str, Any], as_json: bool, human: str) -> None:

@@ -8,6 +8,7 @@ import functools
 import inspect
 import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,14 @@ CLIP_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
         ],
         None,
     ),
-    ("fit", Annotated[str | None, typer.Option(help="pad (bars) | blur (blurred fill) | center (crop)")], None),
+    (
+        "fit",
+        Annotated[
+            str | None,
+            typer.Option(help="pad (bars) | blur (blurred fill) | center (crop) | speaker (follows the face)"),
+        ],
+        None,
+    ),
     (
         "quality",
         Annotated[str | None, typer.Option(help="final | preview (half size, fast encode) | instant (copied frames)")],
@@ -205,9 +213,14 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
     if opts.watermark:
         kind = "logo" if opts.watermark.lower().endswith(".png") else "text"
         data["watermark"] = {kind: opts.watermark}
+    placing = {"position": opts.watermark_position, "opacity": opts.watermark_opacity, "size": opts.watermark_size}
     if data.get("watermark"):
-        placing = {"position": opts.watermark_position, "opacity": opts.watermark_opacity, "size": opts.watermark_size}
         data["watermark"] = {**data["watermark"], **{k: v for k, v in placing.items() if v is not None}}
+    for name in (k for k, v in placing.items() if v is not None and not data.get("watermark")):
+        sys.stderr.write(
+            f"quoteclip: warning: --watermark-{name} has no watermark to apply to "
+            "(give --watermark, or a style file with one)\n"
+        )
     if opts.transcript:
         from quoteclip.transcript import align, load_transcript, retime
 

@@ -31,7 +31,7 @@ def status(
         if body["status"] == "unknown":
             raise typer.Exit(1)
 
-    run_guarded(go)
+    run_guarded(go, as_json)
 
 
 def worker(

@@ -90,4 +90,4 @@ def health(as_json: JsonOpt = False) -> None:
         if body["status"] != "ok":
             raise typer.Exit(1)
 
-    run_guarded(go)
+    run_guarded(go, as_json)
