@@ -25,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help text (every choice shown, no boxes), errors as one line (common.run_command)
+    context_settings={"max_content_width": 120},  # help as wide as the terminal, up to 120 columns
     help="Render exact-quote video clips with captions and a watermark, inline or through a queue.",
 )
 
