@@ -44,6 +44,7 @@ def _answer(svc: Services, queued: Enqueued) -> ClipAccepted:
     return ClipAccepted(
         id=queued.job_id,
         status=queued.status,
+        stage=queued.stage or queued.status,
         status_url=f"/clips/{queued.job_id}",
         download_url=sign_path(f"/clips/{queued.job_id}/download", svc.settings),
         link=svc.link_for(queued.job_id, queued.link),

@@ -36,7 +36,8 @@ class BatchRequest(BaseModel):
 
 class ClipAccepted(BaseModel):
     id: str
-    status: str
+    status: str  # queued, started or finished: the vocabulary of GET /clips/{id}
+    stage: str | None = None  # the detail: queued, waiting, fetching, rendering, uploading, finished
     status_url: str
     download_url: str
     link: str | None = None

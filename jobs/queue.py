@@ -30,7 +30,7 @@ from .metrics import record_cache_hit
 from .pipeline.assets import check_allowed
 from .pipeline.lookup import lookup
 from .pipeline.stages import Stage
-from .status import job_status
+from .status import job_status, public_status
 from .webhooks import add_callback
 
 __all__ = [
@@ -59,12 +59,13 @@ ACTIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCH
 @dataclass(frozen=True)
 class Enqueued:
     job_id: str
-    status: str
+    status: str  # queued, started or finished (jobs.status.public_status)
     link: str | None = None
     joined: bool = False
+    stage: str | None = None  # the detail: queued, fetching, rendering, uploading, finished
 
     def to_json(self) -> dict[str, object]:
-        body: dict[str, object] = {"job_id": self.job_id, "status": self.status}
+        body: dict[str, object] = {"job_id": self.job_id, "status": self.status, "stage": self.stage or self.status}
         if self.link:
             body["link"] = self.link
             body["cached"] = True
@@ -226,7 +227,8 @@ def _enqueue_one(
             continue  # it expired or was replaced in between, or is being created: try again
         status = job.get_status(refresh=False)
         if status in ACTIVE:
-            return Enqueued(job_id, str(job.meta.get("stage", Stage.QUEUED.value)), joined=True)
+            stage = str(job.meta.get("stage", Stage.QUEUED.value))
+            return Enqueued(job_id, public_status(status), joined=True, stage=stage)
         if status == JobStatus.FINISHED and storage.stat(key) is not None:
             return Enqueued(job_id, Stage.FINISHED.value, link=storage.link(key))
         # Failed, stopped, canceled, or finished but the object is gone: replace the old job.

@@ -29,6 +29,18 @@ def job_status(
         return _status(job_id, match.group(1), redis, store)
 
 
+def public_status(status: JobStatus | None) -> str:
+    """The one vocabulary every answer uses (rq's main statuses; the stage says more): a job waiting on a
+    dependency or for a retry is ``queued``; one stopped or canceled has ``failed``."""
+    if status is None:
+        return "unknown"
+    if status in {JobStatus.STARTED, JobStatus.FINISHED, JobStatus.FAILED}:
+        return str(status.value)
+    if status in {JobStatus.STOPPED, JobStatus.CANCELED}:
+        return "failed"
+    return "queued"  # queued, deferred, scheduled, or on its way there (created, ready to enqueue, rate limited)
+
+
 def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[str, Any]:
     try:
         job: Job | None = Job.fetch(job_id, connection=connection)
@@ -58,7 +70,7 @@ def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[
         if group is not None:
             status, stage, progress = group
     body.update(
-        status=status.value if status else "unknown",
+        status=public_status(status),
         stage=stage,
         progress=progress,
         link=None,

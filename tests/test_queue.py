@@ -222,3 +222,19 @@ def test_calls_without_a_connection_close_what_they_open(media, queue_env, s3) -
     finally:
         gc.enable()
     assert after - before <= 2, f"{after - before} sockets left open by 40 calls"
+
+
+def test_one_status_vocabulary_with_the_stage_for_detail() -> None:
+    """Every answer (enqueue, status, the API) says queued, started, finished or failed; a job waiting on its
+    other profiles or for a retry is queued, one stopped or canceled has failed; the stage says more."""
+    from rq.job import JobStatus
+
+    from jobs.queue import Enqueued
+    from jobs.status import public_status
+
+    said = {status: public_status(status) for status in JobStatus}
+    assert set(said.values()) == {"queued", "started", "finished", "failed"}
+    assert said[JobStatus.DEFERRED] == said[JobStatus.SCHEDULED] == "queued"
+    assert said[JobStatus.STOPPED] == said[JobStatus.CANCELED] == "failed" and public_status(None) == "unknown"
+    joined = Enqueued("clip-" + "0" * 32, "started", joined=True, stage="rendering").to_json()
+    assert joined["status"] == "started" and joined["stage"] == "rendering"
