@@ -148,6 +148,7 @@ def test_queue_refuses_local_paths_by_default(media, queue_env) -> None:
 def test_status_of_unknown_and_malformed_ids(queue_env) -> None:
     done = run_cli("status", "clip-" + "0" * 32, "--json", env=queue_env)
     assert done.returncode == 1 and json.loads(done.stdout)["status"] == "unknown"
+    assert f"in the Redis at {queue_env['QUOTECLIP_REDIS_URL']}" in json.loads(done.stdout)["error"]  # which one asked
     bad = run_cli("status", "../../etc/passwd", env=queue_env)
     assert bad.returncode == 2 and "job_id must look like clip-<32 hex digits>, got '../../etc/passwd'" in bad.stderr
     with pytest.raises(BadInput):

@@ -23,7 +23,10 @@ def status(
     def go() -> None:
         from jobs.queue import job_status
 
-        body = job_status(job_id, Settings.from_env())
+        settings = Settings.from_env()
+        body = job_status(job_id, settings)
+        if body["status"] == "unknown":  # say which Redis was asked: a status run from another folder asks another
+            body["error"] = f"no such job (or it expired) in the Redis at {_shown(settings.redis_url)}"
         human = f"{body['job_id']} {body['status']} {body['stage']} {body['progress']}%"
         human += f" {body['link']}" if body.get("link") else ""
         human += f" error: {body['error']}" if body.get("error") else ""
@@ -57,3 +60,13 @@ def worker(
 
 
 app.command()(worker)
+
+
+def _shown(url: str) -> str:
+    """A Redis URL without its password."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    return parts.geturl()
