@@ -26,7 +26,7 @@ TERMINAL = {"finished", "failed", "stopped", "canceled"}
 
 def accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
     queued = enqueue_clip(spec, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
-    return _answer(svc, queued), 200 if queued.link else 202
+    return _answer(svc, queued, spec), 200 if queued.link else 202
 
 
 def accepted_profiles(
@@ -35,12 +35,12 @@ def accepted_profiles(
     """One quote in several profiles: one clip each, the missing ones rendered together (one decode)."""
     queued = enqueue_profiles(specs, svc.settings, svc.connection, svc.storage, callback_url=callback_url, bulk=bulk)
     return [
-        ProfileAccepted(**_answer(svc, q).model_dump(), profile=spec.profile)
+        ProfileAccepted(**_answer(svc, q, spec).model_dump(), profile=spec.profile)
         for spec, q in zip(specs, queued, strict=True)
     ]
 
 
-def _answer(svc: Services, queued: Enqueued) -> ClipAccepted:
+def _answer(svc: Services, queued: Enqueued, spec: ClipSpec) -> ClipAccepted:
     return ClipAccepted(
         id=queued.job_id,
         status=queued.status,
@@ -49,6 +49,7 @@ def _answer(svc: Services, queued: Enqueued) -> ClipAccepted:
         download_url=sign_path(f"/clips/{queued.job_id}/download", svc.settings),
         link=svc.link_for(queued.job_id, queued.link),
         cached=queued.link is not None,
+        warnings=list(spec.warnings),
     )
 
 

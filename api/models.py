@@ -42,6 +42,7 @@ class ClipAccepted(BaseModel):
     download_url: str
     link: str | None = None
     cached: bool = False
+    warnings: list[str] = []  # what is rendered but worth saying (a caption too fast to read)
 
 
 class ProfileAccepted(ClipAccepted):
@@ -82,3 +83,4 @@ class PreviewAnswer(BaseModel):
     height: int
     duration: float
     cached: bool
+    warnings: list[str] = []

@@ -55,6 +55,7 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
         height=result.height,
         duration=result.duration,
         cached=result.cached,
+        warnings=list(spec.warnings),
     )
 
 

@@ -25,6 +25,7 @@ from .errors import BadInput
 
 DEFAULT_MAX_SECONDS = 180.0
 MAX_CAPTION_CHARS = 1000
+READING_CHARS_PER_SECOND = 25  # above this a caption is rendered, with a warning: too fast to read
 MAX_SOURCE_CHARS = 4096
 
 # Output profiles: name -> (width, height).
@@ -265,6 +266,18 @@ class ClipSpec(BaseModel):
                     f"words for a {self.duration:.3f} s clip"
                 )
         return self
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What is rendered but worth saying: a caption faster than people read (pages shown too briefly)."""
+        spoken = self.end - self.start
+        rate = len(self.caption) / spoken if spoken > 0 else 0.0
+        if rate > READING_CHARS_PER_SECOND:
+            return (
+                f"caption: {len(self.caption)} characters in {spoken:.3f} s is {rate:.0f} characters a second, "
+                f"faster than people read (about {READING_CHARS_PER_SECOND} at most): its pages show too briefly",
+            )
+        return ()
 
     @property
     def cut_start(self) -> float:

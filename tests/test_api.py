@@ -627,3 +627,10 @@ def test_profiles_in_clip_and_batch_bodies_render_each_quote_once(client, worker
     assert again.status_code == 200 and again.json()["clips"][0]["cached"]
     bad = client.post("/clips", json={"source": source_url, "start": 0, "end": 1, "profiles": ["cinema"]})
     assert bad.status_code == 422 and "profiles" in bad.text
+
+
+def test_a_caption_too_fast_to_read_is_queued_with_a_warning(client, source_url) -> None:
+    fast = client.post("/clips", json={"source": source_url, "start": 1, "end": 3, "caption": "x" * 120})
+    assert fast.status_code == 202 and "60 characters a second" in fast.json()["warnings"][0]
+    calm = client.post("/clips", json={"source": source_url, "start": 1, "end": 3, "caption": "a quote"})
+    assert calm.json()["warnings"] == []

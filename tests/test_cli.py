@@ -414,3 +414,16 @@ def test_probe_helper_answers_as_the_probe_does(media, tmp_path) -> None:
     assert there["helped"] == here
     assert there["av_imported"] is False
     assert there["after_kill"] == here and there["gone"] is True
+
+
+def test_a_caption_too_fast_to_read_is_rendered_with_a_warning(media, tmp_path) -> None:
+    """1,000 characters on a 4 s quote are rendered, but the answer says they are 250 characters a second."""
+    src = media(size="320x180", duration=6, gop=60)
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path)}
+    args = ["render", str(src), "--start", "1", "--end", "5", "--quality", "instant", "--json"]
+    fast = run_cli(*args, "--caption", "word " * 200, env=env)
+    assert fast.returncode == 0, fast.stderr
+    (warning,) = json.loads(fast.stdout)["warnings"]
+    assert "999 characters in 4.000 s is 250 characters a second" in warning and warning in fast.stderr
+    calm = run_cli(*args, "--caption", "a quote people can read", env=env)
+    assert json.loads(calm.stdout)["warnings"] == [] and "warning" not in calm.stderr

@@ -122,7 +122,10 @@ def run_batch(
     for quote in quotes:
         try:
             opts = options_for(quote, replace(shared, source=source))
-            groups.append((quote, specs_from_options(opts, settings), None))
+            built = specs_from_options(opts, settings)
+            for warning in built[0].warnings:
+                print(f"quoteclip: {quotes_file}: line {quote.line}: warning: {warning}", file=sys.stderr)
+            groups.append((quote, built, None))
         except BadInput as exc:
             print(f"quoteclip: {quotes_file}: line {quote.line}: {exc.kind}: {exc}", file=sys.stderr)
             groups.append((quote, None, f"{exc.kind}: {exc}"))
@@ -138,7 +141,7 @@ def run_batch(
                 print(f"quoteclip: {quotes_file}: line {quote.line}: {got['error']}", file=sys.stderr)
                 outcomes.append({"line": quote.line, "profile": spec.profile, "error": got["error"]})
             else:
-                outcomes.append({**got, "line": quote.line, "profile": spec.profile})
+                outcomes.append({**got, "line": quote.line, "profile": spec.profile, "warnings": list(spec.warnings)})
     return outcomes
 
 

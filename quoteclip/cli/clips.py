@@ -26,7 +26,10 @@ def _clip_call(
 
     def go() -> None:
         settings = Settings.from_env()
-        action(specs_from_options(opts, settings), settings)
+        specs = specs_from_options(opts, settings)
+        for warning in specs[0].warnings:
+            typer.echo(f"quoteclip: warning: {warning}", err=True)
+        action(specs, settings)
 
     run_guarded(go, as_json)
 
@@ -59,9 +62,12 @@ def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -
             results = produce_clips(specs, settings, storage, report=bar)
     if len(specs) == 1:
         result = results[0]
-        emit(result.to_json(), as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
+        body = {**result.to_json(), "warnings": list(specs[0].warnings)}
+        emit(body, as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
         return
-    clips = [{**r.to_json(), "profile": s.profile} for s, r in zip(specs, results, strict=True)]
+    clips = [
+        {**r.to_json(), "profile": s.profile, "warnings": list(s.warnings)} for s, r in zip(specs, results, strict=True)
+    ]
     lines = [
         f"{'cached' if r.cached else 'rendered'} {s.profile}: {r.link}" for s, r in zip(specs, results, strict=True)
     ]
@@ -78,9 +84,12 @@ def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool)
     queued = enqueue_profiles(uploaded, settings, storage=storage)
     if len(specs) == 1:
         one = queued[0]
-        emit(one.to_json(), as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
+        body = {**one.to_json(), "warnings": list(specs[0].warnings)}
+        emit(body, as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
         return
-    clips = [{**q.to_json(), "profile": s.profile} for s, q in zip(specs, queued, strict=True)]
+    clips = [
+        {**q.to_json(), "profile": s.profile, "warnings": list(s.warnings)} for s, q in zip(specs, queued, strict=True)
+    ]
     lines = [
         f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
         for s, q in zip(specs, queued, strict=True)
