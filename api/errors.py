@@ -43,7 +43,7 @@ def install(app: FastAPI) -> None:
         """The same one-line message as the CLI's (field named, value shown, no validator prefixes)."""
         errors = [
             {
-                "field": ".".join(str(p) for p in e["loc"] if p != "body"),
+                "field": ".".join(str(p) for p in e["loc"] if p != "body") or _named_field(str(e["msg"])),
                 "message": str(e["msg"]).removeprefix("Value error, "),
                 "value": e.get("input"),
             }
@@ -51,6 +51,14 @@ def install(app: FastAPI) -> None:
         ]
         detail = f"{BadInput.kind}: {describe_errors(exc.errors(), skip=('body',)) or 'the request body is invalid'}"
         return JSONResponse({"detail": detail, "errors": jsonable(errors)}, status_code=422)
+
+
+def _named_field(message: str) -> str:
+    """The field a check across fields names first ("end must be after start, …" is about ``end``)."""
+    from quoteclip.spec import ClipSpec
+
+    word = message.removeprefix("Value error, ").split(" ", 1)[0].rstrip(":,")
+    return word if word in ClipSpec.model_fields else ""
 
 
 def jsonable(value: Any) -> Any:

@@ -101,6 +101,7 @@ def test_api_reads_specs_as_the_cli_does(api_env, source_url) -> None:
     assert same.json()["id"] == named.json()["id"]
     backwards = app.post("/clips", json={"source": source_url, "start": 5, "end": 3})
     assert backwards.json()["detail"] == "bad input: end must be after start, got start=5.0 end=3.0"
+    assert [e["field"] for e in backwards.json()["errors"]] == ["end"]  # a check across fields names its field
     profile = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "profile": "tiktok"})
     assert profile.json()["detail"].startswith("bad input: profile: Input should be 'landscape'")
     assert profile.json()["detail"].endswith("got 'tiktok'")
