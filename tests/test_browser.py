@@ -89,6 +89,13 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
             page = browser.new_page(accept_downloads=True)
             page.goto(page_url)
             assert page.inner_text("#times") == "1–6"
+            assert page.inner_text("#who") == ""  # no speaker or episode but the ones the address names
+            edit_link = page.get_attribute("#edit-link", "href") or ""
+            assert edit_link.startswith("edit?source=") and "start=1&end=6" in edit_link
+            assert page.get_attribute("a[href='batch']", "href") == "batch"
+            page.goto(page_url + "&speaker=Ada+Lovelace&episode=Notes")
+            assert page.inner_text("#who") == "Ada Lovelace · Notes · "
+            page.goto(page_url)
             stages: list[str] = []
             console: list[str] = []
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
@@ -277,3 +284,66 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
         names = zipfile.ZipFile(io.BytesIO(resp.read())).namelist()
     assert len(names) == 5 and names[-1] == "manifest.json"
     assert not [line for line in console if line.startswith("error")], console
+
+
+def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
+    chromium, served, media, http_source, queue_env, tmp_path
+) -> None:
+    """The editor corrects misheard words in the page: a correction that keeps the word count keeps each word's
+    time, one that changes it ("open AI" → "OpenAI") spreads the new words over the replaced words' span; the
+    preview's captions change at once (no render), and the final is rendered with the corrected words, which its
+    manifest records. Bare /edit shows no stray text and no active "Render final" before a preview."""
+    import json
+    import urllib.parse
+
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=45))
+    heard = [
+        {"text": "we", "start": 1.0, "end": 1.2},
+        {"text": "use", "start": 1.2, "end": 1.5},
+        {"text": "open", "start": 1.5, "end": 1.8},
+        {"text": "AI", "start": 1.8, "end": 2.1},
+        {"text": "models", "start": 2.1, "end": 2.6},
+    ]
+    query = urllib.parse.urlencode(
+        {"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.7", "words": json.dumps(heard)}
+    )
+    with sync_playwright() as p:
+        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
+        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        try:
+            page = browser.new_page()
+            page.goto(f"{served}/edit")
+            bare = (page.inner_text("#times"), page.is_disabled("#render"))
+            page.goto(f"{served}/edit?{query}")
+            page.wait_for_function("window.previews >= 1", timeout=60_000)
+            assert page.input_value("#caption") == "we use open AI models"
+            page.fill("#caption", "We use open AI models.")  # the same five words: each keeps its time
+            same_count = page.evaluate("window.captionCues")
+            page.fill("#caption", "We use OpenAI models.")  # two heard words become one
+            fewer = page.evaluate("window.captionCues")
+            words = json.loads(page.input_value("#words"))
+            page.click("#render")
+            page.wait_for_function("window.finalShown === true", timeout=120_000)
+        finally:
+            browser.close()
+    assert bare == ("", True)
+    assert same_count == [[0.0, 1.6, "We use open AI models."]]
+    assert words == [
+        {"text": "We", "start": 1.0, "end": 1.2},
+        {"text": "use", "start": 1.2, "end": 1.5},
+        {"text": "OpenAI", "start": 1.5, "end": 2.1},  # the span of "open AI"
+        {"text": "models.", "start": 2.1, "end": 2.6},
+    ]
+    assert fewer == [[0.0, 1.6, "We use OpenAI models."]]
+    manifests = list((Path(queue_env["QUOTECLIP_STORAGE_DIR"])).glob("*.manifest.json"))
+    finals = [json.loads(m.read_text()) for m in manifests if json.loads(m.read_text())["spec"]["quality"] == "final"]
+    assert len(finals) == 1
+    spec = finals[0]["spec"]
+    assert spec["caption"] == "We use OpenAI models." and [w["text"] for w in spec["words"]] == [
+        "We",
+        "use",
+        "OpenAI",
+        "models.",
+    ]
