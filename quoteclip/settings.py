@@ -450,6 +450,20 @@ DECLARED: tuple[Setting, ...] = (
         field="webhook_secret",
         default="unsigned",
     ),
+    Setting(
+        "QUOTECLIP_WEBHOOK_TIMEOUT",
+        "seconds a webhook delivery may take in all: connecting, sending, and the receiver's status line and headers",
+        group="webhooks",
+        field="webhook_timeout",
+        parse=_Number(0.1),
+    ),
+    Setting(
+        "QUOTECLIP_WEBHOOK_CONCURRENCY",
+        "deliveries one webhook worker (`quoteclip worker --webhooks`) makes at once",
+        group="webhooks",
+        field="webhook_concurrency",
+        parse=_Number(1, whole=True),
+    ),
     # workers
     Setting(
         "QUOTECLIP_SHUTDOWN_GRACE",
@@ -564,6 +578,8 @@ class Settings:
     # Proxies whose X-Forwarded-For / X-Forwarded-Proto the API trusts (addresses or networks); none by default.
     trusted_proxies: tuple[str, ...] = ()
     webhook_secret: str | None = field(default=None, repr=False)
+    webhook_timeout: float = 10.0  # seconds a delivery may take in all (connect, send, status line and headers)
+    webhook_concurrency: int = 16  # deliveries one webhook worker makes at once
     shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
     maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs
 

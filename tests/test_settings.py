@@ -79,6 +79,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_KEY_SECRET": ("k3y", "k3y"),
     "QUOTECLIP_TRUSTED_PROXIES": ("10.1.2.3", ("10.1.2.3/32",)),
     "QUOTECLIP_WEBHOOK_SECRET": ("whsec_c2VjcmV0", "whsec_c2VjcmV0"),
+    "QUOTECLIP_WEBHOOK_TIMEOUT": ("2.5", 2.5),
+    "QUOTECLIP_WEBHOOK_CONCURRENCY": ("4", 4),
     "QUOTECLIP_SHUTDOWN_GRACE": ("5", 5.0),
     "QUOTECLIP_MAINTENANCE_INTERVAL": ("15", 15),
 }
