@@ -1,4 +1,5 @@
-"""What a slow webhook receiver may cost the webhook workers: deliveries that end at their deadline, side by side."""
+"""What a slow webhook receiver or a missing Redis may cost the API and its webhook workers: 503 without Redis,
+and webhook deliveries that end at their deadline side by side."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from api import create_app
 from quoteclip.settings import Settings
-from testkit.services import free_port, wait_for
+from testkit.services import free_port, start_private_redis, wait_for
 
 KEY = "k-hardening-secret"
 MB = 1024**2
@@ -105,6 +108,53 @@ def _upload(port: int, path: str, headers: str, most: int, wait_first: float, ho
             if _readable(conn, 10):
                 answer = conn.recv(4096)
     return sent, _status(answer)
+
+
+# ---- 4. Redis unreachable --------------------------------------------------------------------------------------------
+
+
+def test_every_route_that_needs_redis_answers_503_while_it_is_down(queue_env, source_url, tmp_path) -> None:
+    """With the API's Redis stopped, every route that needs it answers 503 with Retry-After and one line naming
+    the cause; the key is still checked (failed authentications are not counted meanwhile)."""
+    (tmp_path / "redis").mkdir()
+    started = start_private_redis(tmp_path / "redis")
+    if started is None:
+        pytest.skip("no redis-server on PATH")  # pragma: no cover
+    redis_server, url = started
+    try:
+        env = {**queue_env, "QUOTECLIP_REDIS_URL": url, "QUOTECLIP_API_KEYS": KEY}
+        client = TestClient(create_app(Settings.from_env(env)), raise_server_exceptions=False)
+        key = {"X-API-Key": KEY}
+        clip = client.post("/clips", json={"source": source_url, "start": 1, "end": 2}, headers=key)
+        batch = client.post("/batches", json={"source": source_url, "quotes": [{"start": 1, "end": 2}]}, headers=key)
+        assert clip.status_code == 202 and batch.status_code == 200
+        clip_id, batch_id = clip.json()["id"], batch.json()["id"]
+    finally:
+        redis_server.terminate()
+        redis_server.wait(timeout=30)
+    calls = [
+        ("POST", "/clips", {"json": {"source": source_url, "start": 2, "end": 3}}),
+        ("GET", f"/clips/{clip_id}", {}),
+        ("GET", f"/clips/{clip_id}?wait=2", {}),
+        ("GET", f"/clips/{clip_id}/download", {}),
+        ("POST", "/batches", {"json": {"source": source_url, "quotes": [{"start": 2, "end": 3}]}}),
+        ("GET", f"/batches/{batch_id}", {}),
+        ("GET", f"/batches/{batch_id}/archive", {}),
+        ("POST", "/previews", {"json": {"source": source_url, "start": 1, "end": 2}}),
+        ("POST", "/assets", {"content": b"\x89PNG\r\n\x1a\n"}),
+        ("GET", "/metrics", {}),
+    ]
+    for method, path, extra in calls:
+        began = time.monotonic()
+        answer = client.request(method, path, headers=key, **extra)  # type: ignore[arg-type]
+        assert answer.status_code == 503, (path, answer.status_code, answer.text)
+        assert answer.headers["Retry-After"] == "5", path
+        detail = answer.json()["detail"]
+        assert detail.startswith("the queue is unavailable (Redis: ConnectionError)") and "\n" not in detail, detail
+        assert time.monotonic() - began < 10, path
+    assert client.get(f"/clips/{clip_id}", headers={"X-API-Key": "wrong"}).status_code == 401
+    assert client.get("/healthz").status_code == 503
+    assert client.get("/", headers=key).status_code == 200  # a page needs no Redis
 
 
 # ---- 5. webhooks: a deadline, and deliveries side by side ------------------------------------------------------------
