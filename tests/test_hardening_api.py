@@ -1,5 +1,6 @@
-"""What a slow webhook receiver or a missing Redis may cost the API and its webhook workers: 503 without Redis,
-and webhook deliveries that end at their deadline side by side."""
+"""What a stranger's request, a slow webhook receiver or a missing Redis may cost the API and its webhook workers:
+keys checked before a body is read, clips counted against the rate limit, failed keys limited per address, 503
+without Redis, and webhook deliveries that end at their deadline side by side."""
 
 from __future__ import annotations
 
@@ -108,6 +109,154 @@ def _upload(port: int, path: str, headers: str, most: int, wait_first: float, ho
             if _readable(conn, 10):
                 answer = conn.recv(4096)
     return sent, _status(answer)
+
+
+# ---- 1. the key before the body --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_unauthenticated_uploads_are_refused_before_their_bodies_are_read(queue_env, tmp_path) -> None:
+    """Against a running ``quoteclip serve`` with keys: 10 uploads to ``/assets`` without a valid key, each offering
+    20 MB chunked, are answered 401 on their headers alone (no body byte sent) and the API's memory stays flat
+    while all ten connections are open; a keyed upload over the 24 MiB cap is refused with 413 while it streams;
+    a public route and a signed link take 256 KiB at most."""
+    import psutil
+
+    from api.auth import sign_path
+    from jobs.pipeline.assets import MAX_FONT_BYTES
+
+    env = {**queue_env, "QUOTECLIP_API_KEYS": KEY, "QUOTECLIP_AUTH_FAILURE_LIMIT": "1000"}
+    count, offered = 10, 20 * MB
+    with serving(env, tmp_path / "api.log") as (server, port):
+        api = psutil.Process(server.pid)
+        before = api.memory_info().rss
+        hold = Hold(count)
+        results: list[tuple[int, int]] = []
+
+        def stranger(n: int) -> None:
+            headers = "X-API-Key: wrong\r\n" if n % 2 else ""
+            results.append(_upload(port, "/assets", headers, offered, wait_first=2.0, hold=hold))
+
+        threads = [threading.Thread(target=stranger, args=(n,)) for n in range(count)]
+        for thread in threads:
+            thread.start()
+        try:
+            hold.sent.wait(timeout=180)  # every stranger has sent what it was going to, and is still connected
+            during = api.memory_info().rss
+        finally:
+            hold.go.set()
+            for thread in threads:
+                thread.join(timeout=60)
+        keyed = _upload(port, "/assets", f"X-API-Key: {KEY}\r\n", 40 * MB, wait_first=0.0)
+        after_keyed = api.memory_info().rss
+        public = _upload(port, "/healthz", "", 4 * MB, wait_first=0.0)
+        clip = "clip-" + "0" * 32
+        link = sign_path(f"/clips/{clip}/download", Settings.from_env(env))
+        signed = _upload(port, link, "", 4 * MB, wait_first=0.0)
+    print(
+        f"\n{count} uploads without a valid key, {offered // MB} MB offered each: body bytes the server let them send "
+        f"{sum(s for s, _ in results)}; API memory {before / MB:.0f} MB before, {during / MB:.0f} MB with all "
+        f"{count} open; a keyed upload of 40 MB: {keyed[1]} after {keyed[0] / MB:.0f} MB "
+        f"(API memory {after_keyed / MB:.0f} MB)"
+    )  # RELIABILITY.md quotes it
+    assert sorted(status for _, status in results) == [401] * count, results
+    assert all(sent == 0 for sent, _ in results), results  # answered on the headers: no body byte was read
+    assert during - before < 20 * MB, (before, during)  # 200 MB offered
+    assert keyed[1] == 413 and MAX_FONT_BYTES <= keyed[0] <= MAX_FONT_BYTES + 8 * MB, keyed
+    assert after_keyed - before < 64 * MB
+    assert public[1] == 413 and public[0] < 4 * MB, public  # (256 KiB: refused while it streams)
+    assert signed[1] == 413 and signed[0] < 4 * MB, signed
+
+
+def test_larger_body_caps_are_for_keyed_requests_only(queue_env) -> None:
+    """A route given a larger cap takes it from a request with a key; a signed link to the same route (no key)
+    keeps the 256 KiB cap, and so does a public route."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from api.auth import BodyLimit, RequireKey, sign_path
+    from api.deps import Limits
+    from api.errors import MAX_BODY
+
+    settings = Settings.from_env({**queue_env, "QUOTECLIP_API_KEYS": KEY})
+    clip_path = "/clips/clip-" + "1" * 32 + "/download"
+
+    async def echo(request: Request) -> JSONResponse:
+        return JSONResponse({"bytes": len(await request.body())})
+
+    app = Starlette(routes=[Route(clip_path, echo, methods=["POST"]), Route("/healthz", echo, methods=["POST"])])
+    app.add_middleware(BodyLimit, limit=MAX_BODY, larger={clip_path: 8 * MB, "/healthz": 8 * MB})
+    app.add_middleware(RequireKey, settings=settings, failures=Limits.open(settings))
+    client = TestClient(app)
+    body = b"x" * MB
+    keyed = client.post(clip_path, content=body, headers={"X-API-Key": KEY})
+    assert keyed.status_code == 200 and keyed.json() == {"bytes": MB}
+    assert client.post(sign_path(clip_path, settings), content=body).status_code == 413
+    assert client.post(sign_path(clip_path, settings), content=b"x" * 1000).status_code == 200
+    assert client.post("/healthz", content=body).status_code == 413
+
+
+# ---- 2. clips counted, failed keys limited ---------------------------------------------------------------------------
+
+
+def test_rate_limit_counts_clips_not_requests(queue_env, source_url) -> None:
+    """A batch counts its quotes × profiles, a clip request its profiles; a request for more clips than are left
+    is refused whole (429 saying how many may be queued now, with Retry-After) and takes nothing."""
+    env = {**queue_env, "QUOTECLIP_API_KEYS": f"{KEY},k-other", "QUOTECLIP_RATE_LIMIT": "10"}
+    client = TestClient(create_app(Settings.from_env(env)))
+    key = {"X-API-Key": KEY}
+    quotes = [{"start": s, "end": s + 1} for s in range(4)]
+
+    batch = client.post("/batches", json={"source": source_url, "quotes": quotes, "profiles": ["landscape", "square"]})
+    assert batch.status_code == 401  # (no key)
+    batch = client.post(
+        "/batches", json={"source": source_url, "quotes": quotes, "profiles": ["landscape", "square"]}, headers=key
+    )
+    assert batch.status_code == 200 and len(batch.json()["clips"]) == 8, batch.text  # 8 of 10 counted
+    over = client.post("/batches", json={"source": source_url, "quotes": quotes[:3]}, headers=key)
+    assert over.status_code == 429, over.text
+    assert over.json()["detail"] == (
+        "rate limit: this request asks for 3 clips; 2 of this client's 10 a minute are left, so at most 2 may be "
+        "queued now"
+    )
+    assert 1 <= int(over.headers["Retry-After"]) <= 60
+    two = client.post(
+        "/clips", json={"source": source_url, "start": 5, "end": 6, "profiles": ["vertical", "square"]}, headers=key
+    )
+    assert two.status_code == 202, two.text  # the refused batch took nothing: 2 were still left
+    last = client.post("/clips", json={"source": source_url, "start": 4, "end": 5}, headers=key)
+    assert last.status_code == 429 and "0 of this client's 10 a minute are left" in last.json()["detail"]
+    huge = client.post(
+        "/batches", json={"source": source_url, "quotes": [{"start": s, "end": s + 1} for s in range(11)]}, headers=key
+    )
+    assert huge.status_code == 429
+    assert "asks for 11 clips, more than the 10 a minute a client may queue" in huge.json()["detail"]
+    other = client.post("/clips", json={"source": source_url, "start": 4, "end": 5}, headers={"X-API-Key": "k-other"})
+    assert other.status_code == 202  # each key its own count
+
+
+def test_wrong_keys_are_limited_per_client_address(queue_env) -> None:
+    """Past QUOTECLIP_AUTH_FAILURE_LIMIT failed authentications a minute, an address gets 429 for every keyed
+    route, with the right key too (so a guess that works looks like one that does not); other addresses and the
+    public health check are not affected."""
+    env = {**queue_env, "QUOTECLIP_API_KEYS": KEY, "QUOTECLIP_AUTH_FAILURE_LIMIT": "5"}
+    app = create_app(Settings.from_env(env))
+    guesser = TestClient(app, client=("203.0.113.7", 40000))
+    neighbour = TestClient(app, client=("203.0.113.8", 40000))
+    unknown = "/clips/clip-" + "0" * 32
+    token = f"/clips/clip-{'0' * 32}/download?token=9999999999.{'0' * 40}"
+    codes = [guesser.get(unknown, headers={"X-API-Key": f"guess-{n}"}).status_code for n in range(4)]
+    codes.append(guesser.get(token).status_code)  # a forged link token is a failure too
+    assert codes == [401] * 5
+    blocked = guesser.get(unknown, headers={"X-API-Key": "guess-6"})
+    assert blocked.status_code == 429 and 1 <= int(blocked.headers["Retry-After"]) <= 60
+    assert "too many failed authentications" in blocked.json()["detail"]
+    assert guesser.get(unknown, headers={"X-API-Key": KEY}).status_code == 429  # the right key too
+    assert guesser.get("/healthz").status_code == 200
+    assert neighbour.get(unknown, headers={"X-API-Key": KEY}).status_code == 404  # the route's own answer
+    assert neighbour.get(unknown, headers={"X-API-Key": "guess"}).status_code == 401
 
 
 # ---- 4. Redis unreachable --------------------------------------------------------------------------------------------

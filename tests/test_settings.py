@@ -74,6 +74,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "FFMPEG_BINARY": ("/opt/ffmpeg/bin/ffmpeg", "/opt/ffmpeg/bin/ffmpeg"),
     "QUOTECLIP_API_KEYS": ("k1, k2", ("k1", "k2")),
     "QUOTECLIP_RATE_LIMIT": ("10", 10),
+    "QUOTECLIP_AUTH_FAILURE_LIMIT": ("5", 5),
     "QUOTECLIP_CORS_ORIGINS": ("https://a.example,https://b.example", ("https://a.example", "https://b.example")),
     "QUOTECLIP_LINK_SECRET": ("s3cret", "s3cret"),
     "QUOTECLIP_KEY_SECRET": ("k3y", "k3y"),
