@@ -4,7 +4,8 @@ or ``X-API-Key``) except the public health check; the routes a browser opens fro
 answers put in those URLs. Without keys the API is open (a site's own backend in front of it decides).
 
 The key is checked from the headers alone, before any of the body is read; a client address that keeps giving
-wrong keys or tokens is answered 429 for a while (``QUOTECLIP_AUTH_FAILURE_LIMIT``).
+wrong keys or tokens is answered 429 for a while (``QUOTECLIP_AUTH_FAILURE_LIMIT``). Keys and link tokens never
+reach a log line (``RedactSecrets``).
 """
 
 from __future__ import annotations
@@ -193,3 +194,29 @@ async def _answer(send: Send, status: int, detail: str, retry_after: str | None 
         headers.append((b"retry-after", retry_after.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+# A query parameter whose name holds "key" or "token" (``?token=``, ``?key=``, ``?api_key=``, …): its value.
+SECRET_QUERY = re.compile(r"([?&][^=&\s\"]*(?:key|token)[^=&\s\"]*=)[^&\s\"#]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every key or token query parameter replaced by ``[redacted]``."""
+    return SECRET_QUERY.sub(r"\1[redacted]", text)
+
+
+class RedactSecrets(logging.Filter):
+    """A log handler's filter: no line it writes carries a link token or a key from a URL (uvicorn's access log
+    writes each request's path with its query)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned == message:
+            return True
+        if isinstance(record.msg, str) and isinstance(record.args, tuple):  # each part, keeping the record's shape
+            record.msg = redact(record.msg)
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        if record.getMessage() != cleaned:
+            record.msg, record.args = cleaned, None
+        return True

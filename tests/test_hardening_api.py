@@ -1,6 +1,6 @@
 """What a stranger's request, a slow webhook receiver or a missing Redis may cost the API and its webhook workers:
-keys checked before a body is read, clips counted against the rate limit, failed keys limited per address, 503
-without Redis, and webhook deliveries that end at their deadline side by side."""
+keys checked before a body is read, clips counted against the rate limit, failed keys limited per address, no
+token in a log line, 503 without Redis, and webhook deliveries that end at their deadline side by side."""
 
 from __future__ import annotations
 
@@ -257,6 +257,37 @@ def test_wrong_keys_are_limited_per_client_address(queue_env) -> None:
     assert guesser.get("/healthz").status_code == 200
     assert neighbour.get(unknown, headers={"X-API-Key": KEY}).status_code == 404  # the route's own answer
     assert neighbour.get(unknown, headers={"X-API-Key": "guess"}).status_code == 401
+
+
+# ---- 3. no token in a log line ---------------------------------------------------------------------------------------
+
+
+def test_link_tokens_and_keys_never_reach_the_access_log(queue_env, tmp_path) -> None:
+    """A running ``quoteclip serve`` writes each request to its access log with the value of every token or key
+    query parameter replaced."""
+    import urllib.error
+    import urllib.request
+
+    from api.auth import sign_path
+
+    env = {**queue_env, "QUOTECLIP_API_KEYS": KEY}
+    log = tmp_path / "api.log"
+    clip = "clip-" + "2" * 32
+    link = sign_path(f"/clips/{clip}/download", Settings.from_env(env))
+    token = link.split("token=")[1]
+    with serving(env, log) as (_, port):
+        for path in (link, f"/?key={KEY}&page=2", "/healthz?api_key=k-in-a-query", f"/clips/{clip}?token=t0ps3cret"):
+            with contextlib.suppress(urllib.error.HTTPError):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10).close()
+        wait_for(lambda: "t0ps3cret" in log.read_text() or "token=[redacted] HTTP" in log.read_text(), 10, "log")
+        time.sleep(0.5)
+    text = log.read_text()
+    print("\n" + "\n".join(line for line in text.splitlines() if "redacted" in line))
+    assert f'"GET /clips/{clip}/download?token=[redacted] HTTP/1.1" 404' in text, text
+    assert '"GET /?key=[redacted]&page=2 HTTP/1.1" 401' in text, text
+    assert '"GET /healthz?api_key=[redacted] HTTP/1.1" 200' in text, text
+    for secret in (token, token.split(".")[1], KEY, "k-in-a-query", "t0ps3cret"):
+        assert secret not in text
 
 
 # ---- 4. Redis unreachable --------------------------------------------------------------------------------------------
