@@ -155,6 +155,7 @@ def post(url: str, body: bytes, headers: dict[str, str], allowed_networks: tuple
         resp = conn.getresponse()
         status = int(resp.status)
         resp.close()  # the status is the answer; a receiver's body is not read
+        limit.left()  # headers cut short by the deadline read as ended (http.client): not an answer
     except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
         reason = f"no answer within {deadline:g} s" if limit.expired else type(exc).__name__
         raise DeliveryFailed(f"webhook receiver {target.host} could not be reached ({reason})") from None

@@ -341,9 +341,9 @@ def test_every_route_that_needs_redis_answers_503_while_it_is_down(queue_env, so
 
 
 class DrippingReceiver:
-    """A webhook receiver that reads the request, then sends its status line and headers one byte every 0.5 s,
-    never finishing them (bounded: 60 s a connection). Records each connection's start and end (the moment the
-    deliverer closed it)."""
+    """A webhook receiver that reads the request, sends its status line (200) and then its headers one byte every
+    0.5 s, never finishing them (bounded: 60 s a connection). Records each connection's start and end (the moment
+    the deliverer closed it)."""
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -362,13 +362,18 @@ class DrippingReceiver:
 
     def _drip(self, conn: socket.socket) -> None:
         began = time.monotonic()
-        answer = b"HTTP/1.1 200 OK\r\nX-Drip: " + b"a" * 1000
+        headers = b"X-Drip: " + b"a" * 1000
         try:
             request = b""
             conn.settimeout(5)
             while b"\r\n\r\n" not in request:
                 request += conn.recv(65536)
-            for byte in answer:
+            head, _, body = request.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:  # the whole request read: what comes next is the deliverer closing
+                body += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for byte in headers:
                 conn.sendall(bytes([byte]))
                 if _readable(conn, 0.5) and not conn.recv(1):
                     break  # the deliverer closed the connection
@@ -414,7 +419,8 @@ class PromptReceiver:
 
 def test_a_receiver_dripping_its_headers_is_cut_off_at_the_deadline(queue_env, monkeypatch) -> None:
     """A receiver that never stops sending its headers (a byte every 0.5 s: no read ever times out) has its
-    delivery ended QUOTECLIP_WEBHOOK_TIMEOUT seconds after it began."""
+    delivery ended QUOTECLIP_WEBHOOK_TIMEOUT seconds after it began, and failed: its 200 is no answer while its
+    headers are unfinished."""
     from jobs.webhooks import deliver
     from quoteclip.errors import DeliveryFailed
 
