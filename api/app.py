@@ -44,8 +44,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = svc
     app.state.registry = CollectorRegistry()
     app.state.registry.register(QueueCollector(svc.connection, (settings.queue_name, bulk_queue_name(settings))))
-    # Outermost last: the body limit first (before anything reads or checks a request), CORS, then the key.
-    app.add_middleware(RequireKey, settings=settings)
+    # A request meets, outermost first: CORS (answers preflights, puts its headers on every answer, a 401 too; reads
+    # no body), the key (checked from the headers alone: a request without one is answered 401 or 429 and its body
+    # never read), the body limit (uploads' larger caps for keyed requests only; 256 KiB for the public routes and
+    # signed links), then the routes. add_middleware puts each one outside those added before it.
+    app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
+    app.add_middleware(RequireKey, settings=settings, failures=svc.limits)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -53,7 +57,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
         )
-    app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
     errors.install(app)
     for router in (clips.router, previews.router, batches.router, assets.router, ops.router, page.router):
         app.include_router(router)

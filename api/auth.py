@@ -2,22 +2,35 @@
 or ``X-API-Key``) except the public health check; the routes a browser opens from a link or a ``<video src>``
 (``/clips/{id}/download``, ``/clips/{id}/file``) also take the signed, expiring ``?token=`` that the API's own
 answers put in those URLs. Without keys the API is open (a site's own backend in front of it decides).
+
+The key is checked from the headers alone, before any of the body is read; a client address that keeps giving
+wrong keys or tokens is answered 429 for a while (``QUOTECLIP_AUTH_FAILURE_LIMIT``). Keys and link tokens never
+reach a log line (``RedactSecrets``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
+
+from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
 
 from quoteclip.settings import Settings
 
+log = logging.getLogger(__name__)
+
 PUBLIC = {"/healthz", "/favicon.ico"}
 LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt|poster\.jpg)\Z")
+# How a request was let in, in its ASGI scope: "key" (a valid API key, or no keys configured) may send the larger
+# bodies of uploads; "public" and "link" (a signed token) take the small cap only.
+ADMITTED = "quoteclip.admitted"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -61,33 +74,75 @@ def key_valid(key: str, settings: Settings) -> bool:
     return bool(key) and any(hmac.compare_digest(key.encode(), k.encode()) for k in settings.api_keys)
 
 
-class RequireKey:
-    """ASGI middleware: 401 for any route but the public ones without a valid key (or a valid link token)."""
+class AuthFailures(Protocol):
+    """Failed authentications counted per client address (api.deps.Limits): each answers ``Retry-After`` when the
+    address is over its limit, else None."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], settings: Settings) -> None:
+    def auth_blocked(self, address: str) -> str | None: ...
+
+    def auth_failed(self, address: str) -> str | None: ...
+
+
+class RequireKey:
+    """ASGI middleware: 401 for any route but the public ones without a valid key (or a valid link token), decided
+    from the headers before any of the body is read; 429 for every keyed route from a client address over its
+    failed authentications (a right key included: a guess that works must look like one that does not)."""
+
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], settings: Settings, failures: AuthFailures
+    ) -> None:
         self.app = app
         self.settings = settings
+        self.failures = failures
+        self.warned = -60.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.settings.api_keys or scope["method"] == "OPTIONS":
-            await self.app(scope, receive, send)  # (CORS preflights carry no credentials by design)
+            scope[ADMITTED] = "key"  # (CORS preflights carry no credentials by design, and send no body)
+            await self.app(scope, receive, send)
             return
         path = scope["path"]
-        headers = dict(scope["headers"])
-        if path in PUBLIC or key_valid(given_key(headers), self.settings):
+        if path in PUBLIC:
+            scope[ADMITTED] = "public"
+            await self.app(scope, receive, send)
+            return
+        address = (scope.get("client") or ("unknown", 0))[0]
+        wait = await self._count(self.failures.auth_blocked, address)
+        if wait is not None:
+            await _answer(send, 429, "too many failed authentications from this address; try again later", wait)
+            return
+        if key_valid(given_key(dict(scope["headers"])), self.settings):
+            scope[ADMITTED] = "key"
             await self.app(scope, receive, send)
             return
         if LINK_ROUTES.match(path):
             token = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
             if token_valid(path, token, self.settings):
+                scope[ADMITTED] = "link"
                 await self.app(scope, receive, send)
                 return
+        wait = await self._count(self.failures.auth_failed, address)
+        if wait is not None:
+            await _answer(send, 429, "too many failed authentications from this address; try again later", wait)
+            return
         await _answer(send, 401, "a valid API key is required (Authorization: Bearer KEY or X-API-Key)")
+
+    async def _count(self, check: Callable[[str], str | None], address: str) -> str | None:
+        """The failure count, read or written in Redis off the event loop. Without Redis it is skipped (the key is
+        still checked): pages that need no Redis keep working, and the routes that do answer 503 themselves."""
+        try:
+            return await run_in_threadpool(check, address)
+        except RedisError as exc:
+            if time.monotonic() - self.warned > 60:  # one line a minute, not one a request
+                self.warned = time.monotonic()
+                log.warning("failed authentications go uncounted while Redis is unreachable (%s)", type(exc).__name__)
+            return None
 
 
 class BodyLimit:
-    """ASGI middleware: a body over ``limit`` bytes gets 413 as soon as it is seen, declared or streamed (chunked),
-    before authentication and before anything parses it. At most ``limit`` bytes (and one chunk) are held."""
+    """ASGI middleware: a body over its cap gets 413 as soon as it is seen, declared or streamed (chunked), before
+    anything parses it. At most the cap (and one chunk) is held. It runs after the key is checked: ``larger`` caps
+    (uploads) apply to requests let in by a key only; the public routes and signed links take ``limit``."""
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int, larger: dict[str, int] | None = None
@@ -100,7 +155,7 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        limit = self.larger.get(scope["path"], self.limit)
+        limit = self.larger.get(scope["path"], self.limit) if scope.get(ADMITTED) == "key" else self.limit
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _answer(send, 413, f"request body over {limit} bytes")
@@ -125,19 +180,43 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _answer(send: Send, status: int, detail: str) -> None:
+async def _answer(send: Send, status: int, detail: str, retry_after: str | None = None) -> None:
+    """An answer given before the body is read: the connection is closed after it (the body is never read)."""
     import json
 
     body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", retry_after.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+# A query parameter whose name holds "key" or "token" (``?token=``, ``?key=``, ``?api_key=``, …): its value.
+SECRET_QUERY = re.compile(r"([?&][^=&\s\"]*(?:key|token)[^=&\s\"]*=)[^&\s\"#]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every key or token query parameter replaced by ``[redacted]``."""
+    return SECRET_QUERY.sub(r"\1[redacted]", text)
+
+
+class RedactSecrets(logging.Filter):
+    """A log handler's filter: no line it writes carries a link token or a key from a URL (uvicorn's access log
+    writes each request's path with its query)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned == message:
+            return True
+        if isinstance(record.msg, str) and isinstance(record.args, tuple):  # each part, keeping the record's shape
+            record.msg = redact(record.msg)
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        if record.getMessage() != cleaned:
+            record.msg, record.args = cleaned, None
+        return True

@@ -18,7 +18,7 @@ from quoteclip.spec import build_spec, in_profiles, parse_profiles
 
 from .auth import sign_path
 from .clips import accepted, accepted_profiles, status_of
-from .deps import RateLimited, ServicesDep
+from .deps import AllowanceDep, ServicesDep
 from .errors import APIError
 from .models import BatchRequest
 
@@ -28,9 +28,9 @@ CHUNK = 1024 * 1024
 
 
 @router.post("/batches", responses={422: {}, 429: {}})
-def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dict[str, Any]:
+def create_batch(request: BatchRequest, allowance: AllowanceDep, svc: ServicesDep) -> dict[str, Any]:
     """One source, many quotes: a batch id, and one clip id a quote (identical quotes share one), queued behind
-    on-demand clicks."""
+    on-demand clicks. Counts quotes × profiles clips against the caller's rate limit, before queueing any."""
     common = dict(request.model_extra or {})
     profiles = parse_profiles(common.pop("profiles")) if common.get("profiles") is not None else None
     specs = []
@@ -42,6 +42,7 @@ def create_batch(request: BatchRequest, _: RateLimited, svc: ServicesDep) -> dic
             )
         except BadInput as exc:
             raise BadInput(f"quotes[{i}].{exc}") from None
+    allowance.take(len(specs) * (len(profiles) if profiles is not None else 1))
     if profiles is not None:  # every quote in every profile, each quote's profiles from one decode
         clips = [
             c.model_dump()

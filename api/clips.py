@@ -14,7 +14,7 @@ from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 from storage import LocalStorage
 
 from .auth import sign_path
-from .deps import RateLimited, Services, ServicesDep
+from .deps import AllowanceDep, Services, ServicesDep
 from .errors import APIError
 from .models import ClipAccepted, ClipRequest, ClipsAccepted, ClipStatus, ProfileAccepted
 
@@ -67,15 +67,19 @@ def status_of(svc: Services, clip_id: str) -> dict[str, Any]:
     response_model=ClipAccepted | ClipsAccepted,
     responses={200: {"model": ClipAccepted | ClipsAccepted}, 422: {}, 429: {}},
 )
-def create_clip(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> JSONResponse:
+def create_clip(request: ClipRequest, allowance: AllowanceDep, svc: ServicesDep) -> JSONResponse:
     """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise. With
-    ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored."""
+    ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored. Counts one
+    clip a profile against the caller's rate limit (a stored one too)."""
     data = request.model_dump(exclude={"callback_url", "profiles"})
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds, encoder_preset=svc.settings.encoder_preset)
     if request.profiles is not None:
-        clips = accepted_profiles(svc, in_profiles(spec, parse_profiles(request.profiles)), request.callback_url)
+        specs = in_profiles(spec, parse_profiles(request.profiles))
+        allowance.take(len(specs))
+        clips = accepted_profiles(svc, specs, request.callback_url)
         status = 200 if all(c.link and c.cached for c in clips) else 202
         return JSONResponse(ClipsAccepted(clips=clips).model_dump(), status_code=status)
+    allowance.take(1)
     body, status = accepted(svc, spec, request.callback_url)
     return JSONResponse(body.model_dump(), status_code=status)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.storage import RedisStorage
-from limits.strategies import FixedWindowRateLimiter
+from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
 from jobs.queue import connect
@@ -24,12 +25,67 @@ from .events import JobEvents
 
 
 @dataclass(frozen=True)
+class Limits:
+    """The API's one rate limiter (the ``limits`` library's moving window, counted in Redis) in its two units: the
+    clips a client asks for a minute (``QUOTECLIP_RATE_LIMIT``, per whole API key, or per client address without
+    keys) and the failed authentications a minute from one client address (``QUOTECLIP_AUTH_FAILURE_LIMIT``). A
+    request the limit refuses takes nothing from it."""
+
+    limiter: MovingWindowRateLimiter
+    clips: RateLimitItem
+    auth_failures: RateLimitItem
+
+    @classmethod
+    def open(cls, settings: Settings) -> Limits:
+        storage = RedisStorage(settings.redis_url, key_prefix=redis_keys.RATE_LIMITS, socket_connect_timeout=5)
+        return cls(
+            MovingWindowRateLimiter(storage),
+            RateLimitItemPerMinute(settings.rate_limit_per_minute, namespace="clips"),
+            RateLimitItemPerMinute(settings.auth_failures_per_minute, namespace="auth-failures"),
+        )
+
+    def take(self, who: str, clips: int) -> None:
+        """Count ``clips`` against ``who``'s minute, or refuse them all: 429 saying how many may be queued now,
+        with ``Retry-After`` (when the oldest clip counted leaves the minute)."""
+        if self.limiter.hit(self.clips, who, cost=clips):
+            return
+        stats = self.limiter.get_window_stats(self.clips, who)
+        limit, left = self.clips.amount, max(0, stats.remaining)
+        if clips > limit:
+            detail = (
+                f"rate limit: this request asks for {clips} clips, more than the {limit} a minute a client may "
+                f"queue; send at most {limit} at a time"
+            )
+        else:
+            detail = (
+                f"rate limit: this request asks for {clips} clip{'s' if clips != 1 else ''}; {left} of this client's "
+                f"{limit} a minute are left, so at most {left} may be queued now"
+            )
+        raise APIError(429, detail, {"Retry-After": _seconds_until(stats.reset_time)})
+
+    def auth_blocked(self, address: str) -> str | None:
+        """``Retry-After`` while ``address`` has used up its failed authentications for the minute, else None."""
+        if self.limiter.test(self.auth_failures, address):
+            return None
+        return _seconds_until(self.limiter.get_window_stats(self.auth_failures, address).reset_time)
+
+    def auth_failed(self, address: str) -> str | None:
+        """Count one failed authentication from ``address``; ``Retry-After`` once it is over its minute's."""
+        if self.limiter.hit(self.auth_failures, address):
+            return None
+        return _seconds_until(self.limiter.get_window_stats(self.auth_failures, address).reset_time)
+
+
+def _seconds_until(when: float) -> str:
+    return str(max(1, math.ceil(when - time.time())))
+
+
+@dataclass(frozen=True)
 class Services:
     settings: Settings
     connection: Redis
     storage: Storage
-    limiter: FixedWindowRateLimiter
-    limit: RateLimitItem
+    limits: Limits
     events: JobEvents
 
     def link_for(self, job_id: str, link: str | None, route: str = "file") -> str | None:
@@ -41,15 +97,11 @@ class Services:
 
 
 def open_services(settings: Settings) -> Services:
-    connection = connect(settings)
-    storage = RedisStorage(settings.redis_url, key_prefix=redis_keys.RATE_LIMITS)
-    limit = RateLimitItemPerMinute(settings.rate_limit_per_minute)
     return Services(
         settings,
-        connection,
+        connect(settings),
         open_storage(settings),
-        FixedWindowRateLimiter(storage),
-        limit,
+        Limits.open(settings),
         JobEvents(settings.redis_url),
     )
 
@@ -71,13 +123,28 @@ def client_key(request: Request, svc: ServicesDep) -> str:
     return "ip:" + (request.client.host if request.client else "unknown")
 
 
-def rate_limited(who: Annotated[str, Depends(client_key)], svc: ServicesDep) -> str:
-    """Each client gets ``QUOTECLIP_RATE_LIMIT`` requests a minute (the ``limits`` library, counted in Redis)."""
-    if not svc.limiter.hit(svc.limit, who):
-        reset = svc.limiter.get_window_stats(svc.limit, who).reset_time
-        wait = max(1, int(reset - time.time() + 0.999))
-        raise APIError(429, f"over {svc.settings.rate_limit_per_minute} requests a minute", {"Retry-After": str(wait)})
-    return who
+class Allowance:
+    """A request's caller and their clips a minute: a route takes as many as it will queue, before queueing any
+    (before any lookup in the store: a refused request costs nothing but this count)."""
+
+    def __init__(self, svc: Services, who: str) -> None:
+        self.svc, self.who = svc, who
+
+    def take(self, clips: int) -> None:
+        self.svc.limits.take(self.who, clips)
+
+
+def allowance(who: Annotated[str, Depends(client_key)], svc: ServicesDep) -> Allowance:
+    return Allowance(svc, who)
+
+
+AllowanceDep = Annotated[Allowance, Depends(allowance)]
+
+
+def rate_limited(allowed: AllowanceDep) -> str:
+    """For routes that make one thing (a preview, an upload): it counts as one clip."""
+    allowed.take(1)
+    return allowed.who
 
 
 RateLimited = Annotated[str, Depends(rate_limited)]

@@ -8,11 +8,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError as RedisReadOnly
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from quoteclip.errors import BadInput, QuoteclipError
 from quoteclip.spec import describe_errors
 
 MAX_BODY = 256 * 1024
+REDIS_RETRY_AFTER = "5"  # seconds a client waits before asking again while Redis is away (a restart, a failover)
 
 
 class APIError(Exception):
@@ -24,7 +28,18 @@ class APIError(Exception):
 
 
 def install(app: FastAPI) -> None:
-    """The exception handlers: APIError as itself, bad input 422, other project errors 503, validation 422."""
+    """The exception handlers: APIError as itself, bad input 422, other project errors 503, validation 422, Redis
+    unreachable (or loading, or a read-only replica during a failover) 503 with ``Retry-After``."""
+
+    async def _redis_away(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            {"detail": f"the queue is unavailable (Redis: {type(exc).__name__}); try again shortly"},
+            status_code=503,
+            headers={"Retry-After": REDIS_RETRY_AFTER},
+        )
+
+    for kind in (RedisConnectionError, RedisTimeout, RedisReadOnly):
+        app.add_exception_handler(kind, _redis_away)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:

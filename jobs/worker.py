@@ -22,6 +22,7 @@ from quoteclip.settings import Settings
 from .connection import bulk_queue_name, connect
 from .maintenance import requeue_lost
 from .pipeline.produce import sweep_temp
+from .webhooks import ConcurrentDeliveries
 
 log = logging.getLogger("quoteclip.worker")
 
@@ -60,6 +61,10 @@ class ClipWorker(Worker):
                 os.kill(self.horse_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+class WebhookWorker(ConcurrentDeliveries, ClipWorker):
+    """``quoteclip worker --webhooks``: deliveries side by side in threads (jobs/webhooks.py), the rest as above."""
 
 
 def preload(settings: Settings) -> None:
@@ -123,7 +128,7 @@ def run_worker(
             queues = [Queue(q, connection=connection) for q in names]
             # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to requeue
             # jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after a worker dies.
-            worker = ClipWorker(
+            worker = (WebhookWorker if webhooks else ClipWorker)(
                 queues,
                 connection=connection,
                 name=name,

@@ -409,9 +409,18 @@ DECLARED: tuple[Setting, ...] = (
     ),
     Setting(
         "QUOTECLIP_RATE_LIMIT",
-        "requests a minute per API key (per client address without keys)",
+        "clips a minute a client may ask for, per API key (per client address without keys): a clip request counts "
+        "its profiles, a batch its quotes × profiles, a preview or an upload 1",
         group="API and security",
         field="rate_limit_per_minute",
+        parse=_Number(1, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_AUTH_FAILURE_LIMIT",
+        "failed authentications (a wrong key or link token) a minute from one client address; past it, every keyed "
+        "route answers that address 429 until the minute has passed",
+        group="API and security",
+        field="auth_failures_per_minute",
         parse=_Number(1, whole=True),
     ),
     Setting(
@@ -449,6 +458,20 @@ DECLARED: tuple[Setting, ...] = (
         group="webhooks",
         field="webhook_secret",
         default="unsigned",
+    ),
+    Setting(
+        "QUOTECLIP_WEBHOOK_TIMEOUT",
+        "seconds a webhook delivery may take in all: connecting, sending, and the receiver's status line and headers",
+        group="webhooks",
+        field="webhook_timeout",
+        parse=_Number(0.1),
+    ),
+    Setting(
+        "QUOTECLIP_WEBHOOK_CONCURRENCY",
+        "deliveries one webhook worker (`quoteclip worker --webhooks`) makes at once",
+        group="webhooks",
+        field="webhook_concurrency",
+        parse=_Number(1, whole=True),
     ),
     # workers
     Setting(
@@ -555,7 +578,8 @@ class Settings:
     render_timeout_base: float = 60.0
     queue_name: str = "quoteclip"
     api_keys: tuple[str, ...] = field(default=(), repr=False)
-    rate_limit_per_minute: int = 120  # per API key (or per client address without keys)
+    rate_limit_per_minute: int = 600  # clips a minute per API key (or per client address without keys)
+    auth_failures_per_minute: int = 30  # failed authentications a minute from one client address
     cors_origins: tuple[str, ...] = ()
     # Signs the expiring ?token= of links a browser opens (download, file). Unset: derived from the API keys.
     link_secret: str | None = field(default=None, repr=False)
@@ -564,6 +588,8 @@ class Settings:
     # Proxies whose X-Forwarded-For / X-Forwarded-Proto the API trusts (addresses or networks); none by default.
     trusted_proxies: tuple[str, ...] = ()
     webhook_secret: str | None = field(default=None, repr=False)
+    webhook_timeout: float = 10.0  # seconds a delivery may take in all (connect, send, status line and headers)
+    webhook_concurrency: int = 16  # deliveries one webhook worker makes at once
     shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
     maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs
 

@@ -20,12 +20,17 @@ def serve(
     """Run the HTTP API and the demo page (an ASGI app on uvicorn)."""
 
     def go() -> None:
+        import logging
+
         import uvicorn
 
         from api import create_app
+        from api.auth import RedactSecrets
         from quoteclip.logs import setup_service_logging
 
         setup_service_logging()
+        for handler in logging.getLogger().handlers:  # uvicorn's access log too: no link token or key in a line
+            handler.addFilter(RedactSecrets())
         settings = Settings.from_env()
         trusted = ",".join(settings.trusted_proxies)  # forwarded headers only from these (none by default)
         uvicorn.run(
