@@ -11,16 +11,17 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput
-from quoteclip.spec import build_spec, in_profiles, parse_profiles
+from quoteclip.spec import ClipSpec, build_spec, describe_validation_error, in_profiles, parse_profiles
 
 from .auth import sign_path
 from .clips import accepted, accepted_profiles, status_of
 from .deps import AllowanceDep, ServicesDep
 from .errors import APIError
-from .models import BatchRequest
+from .models import BatchRequest, Quote
 
 router = APIRouter()
 BATCH_TTL = 7 * 24 * 3600
@@ -30,37 +31,75 @@ CHUNK = 1024 * 1024
 @router.post("/batches", responses={422: {}, 429: {}})
 def create_batch(request: BatchRequest, allowance: AllowanceDep, svc: ServicesDep) -> dict[str, Any]:
     """One source, many quotes: a batch id, and one clip id a quote (identical quotes share one), queued behind
-    on-demand clicks. Counts quotes × profiles clips against the caller's rate limit, before queueing any."""
+    on-demand clicks. A quote that cannot be rendered (a bad time, a caption too long, …) is left out and named
+    in ``rejected`` (its number counted from 1, and why); the others are queued. A batch with no good quote is a
+    422. Counts the queued quotes × profiles clips against the caller's rate limit, before queueing any."""
     common = dict(request.model_extra or {})
     profiles = parse_profiles(common.pop("profiles")) if common.get("profiles") is not None else None
-    specs = []
-    for i, quote in enumerate(request.quotes):
-        data = {**common, "source": request.source, **quote.model_dump()}
+    good: list[tuple[int, ClipSpec]] = []
+    rejected: list[dict[str, Any]] = []
+    for number, quote in enumerate(request.quotes, start=1):
         try:
-            specs.append(
-                build_spec(data, max_seconds=svc.settings.max_clip_seconds, encoder_preset=svc.settings.encoder_preset)
+            fields = _quote(quote)
+            spec = build_spec(
+                {**common, "source": request.source, **fields},
+                max_seconds=svc.settings.max_clip_seconds,
+                encoder_preset=svc.settings.encoder_preset,
             )
+            good.append((number, spec))
         except BadInput as exc:
-            raise BadInput(f"quotes[{i}].{exc}") from None
-    allowance.take(len(specs) * (len(profiles) if profiles is not None else 1))
-    if profiles is not None:  # every quote in every profile, each quote's profiles from one decode
-        clips = [
-            c.model_dump()
-            for spec in specs
-            for c in accepted_profiles(svc, in_profiles(spec, profiles), request.callback_url, bulk=True)
-        ]
-    else:
-        clips = [accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump() for spec in specs]
+            rejected.append({"quote": number, "error": f"{exc.kind}: {exc}"})
+    if not good:
+        reasons = "; ".join(f"quote {r['quote']}: {r['error']}" for r in rejected[:3])
+        raise BadInput(f"quotes: no quote of the batch can be rendered ({reasons})")
+    allowance.take(len(good) * (len(profiles) if profiles is not None else 1))
+    clips: list[dict[str, Any]] = []
+    for number, spec in good:
+        if profiles is not None:  # every quote in every profile, each quote's profiles from one decode
+            made = [
+                c.model_dump()
+                for c in accepted_profiles(svc, in_profiles(spec, profiles), request.callback_url, bulk=True)
+            ]
+        else:
+            made = [{**accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump(), "profile": spec.profile}]
+        clips += [{**c, "quote": number} for c in made]
     batch_id = "batch-" + secrets.token_hex(12)
-    key = redis_keys.batch(batch_id)
-    svc.connection.rpush(key, *[c["id"] for c in clips])
-    svc.connection.expire(key, BATCH_TTL)
+    what = [
+        {"id": c["id"], "quote": c["quote"], "profile": c["profile"], **_described(spec)}
+        for c, spec in zip(clips, [s for n, s in good for _ in range(len(profiles) if profiles else 1)], strict=True)
+    ]
+    with svc.connection.pipeline() as pipe:
+        pipe.rpush(redis_keys.batch(batch_id), *[c["id"] for c in clips])
+        pipe.expire(redis_keys.batch(batch_id), BATCH_TTL)
+        pipe.set(redis_keys.batch_clips(batch_id), json.dumps(what), ex=BATCH_TTL)
+        pipe.execute()
     return {
         "id": batch_id,
         "status_url": f"/batches/{batch_id}",
         "archive_url": f"/batches/{batch_id}/archive",
         "clips": clips,
+        "rejected": rejected,
     }
+
+
+def _quote(quote: object) -> dict[str, Any]:
+    """One quote of a batch: start, end and caption, checked (a bad one raises BadInput naming the field)."""
+    if not isinstance(quote, dict):
+        raise BadInput(f"a quote is an object with start, end and caption, got {str(quote)[:80]!r}")
+    try:
+        return Quote.model_validate(quote).model_dump()
+    except ValidationError as exc:
+        raise BadInput(describe_validation_error(exc)) from None
+
+
+def _described(spec: ClipSpec) -> dict[str, Any]:
+    return {"start": spec.start, "end": spec.end, "caption": spec.caption, "source": spec.source}
+
+
+def _what(svc: ServicesDep, batch_id: str) -> dict[str, dict[str, Any]]:
+    """What each clip of a batch is, by id (empty for a batch made before this was kept)."""
+    raw = svc.connection.get(redis_keys.batch_clips(batch_id))
+    return {c["id"]: c for c in json.loads(raw)} if raw else {}
 
 
 def _members(svc: ServicesDep, batch_id: str) -> list[str]:
@@ -78,6 +117,7 @@ def _members(svc: ServicesDep, batch_id: str) -> list[str]:
 def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
     """Every clip of the batch at once: counts by status, and each clip's status, stage, progress and link."""
     clips = []
+    what = _what(svc, batch_id)
     for clip_id in _members(svc, batch_id):
         try:
             body = status_of(svc, clip_id)
@@ -95,6 +135,7 @@ def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
                 "error": body["error"],
                 "poster": svc.link_for(clip_id, poster, "poster.jpg"),
                 "download_url": sign_path(f"/clips/{clip_id}/download", svc.settings),
+                **{k: v for k, v in what.get(clip_id, {}).items() if k in ("quote", "profile")},
             }
         )
     return {"id": batch_id, "counts": dict(Counter(c["status"] for c in clips)), "clips": clips}
@@ -148,9 +189,13 @@ def archive(batch_id: str, svc: ServicesDep) -> StreamingResponse:
                     while chunk := src.read(CHUNK):
                         dst.write(chunk)
                         yield sink.take()
+            what = _what(svc, batch_id)
             manifest = {
                 "batch": batch_id,
-                "clips": [{"id": c, "file": n} for c, _, n in finished],
+                "clips": [
+                    {"id": c, "file": n, **{k: v for k, v in what.get(c, {}).items() if k != "id"}}
+                    for c, _, n in finished
+                ],
                 "missing": [c for c in members if c not in {f[0] for f in finished}],
             }
             zf.writestr("manifest.json", json.dumps(manifest, indent=1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from quoteclip.spec import PROFILES, ClipSpec, ProfileName
@@ -30,7 +32,8 @@ class BatchRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     source: str
-    quotes: list[Quote] = Field(min_length=1, max_length=MAX_BATCH)
+    # each checked on its own (a Quote): a bad one is left out and named, the others are queued
+    quotes: list[Any] = Field(min_length=1, max_length=MAX_BATCH)
     callback_url: str | None = Field(default=None, max_length=2048)
 
 

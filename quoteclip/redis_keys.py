@@ -20,6 +20,12 @@ def batch(batch_id: str) -> str:
     return f"{PREFIX}:batch:{batch_id}"
 
 
+def batch_clips(batch_id: str) -> str:
+    """What each clip of one batch is (its quote's number, profile, times, caption, source), as JSON, for the
+    archive's manifest."""
+    return f"{PREFIX}:batch:{batch_id}:clips"
+
+
 def callbacks(job_id: str) -> str:
     """Set of callback URLs to POST when the job ends."""
     return f"{PREFIX}:callbacks:{job_id}"

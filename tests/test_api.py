@@ -148,9 +148,33 @@ def test_batch_gives_one_id_per_clip(client, workers, source_url) -> None:
     workers.burst(1)
     assert all(client.get(f"/clips/{i}").json()["status"] == "finished" for i in ids)
     bad = client.post("/batches", json={**body, "quotes": [{"start": 3, "end": 1}]})
-    assert bad.status_code == 422
-    assert bad.json()["detail"] == "bad input: quotes[0].end must be after start, got start=3.0 end=1.0"
+    assert bad.status_code == 422  # no good quote at all
+    assert bad.json()["detail"] == (
+        "bad input: quotes: no quote of the batch can be rendered "
+        "(quote 1: bad input: end must be after start, got start=3.0 end=1.0)"
+    )
     assert client.post("/batches", json={**body, "quotes": []}).status_code == 422
+
+
+def test_a_batch_with_bad_quotes_queues_the_good_ones_and_names_the_others(client, source_url) -> None:
+    """As the CLI does with a bad line: the good quotes are queued, the answer names each rejected one by its
+    number counted from 1, with the reason."""
+    quotes = [
+        {"start": 0, "end": 2, "caption": "one"},
+        {"start": 5, "end": 3, "caption": "backwards"},
+        "not a quote",
+        {"start": 2, "end": 4, "caption": "two", "colour": "red"},
+        {"start": 2, "end": 4, "caption": "three"},
+    ]
+    answer = client.post("/batches", json={"source": source_url, "quotes": quotes})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert [(c["quote"], c["profile"]) for c in body["clips"]] == [(1, "landscape"), (5, "landscape")]
+    assert [r["quote"] for r in body["rejected"]] == [2, 3, 4]
+    assert "end must be after start" in body["rejected"][0]["error"]
+    assert "a quote is an object" in body["rejected"][1]["error"] and "colour" in body["rejected"][2]["error"]
+    status = client.get(body["status_url"]).json()
+    assert [(c["quote"], c["profile"]) for c in status["clips"]] == [(1, "landscape"), (5, "landscape")]
 
 
 def test_body_size_limit(client) -> None:
@@ -591,6 +615,10 @@ def test_batch_status_and_streamed_archive(client, workers, source_url, api_env)
         assert stored in [archive.read(n) for n in names[:2]]
     manifest = json.loads(archive.read("manifest.json"))
     assert [c["id"] for c in manifest["clips"]] == [c["id"] for c in batch["clips"]] and manifest["missing"] == []
+    first = manifest["clips"][0]  # what each clip is, beside its file
+    assert (first["quote"], first["profile"], first["start"], first["end"]) == (1, "landscape", 0.0, 1.0)
+    assert first["caption"] == "one" and first["source"] == source_url and first["file"].endswith(".mp4")
+    assert "-landscape-" in first["file"]  # files are named by their shape
     assert client.get("/batches/batch-" + "0" * 24).status_code == 404
     assert client.get("/batches/../../etc").status_code == 404
 

@@ -231,8 +231,8 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
 
 
 def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, served, media, http_source) -> None:
-    """The batch page: two quotes in two shapes; each clip's card shows its poster (in its shape) and a
-    download; the ZIP holds them all."""
+    """The batch page: two quotes in two shapes and a bad line; each clip's card shows its poster (in its shape)
+    and a download, the bad line is named by its line and the rest is made; the ZIP holds them all."""
     import io
     import urllib.parse
     import zipfile
@@ -241,7 +241,10 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
 
     (http_source.root / "ep.mp4").symlink_to(media(size="640x360", duration=8, gop=60))
     query = urllib.parse.urlencode(
-        {"source": http_source.url("ep.mp4"), "quotes": "1,2.5,first quote\n3,4.5,second, with a comma"}
+        {
+            "source": http_source.url("ep.mp4"),
+            "quotes": "1,2.5,first quote\n\n5,3,backwards\n3,4.5,second, with a comma",
+        }
     )
     with sync_playwright() as p:
         flags = [
@@ -269,13 +272,17 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
                 "[...document.querySelectorAll('.clip .poster img')].map(i => [i.naturalWidth, i.naturalHeight])"
             )
             labels = [el.inner_text() for el in page.query_selector_all(".clip strong")]
+            rejected = page.inner_text("#rejected")
+            counts = page.inner_text("#counts")
             downloads = [el.get_attribute("href") for el in page.query_selector_all(".clip a.dl")]
             archive = page.get_attribute("#archive", "href")
             page.screenshot(path=str(ARTIFACTS / "batch-page.png"), full_page=True)
         finally:
             browser.close()
     assert sizes == [[1280, 720], [720, 1280]] * 2, sizes
-    assert labels == ["quote 1 · landscape", "quote 1 · vertical", "quote 2 · landscape", "quote 2 · vertical"]
+    assert labels == ["line 1 · landscape", "line 1 · vertical", "line 4 · landscape", "line 4 · vertical"]
+    assert rejected == "line 3: bad input: end must be after start, got start=5.0 end=3.0"  # named by its line
+    assert counts == "4 finished · 0 failed · 0 to go · 1 line left out"
     assert len(downloads) == 4 and len(set(downloads)) == 4, downloads  # a download on every card, each its own
     for href in downloads:
         with urllib.request.urlopen(f"{served}{href}") as resp:

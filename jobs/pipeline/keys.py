@@ -40,8 +40,9 @@ def clip_key(
 
 
 def download_name(spec: ClipSpec, key: str) -> str:
-    """A safe file name for the download: ASCII words of the caption, the times, part of the key."""
+    """A safe file name for the download: ASCII words of the caption, the start, the shape, part of the key (one
+    quote's clips in several shapes are told apart by name)."""
     text = unicodedata.normalize("NFKD", spec.caption).encode("ascii", "ignore").decode()
     words = re.findall(r"[A-Za-z0-9]+", text)[:6]
     stem = "-".join(words).lower()[:48] or "clip"
-    return f"{stem}-{int(spec.start)}s-{key[:8]}.mp4"
+    return f"{stem}-{int(spec.start)}s-{spec.profile}-{key[:8]}.mp4"
