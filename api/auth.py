@@ -27,6 +27,8 @@ from quoteclip.settings import Settings
 log = logging.getLogger(__name__)
 
 PUBLIC = {"/healthz", "/favicon.ico"}
+# The page shells hold no data: a browser opens them without a key, and the user signs in on the page (pages.js)
+PAGES = {"/", "/edit", "/batch", "/pages.js"}
 LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt|poster\.jpg)\Z")
 # How a request was let in, in its ASGI scope: "key" (a valid API key, or no keys configured) may send the larger
 # bodies of uploads; "public" and "link" (a signed token) take the small cap only.
@@ -102,7 +104,7 @@ class RequireKey:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if path in PUBLIC:
+        if path in PUBLIC or (path in PAGES and scope["method"] in ("GET", "HEAD")):
             scope[ADMITTED] = "public"
             await self.app(scope, receive, send)
             return

@@ -17,6 +17,12 @@ def _page(name: str = "page.html") -> str:
     return resources.files("api").joinpath(name).read_text(encoding="utf-8")
 
 
+@router.get("/pages.js", include_in_schema=False)
+def pages_script() -> Response:
+    """What the pages share: data calls with the key the user signed in with on the page."""
+    return Response(_page("pages.js"), media_type="text/javascript")
+
+
 @router.get("/favicon.ico", include_in_schema=False)
 def favicon() -> Response:
     return Response(status_code=204)

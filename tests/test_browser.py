@@ -354,3 +354,69 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
         "OpenAI",
         "models.",
     ]
+
+
+def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
+    chromium, workers, queue_env, media, http_source, tmp_path
+) -> None:
+    """With QUOTECLIP_API_KEYS set, the page shells open without a key (they hold no data) and every data route
+    still needs one: the edit page asks for it on the page, keeps it for the tab (never in the address) and
+    sends it with each call; a wrong key is asked for again."""
+    import urllib.error
+    import urllib.parse
+
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=45))
+    port = _free_port()
+    env = workers.full_env({"QUOTECLIP_API_KEYS": "k-secret"})
+    api = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        for shell in ("/", "/edit", "/batch", "/pages.js"):
+            assert urllib.request.urlopen(base + shell).status == 200, shell  # no key needed
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(base + "/previews", data=b"{}", method="POST"))
+        assert refused.value.code == 401  # the data routes still need one
+        query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.5"})
+        with sync_playwright() as p:
+            flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+            browser = p.chromium.launch(executable_path=chromium, args=flags + ["--disable-background-networking"])
+            try:
+                page = browser.new_page()
+                page.goto(f"{base}/edit?{query}")
+                page.wait_for_selector("#sign-in", timeout=30_000)
+                page.fill("#api-key", "not-the-key")
+                page.click("#sign-in button")
+                page.wait_for_selector("#sign-in", timeout=30_000)  # refused: asked again
+                again = page.inner_text("#sign-in")
+                page.fill("#api-key", "k-secret")
+                page.click("#sign-in button")
+                page.wait_for_function("window.previews >= 1", timeout=60_000)
+                page.click("#render")
+                page.wait_for_function("window.finalShown === true", timeout=120_000)
+                stored = page.evaluate("sessionStorage.getItem('quoteclip.key')")
+                address = page.url
+            finally:
+                browser.close()
+    finally:
+        for proc in (api, worker):
+            proc.terminate()
+        for proc in (api, worker):
+            proc.wait(timeout=30)
+    assert "not accepted" in again and stored == "k-secret" and "k-secret" not in address
