@@ -84,6 +84,7 @@ def open_source(
         settings.min_fetch_rate,
         read_timeout=settings.fetch_timeout,
         rate_grace=settings.fetch_rate_grace,
+        header_timeout=settings.fetch_header_timeout,
         cookies=load_cookies(settings.cookies_file) if settings.cookies_file is not None else None,
         per_origin=settings.origin_concurrency,
         origin_rate=settings.origin_rate,

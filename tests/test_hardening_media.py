@@ -1,0 +1,233 @@
+"""Media and playlists an origin serves badly cost neither a clip, a worker nor the origin: a deadline per request
+(headers dripped a byte at a time, a body dripped), a bound on the segments one clip fetches and playlists whose
+durations or keys are absurd, an origin that ignores Range read once, and links that expire every few requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from jobs.pipeline.produce import produce_clip
+from quoteclip.errors import SourceTransient
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from storage import LocalStorage
+from testkit.services import free_port, wait_for
+
+
+def clip(settings: Settings, source: str, start: float, end: float, **extra: object):
+    spec = build_spec({"source": source, "start": start, "end": end, **extra})
+    return produce_clip(spec, settings, LocalStorage(settings.storage_dir))
+
+
+def timed(call, *args, **kwargs) -> tuple[BaseException | None, float]:
+    """What ``call`` raised (None when it returned) and the seconds it took."""
+    began = time.monotonic()
+    try:
+        call(*args, **kwargs)
+    except Exception as exc:
+        return exc, time.monotonic() - began
+    return None, time.monotonic() - began
+
+
+# ---- a deadline per request: the headers, then the body's rate from the request's start -----------------------
+
+
+def test_an_origin_dripping_its_headers_fails_the_clip_within_the_header_timeout(media, settings, http_source) -> None:
+    """The status line at once, then a header byte every 0.5 s: no read ever stalls, yet the request ends at the
+    header timeout with a transient error naming the slowness; one request, not retried inside the job."""
+    (http_source.root / "drip.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    http_source.header_drips["drip.mp4"] = (0.5, 60)
+    failed, took = timed(clip, replace(settings, fetch_header_timeout=1.5), http_source.url("drip.mp4"), 1, 2)
+    print(f"\norigin dripping its headers: the clip failed after {took:.1f} s (header timeout 1.5 s)")
+    assert isinstance(failed, SourceTransient) and not failed.permanent, failed
+    assert "source too slow: no response headers within 1.5 s (QUOTECLIP_FETCH_HEADER_TIMEOUT)" in str(failed)
+    assert took < 1.5 + 2.0
+    assert http_source.requests["drip.mp4"] == 1
+
+
+@pytest.mark.parametrize("slow", ["index.m3u8", "seg1.ts"])
+def test_a_playlist_or_segment_host_dripping_its_headers_fails_within_the_header_timeout(
+    slow, settings, http_source, ffmpeg_bin, tmp_path
+) -> None:
+    """The same deadline for what HLS and DASH sources fetch: the playlist, and each segment."""
+    from sources.cache import BlockCache
+    from sources.hls import HlsFormat
+    from sources.http import Fetcher
+
+    make_segments(http_source.root, ffmpeg_bin, count=2)
+    http_source.header_drips[slow] = (0.5, 60)
+    fetcher = Fetcher(None, settings.allow_addresses, header_timeout=1.5)
+    cache = BlockCache(tmp_path / "cache", 10**8)
+
+    def cut() -> None:
+        HlsFormat(http_source.url("index.m3u8"), fetcher, cache, "key").cut(3.0, 5.0, tmp_path, "video", ffmpeg_bin)
+
+    failed, took = timed(cut)
+    assert isinstance(failed, SourceTransient) and "no response headers within 1.5 s" in str(failed), failed
+    assert took < 1.5 + 2.0
+    assert http_source.requests[slow] == 1
+
+
+def test_a_body_dripped_after_slow_headers_fails_on_the_rate_floor_counted_from_the_request(
+    media, settings, http_source
+) -> None:
+    """Headers dripped for 3 s (under the header timeout), then a body a byte every 0.5 s: the rate floor counts
+    from the request, so the first body byte, past the 2 s grace, ends it (not 2 s after the headers)."""
+    (http_source.root / "slow.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    http_source.header_drips["slow.mp4"] = (0.25, 3.0)
+    http_source.drips["slow.mp4"] = 0.5
+    quick = replace(settings, fetch_header_timeout=10, fetch_rate_grace=2)
+    failed, took = timed(clip, quick, http_source.url("slow.mp4"), 1, 2)
+    print(f"\nslow headers, then a dripped body: the clip failed after {took:.1f} s (grace 2 s, headers 3 s)")
+    assert isinstance(failed, SourceTransient) and not failed.permanent, failed
+    said = str(failed)
+    assert said.startswith("source too slow (0 KB/s) over ") and "QUOTECLIP_MIN_FETCH_RATE" in said, said
+    assert float(said.split(" over ")[1].split(" s")[0]) >= 3.0  # the wait for the headers counted
+    assert took < 3.0 + 1.5
+
+
+def test_a_redirect_whose_body_drips_is_followed_at_once(media, settings, http_source) -> None:
+    """A redirect (or refusal) with a long body dripped a byte at a time: the body is never read (the connection is
+    closed instead of drained), so the redirect is followed at once."""
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
+    http_source.redirects["moved.mp4"] = http_source.url("ep.mp4")
+    http_source.slow_redirects["moved.mp4"] = 0.05
+    failed, took = timed(clip, settings, http_source.url("moved.mp4"), 1, 2)
+    assert failed is None, failed
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_workers_and_previews_are_not_held_by_origins_dripping_headers(media, queue_env, workers, http_source) -> None:
+    """Against a running ``quoteclip serve`` and a real worker: four previews of origins that drip their headers
+    (every preview slot of the API) are each answered 503 within the header timeout, and a preview of a sound
+    source is made right after; a queued clip of such an origin fails its try within the timeout too (transient:
+    the queue retries it later)."""
+    good = media(size="320x180", duration=6, gop=60)
+    (http_source.root / "good.mp4").symlink_to(good)
+    for i in range(5):
+        (http_source.root / f"drip{i}.mp4").symlink_to(good)
+        http_source.header_drips[f"drip{i}.mp4"] = (0.5, 60)
+    env = {**queue_env, "QUOTECLIP_FETCH_HEADER_TIMEOUT": "2"}
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    answers: dict[int, tuple[int, str, float]] = {}
+
+    def preview(i: int, name: str) -> None:
+        body = json.dumps({"source": http_source.url(name), "start": 1, "end": 2}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/previews", body, {"Content-Type": "application/json"}
+        )
+        began = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                answers[i] = (resp.status, resp.read().decode(), time.monotonic() - began)
+        except urllib.error.HTTPError as exc:
+            answers[i] = (exc.code, exc.read().decode(), time.monotonic() - began)
+
+    try:
+        wait_for(lambda: _answers(port), 30, "quoteclip serve")
+        threads = [threading.Thread(target=preview, args=(i, f"drip{i}.mp4")) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=70)
+        preview(4, "good.mp4")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(
+        "\npreviews of origins dripping their headers: "
+        + ", ".join(f"{a[0]} after {a[2]:.1f} s" for a in answers.values())
+    )
+    for i in range(4):
+        status, text, took = answers[i]
+        assert status == 503 and "no response headers within 2 s" in text, (status, text)
+        assert took < 2 + 3.0
+    assert answers[4][0] == 200, answers[4]
+
+    queued = run_cli("enqueue", http_source.url("drip4.mp4"), "--start", "1", "--end", "2", "--json", env=env)
+    assert queued.returncode == 0, queued.stderr
+    job_id = json.loads(queued.stdout)["job_id"]
+    workers.env = env
+    began = time.monotonic()
+    workers.burst(1)
+    took = time.monotonic() - began
+    status = json.loads(run_cli("status", job_id, "--json", env=env).stdout)
+    print(f"queued clip of an origin dripping its headers: its try ended after {took:.1f} s (worker start included)")
+    assert "source too slow: no response headers within 2 s" in str(status["error"]), status
+    assert status["status"] != "failed" or status.get("permanent") is not True
+    from redis import Redis
+    from rq.job import Job
+
+    job = Job.fetch(job_id, connection=Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"]))
+    assert job.meta["permanent"] is False and job.meta["error_kind"] == "source unavailable"
+    assert took < 30
+    assert http_source.requests["drip4.mp4"] == 1
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+# ---- helpers ----------------------------------------------------------------------------------------------------
+
+
+def make_segments(folder: Path, ffmpeg_bin: str, count: int, seconds: float = 4.0) -> list[str]:
+    """``count`` MPEG-TS segments of ``seconds`` each (one keyframe each) and a VOD playlist naming them."""
+    source = folder / "whole.ts"
+    subprocess.run(
+        [
+            ffmpeg_bin,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc2=size=160x90:rate=25:duration={count * seconds}",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-g",
+            str(int(25 * seconds)),
+            "-keyint_min",
+            str(int(25 * seconds)),
+            "-sc_threshold",
+            "0",
+            "-f",
+            "hls",
+            "-hls_time",
+            str(seconds),
+            "-hls_playlist_type",
+            "vod",
+            "-hls_segment_filename",
+            str(folder / "seg%d.ts"),
+            str(folder / "index.m3u8"),
+        ],
+        check=True,
+    )
+    source.unlink(missing_ok=True)
+    return sorted(p.name for p in folder.glob("seg*.ts"))
