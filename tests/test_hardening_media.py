@@ -231,3 +231,87 @@ def make_segments(folder: Path, ffmpeg_bin: str, count: int, seconds: float = 4.
     )
     source.unlink(missing_ok=True)
     return sorted(p.name for p in folder.glob("seg*.ts"))
+
+
+# ---- an origin that ignores Range: read once, whole, into the block cache -------------------------------------------
+
+
+def test_an_origin_that_ignores_range_is_read_once_and_cut_exactly(media, settings, http_source) -> None:
+    """Python's http.server answers a Range with 200 and the whole file: the file is read once, from its first byte
+    to its last, and the clip is frame-exact; a second clip of it fetches nothing."""
+    import numpy as np
+    from mediacheck import gray_frames, streams
+
+    src = media(size="640x360", fps=30, duration=30, gop=300)
+    size = src.stat().st_size
+    (http_source.root / "plain.mp4").symlink_to(src)
+    http_source.ignores_range.add("plain.mp4")
+    result = clip(settings, http_source.url("plain.mp4"), 5.5, 8.0, fades=False)
+    sent = http_source.bytes_sent["plain.mp4"]
+    requests = http_source.requests["plain.mp4"]
+    print(f"\norigin ignoring Range: {sent} bytes sent for a {size}-byte file, {requests} requests")
+    assert sent <= size and result.source_bytes is not None and result.source_bytes <= size, (sent, size)
+    out = Path(str(result.path))
+    first = gray_frames(out, limit=1)[0][1]
+    errors = [float(np.abs(img - first).mean()) for _, img in gray_frames(src)]
+    assert int(np.argmin(errors)) == 165
+    assert streams(out)["frames"] == 75
+    again = clip(settings, http_source.url("plain.mp4"), 20.0, 21.0)
+    assert again.source_bytes == 0 and http_source.bytes_sent["plain.mp4"] == sent
+
+
+def test_readers_of_an_origin_that_ignores_range_read_it_once_between_them(media, settings, http_source) -> None:
+    """Four readers (as four workers on one machine) of such an origin at once: one reads it whole, the others wait
+    for its blocks; every reader gets the right bytes, and the body is received once in all."""
+    from sources.cache import BlockCache
+    from sources.http import Fetcher
+    from sources.remote import RemoteFile
+
+    src = media(size="640x360", fps=30, duration=30, gop=300)
+    (http_source.root / "plain.mp4").symlink_to(src)
+    http_source.ignores_range.add("plain.mp4")
+    cache = BlockCache(settings.cache_dir, 1024**3)
+    barrier = threading.Barrier(4)
+    fetchers = [Fetcher(("127.0.0.1",), ("127.0.0.1/32",)) for _ in range(4)]
+    results: dict[int, bytes] = {}
+
+    def read(i: int) -> None:
+        remote = RemoteFile(http_source.url("plain.mp4"), fetchers[i], cache)
+        barrier.wait()
+        results[i] = remote.read(1_000_000 * (i + 1), 500_000)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    data = src.read_bytes()
+    assert all(results[i] == data[1_000_000 * (i + 1) : 1_000_000 * (i + 1) + 500_000] for i in range(4))
+    assert sum(f.fetched for f in fetchers) == len(data), [f.fetched for f in fetchers]
+
+
+def test_an_origin_ignoring_range_with_a_file_over_the_limits_is_refused_before_its_body(
+    media, settings, http_source
+) -> None:
+    """Over QUOTECLIP_MAX_FETCH_MB (or over half the block cache) the file is refused as soon as its headers say its
+    size, naming the limit; not one byte of its body is read."""
+    from quoteclip.errors import SourceUnavailable
+    from sources.cache import BlockCache
+    from sources.http import Fetcher
+    from sources.remote import RemoteFile
+
+    src = media(size="640x360", fps=30, duration=30, gop=300)
+    (http_source.root / "plain.mp4").symlink_to(src)
+    http_source.ignores_range.add("plain.mp4")
+    url = http_source.url("plain.mp4")
+    with pytest.raises(SourceUnavailable, match=r"over the 1 MB limit for one clip \(QUOTECLIP_MAX_FETCH_MB\)"):
+        clip(replace(settings, max_fetch_bytes=1024**2), url, 1, 2)
+    fetcher = Fetcher(("127.0.0.1",), ("127.0.0.1/32",), max_bytes=1024**2)
+    with pytest.raises(SourceUnavailable, match=r"ignores byte ranges .* over the 1 MB limit for one clip"):
+        RemoteFile(url, fetcher, BlockCache(settings.cache_dir, 1024**3)).read(3_000_000, 1000)
+    assert fetcher.fetched == 0
+    small = BlockCache(settings.cache_dir / "small", 8 * 1024**2)
+    fetcher = Fetcher(("127.0.0.1",), ("127.0.0.1/32",))
+    with pytest.raises(SourceUnavailable, match=r"over half the 8 MB block cache \(QUOTECLIP_CACHE_MAX_MB\)"):
+        RemoteFile(url, fetcher, small).read(0, 1000)
+    assert fetcher.fetched == 0
