@@ -315,3 +315,141 @@ def test_an_origin_ignoring_range_with_a_file_over_the_limits_is_refused_before_
     with pytest.raises(SourceUnavailable, match=r"over half the 8 MB block cache \(QUOTECLIP_CACHE_MAX_MB\)"):
         RemoteFile(url, fetcher, small).read(0, 1000)
     assert fetcher.fetched == 0
+
+
+# ---- playlists: sane durations, a bound on the segments of one cut, tags read as tags ------------------------------
+
+
+def hls(http_source, playlist: str, tmp_path: Path, ffmpeg_bin: str, start: float = 5.0, end: float = 7.0):
+    """Serve ``playlist`` as index.m3u8 beside the generated segments and cut [start, end] from it."""
+    from sources.cache import BlockCache
+    from sources.hls import HlsFormat
+    from sources.http import Fetcher
+
+    (http_source.root / "index.m3u8").write_text(playlist)
+    fetcher = Fetcher(None, ("127.0.0.1/32",))
+    cache = BlockCache(tmp_path / "cache", 10**8)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return HlsFormat(http_source.url("index.m3u8"), fetcher, cache, "key").cut(start, end, work, "video", ffmpeg_bin)
+
+
+def segment_requests(http_source) -> int:
+    return sum(n for name, n in http_source.requests.items() if name.endswith(".ts"))
+
+
+def playlist_of(durations: list[str], names: list[str] | None = None, head: str = "") -> str:
+    names = names or ["seg0.ts"] * len(durations)
+    body = "".join(f"#EXTINF:{d},\n{n}\n" for d, n in zip(durations, names, strict=True))
+    return f"#EXTM3U\n#EXT-X-TARGETDURATION:4\n{head}{body}#EXT-X-ENDLIST\n"
+
+
+def test_a_playlist_of_thousands_of_tiny_segments_costs_the_segment_host_nothing(
+    http_source, ffmpeg_bin, tmp_path
+) -> None:
+    """5000 segments of 0.0001 s (one clip once made 4000 GETs of them): refused as bad input when the playlist
+    is read, before any segment is asked for."""
+    from quoteclip.errors import BadInput
+
+    make_segments(http_source.root, ffmpeg_bin, count=2)
+    with pytest.raises(BadInput, match=r"a segment of 0.0001 s \(number 1 of 5000\): under the 0.01 s"):
+        hls(http_source, playlist_of(["0.0001"] * 5000), tmp_path, ffmpeg_bin, 0.0, 0.4)
+    assert http_source.requests["index.m3u8"] == 1 and segment_requests(http_source) == 0
+
+
+def test_one_cut_fetches_a_bounded_number_of_segments(http_source, ffmpeg_bin, tmp_path) -> None:
+    """Segments of 0.05 s (each a sane length alone): a 2 s cut would need 50 of them, over the bound (its span with
+    preroll over 0.5 s, plus 3): refused with none fetched. Sound 4 s segments: the cut's segment and the first."""
+    from quoteclip.errors import BadInput
+    from sources.hls import segment_limit
+
+    names = make_segments(http_source.root, ffmpeg_bin, count=3)
+    assert segment_limit(1.0, 3.0) == 8
+    with pytest.raises(BadInput, match=r"needs 50 segments for a 2 s cut, over the 8 one cut may fetch"):
+        hls(http_source, playlist_of(["0.05"] * 400), tmp_path, ffmpeg_bin, 1.0, 3.0)
+    assert segment_requests(http_source) == 0
+    cut = hls(http_source, playlist_of(["4.000000"] * 3, names), tmp_path, ffmpeg_bin, 5.0, 7.0)
+    assert cut.path.stat().st_size > 0
+    assert {n: http_source.requests[n] for n in names} == {"seg0.ts": 1, "seg1.ts": 1, "seg2.ts": 0}
+
+
+@pytest.mark.parametrize(
+    ("duration", "message"),
+    [
+        ("1e308", "bad segment duration: '#EXTINF:1e308,'"),
+        ("inf", "bad segment duration: '#EXTINF:inf,'"),
+        ("nan", "bad segment duration: '#EXTINF:nan,'"),
+        ("-4", "bad segment duration: '#EXTINF:-4,'"),
+        ("soon", "bad segment duration: '#EXTINF:soon,'"),
+        ("100000", r"a segment of 100000 s \(number 1\): durations run from 0 to 86400 s"),
+        ("0.001", r"a segment of 0.001 s \(number 1 of 2\): under the 0.01 s"),
+    ],
+)
+def test_absurd_segment_durations_are_bad_input_and_fetch_nothing(
+    duration, message, http_source, ffmpeg_bin, tmp_path
+) -> None:
+    from quoteclip.errors import BadInput
+
+    names = make_segments(http_source.root, ffmpeg_bin, count=2)
+    with pytest.raises(BadInput, match=message) as refused:
+        hls(http_source, playlist_of([duration, "4"], names), tmp_path, ffmpeg_bin, 1.0, 2.0)
+    assert refused.value.permanent and refused.value.kind == "bad input"
+    assert segment_requests(http_source) == 0
+
+
+def test_a_short_last_segment_is_sound(http_source, ffmpeg_bin, tmp_path) -> None:
+    names = make_segments(http_source.root, ffmpeg_bin, count=2)
+    cut = hls(http_source, playlist_of(["4", "0.001"], names), tmp_path, ffmpeg_bin, 1.0, 2.0)
+    assert cut.path.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("head", "refused"),
+    [
+        ("#EXT-X-KEY:METHOD=NONE\n", None),
+        ('#EXT-X-KEY:METHOD=AES-128,URI="https://keys.example/k?METHOD=NONE"\n', "EXT-X-KEY METHOD=AES-128"),
+        ('#EXT-X-KEY:URI="k",METHOD=SAMPLE-AES,KEYFORMAT="identity"\n', "EXT-X-KEY METHOD=SAMPLE-AES"),
+        ('#EXT-X-KEY:URI="k, METHOD=NONE"\n', "EXT-X-KEY without its METHOD"),
+        ("# no EXT-X-KEY:METHOD=AES-128 here\n", None),
+        ('#EXT-X-MAP-NOTE:URI="#EXT-X-KEY:METHOD=AES-128"\n', None),
+    ],
+    ids=["method-none", "aes-with-none-in-uri", "sample-aes", "none-inside-quotes", "comment", "other-tag"],
+)
+def test_ext_x_key_is_read_as_a_tag(head, refused, http_source, ffmpeg_bin, tmp_path) -> None:
+    """Only an EXT-X-KEY tag whose METHOD attribute is not NONE is encryption; the text elsewhere (a URI, a quoted
+    value, a comment, another tag) is not. Refused playlists fetch no segment."""
+    from quoteclip.errors import SourceUnavailable
+
+    names = make_segments(http_source.root, ffmpeg_bin, count=2)
+    names = [names[0], names[1] + "?EXT-X-KEY:METHOD=AES-128"]  # the text in a segment's URI is no tag either
+    playlist = playlist_of(["4", "4"], names, head)
+    if refused is None:
+        assert hls(http_source, playlist, tmp_path, ffmpeg_bin, 5.0, 6.0).path.stat().st_size > 0
+        assert segment_requests(http_source) == 2
+    else:
+        with pytest.raises(SourceUnavailable, match=refused):
+            hls(http_source, playlist, tmp_path, ffmpeg_bin, 5.0, 6.0)
+        assert segment_requests(http_source) == 0
+
+
+def test_a_page_offering_a_playlist_of_tiny_segments_fails_its_clip_as_bad_input(
+    settings, ffmpeg_bin, tmp_path
+) -> None:
+    """End to end, from a video site's page (yt-dlp's extraction) to the clip: the playlist of 5000 segments of
+    0.0001 s fails the clip as bad input (permanent), and the site's segment host is asked for nothing."""
+    from quoteclip.errors import BadInput
+    from testkit.videosite import Episode, SiteFormat, VideoSite
+
+    folder = tmp_path / "hls"
+    folder.mkdir()
+    make_segments(folder, ffmpeg_bin, count=2)
+    (folder / "index.m3u8").write_text(playlist_of(["0.0001"] * 5000))
+    site = VideoSite()
+    site.episodes["tiny"] = Episode("Tiny segments", 0.5, [SiteFormat("hls", folder / "index.m3u8", hls=True)])
+    try:
+        with pytest.raises(BadInput, match="source playlist has a segment of 0.0001 s") as refused:
+            clip(settings, site.url("tiny"), 0.0, 0.4)
+    finally:
+        site.close()
+    assert refused.value.permanent
+    assert site.segments == [] and site.page_loads["tiny"] == 1
