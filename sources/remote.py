@@ -28,7 +28,8 @@ READ_AHEAD = 4  # blocks fetched past the end of a sequential read (ffmpeg reads
 class RemoteFile:
     """``content_key``: what the bytes are (an extracted format: extractor, video id, format id, size), so the block
     cache is shared whatever URL each extraction signed; a plain media URL is its own key. ``refresh``: for an
-    extracted URL, gives a fresh one after a 403/410 (called once per file)."""
+    extracted URL, gives a fresh one after a 403/410, and whether it comes from a fresh extraction (rather than
+    one another file or job made)."""
 
     def __init__(
         self,
@@ -38,7 +39,7 @@ class RemoteFile:
         check_hosts: bool = True,
         content_key: str | None = None,
         headers: dict[str, str] | None = None,
-        refresh: Callable[[str], str] | None = None,
+        refresh: Callable[[str], tuple[str, bool]] | None = None,
     ) -> None:
         self.url = url
         self.fetcher = fetcher
@@ -46,7 +47,9 @@ class RemoteFile:
         self.check_hosts = check_hosts
         self.headers = headers or {}
         self.refresh = refresh
-        self.refreshed = False
+        self.refreshes = 0  # fresh links this file was given after a refusal
+        self._progress = 0  # bytes read with the current link
+        self._fresh = False  # the current link comes from an extraction made after a refusal
         self._url_lock = threading.Lock()
         self._ends: deque[int] = deque(maxlen=8)  # where recent reads ended: a read starting there is sequential
         self.sid = cache.source_id(content_key or url)
@@ -169,27 +172,37 @@ class RemoteFile:
         return LOCK_WAIT + self.fetcher.rate_grace + size / max(1, self.fetcher.min_rate)
 
     def _get(self, start: int, end: int, whole: _Whole | None = None) -> RangeResponse:
-        url = self.url
-        try:
-            return self.fetcher.get_range(
-                url, start, end, check_hosts=self.check_hosts, headers=self.headers, whole=whole
-            )
-        except LinkRefused as refused:
-            if self.refresh is None:
-                raise  # a plain media URL cannot be extracted again: its 403 stays
-            with self._url_lock:
-                if self.url == url:  # not yet refreshed by another read
-                    if self.refreshed:
-                        raise _expired(refused.status) from None
-                    log.info("media link refused (HTTP %s): extracting the page again", refused.status)
-                    self.url = self.refresh(url)
-                    self.refreshed = True
+        """One range, by the current link. A refused (expired) link of a page's format is extracted again as long
+        as the link before made progress (bytes were read with it); a fresh extraction's link refused before any
+        byte fails the job as ``expired link``, and so does the job's bound on fresh extractions (the refresher's)."""
+        while True:
+            url = self.url
             try:
-                return self.fetcher.get_range(
-                    self.url, start, end, check_hosts=self.check_hosts, headers=self.headers, whole=whole
+                resp = self.fetcher.get_range(
+                    url, start, end, check_hosts=self.check_hosts, headers=self.headers, whole=whole
                 )
-            except LinkRefused as again:
-                raise _expired(again.status) from None
+            except LinkRefused as refused:
+                if self.refresh is None:
+                    raise  # a plain media URL cannot be extracted again: its 403 stays
+                self._renew(url, refused.status)
+                continue
+            with self._url_lock:
+                if self.url == url:
+                    self._progress += len(resp.data) + (resp.total or 0 if resp.whole else 0)
+            return resp
+
+    def _renew(self, url: str, status: int) -> None:
+        """A fresh link after ``url`` was refused, unless another read renewed it already."""
+        assert self.refresh is not None
+        with self._url_lock:
+            if self.url != url:
+                return
+            if self._fresh and not self._progress:
+                raise _expired(status)
+            log.info("media link refused (HTTP %s) after %d bytes: extracting the page again", status, self._progress)
+            self.url, self._fresh = self.refresh(url)
+            self._progress = 0
+            self.refreshes += 1
 
     def _check_identity(self, total: int | None, etag: str | None) -> None:
         with self._meta_lock:
@@ -262,8 +275,8 @@ class _Whole:
 
 def _expired(status: int) -> SourceLinkExpired:
     return SourceLinkExpired(
-        f"the site refused its media link (HTTP {status}), again after a fresh extraction: the link expired, or "
-        "the site wants the operator's cookies, a PO token or another address"
+        f"the site refused its media link (HTTP {status}), again after a fresh extraction and before any byte was "
+        "read with it: the link expired, or the site wants the operator's cookies, a PO token or another address"
     )
 
 

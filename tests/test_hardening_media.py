@@ -12,11 +12,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from test_sites import EPISODE_SECONDS, assert_exact
+from test_sites import episode_files as episode_files  # the session's episode, a fixture shared with test_sites
 
 from jobs.pipeline.produce import produce_clip
 from quoteclip.errors import SourceTransient
@@ -24,6 +27,7 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage
 from testkit.services import free_port, wait_for
+from testkit.videosite import Episode, SiteFormat, VideoSite
 
 
 def clip(settings: Settings, source: str, start: float, end: float, **extra: object):
@@ -453,3 +457,59 @@ def test_a_page_offering_a_playlist_of_tiny_segments_fails_its_clip_as_bad_input
         site.close()
     assert refused.value.permanent
     assert site.segments == [] and site.page_loads["tiny"] == 1
+
+
+# ---- links that expire every few requests -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def site(episode_files) -> Iterator[VideoSite]:
+    """The tests' video site with its 10-minute episode (separate video and audio formats, as YouTube's)."""
+    server = VideoSite()
+    server.episodes["ep1"] = Episode(
+        "Episode one",
+        EPISODE_SECONDS,
+        [
+            SiteFormat("137", episode_files["video"], vcodec="avc1.64001f", width=320, height=180),
+            SiteFormat("140", episode_files["audio"], ext="m4a", vcodec="none", acodec="mp4a.40.2"),
+        ],
+    )
+    yield server
+    server.close()
+
+
+def test_links_expiring_every_few_requests_are_extracted_again_until_the_clip_is_done(site, settings) -> None:
+    """Every link the site signs answers two requests, then 403 (the clip reads the video in five): each refused
+    link had read bytes, so the page is extracted again, twice here (once was all a job did), and the clip finishes,
+    exact. The audio's refused link is renewed by the video's extraction, not one of its own."""
+    site.uses = 2
+    result = clip(settings, site.url("ep1"), 120.9, 127.9)
+    assert_exact(Path(str(result.path)), 0.1)
+    expired = [r for r in site.refused if r[1] == "expired link"]
+    print(f"\nlinks good for 2 requests: {site.page_loads['ep1']} page loads, {len(expired)} refused requests")
+    assert site.page_loads["ep1"] == 3, site.page_loads
+    assert ("ep1/140", "expired link") in expired and len(expired) == len(site.refused) == 3
+
+
+def test_a_fresh_link_that_never_works_fails_as_expired_link_after_one_extraction(site, settings) -> None:
+    from quoteclip.errors import SourceLinkExpired
+
+    site.uses = 0
+    with pytest.raises(SourceLinkExpired, match="again after a fresh extraction and before any byte") as failed:
+        clip(settings, site.url("ep1"), 10, 12)
+    assert failed.value.kind == "expired link" and not failed.value.permanent
+    assert site.page_loads["ep1"] == 2  # the first extraction and one fresh one
+    assert len(site.refused) == 2  # its first link, then the fresh one: refused once each
+
+
+def test_links_good_for_one_request_end_at_the_jobs_bound_of_fresh_extractions(site, settings) -> None:
+    """Each link answers once: every refused link made progress, yet one job extracts the page at most
+    MAX_REEXTRACTIONS times more, then fails as expired link (transient: the queue retries it later)."""
+    from quoteclip.errors import SourceLinkExpired
+    from sources.opener import MAX_REEXTRACTIONS
+
+    site.uses = 1  # (a 50 s cut: nine media requests)
+    with pytest.raises(SourceLinkExpired, match=f"after {MAX_REEXTRACTIONS} fresh extractions in this job") as failed:
+        clip(settings, site.url("ep1"), 120.9, 170.9)
+    assert not failed.value.permanent
+    assert site.page_loads["ep1"] == 1 + MAX_REEXTRACTIONS
