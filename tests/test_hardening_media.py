@@ -502,6 +502,7 @@ def test_a_fresh_link_that_never_works_fails_as_expired_link_after_one_extractio
     assert len(site.refused) == 2  # its first link, then the fresh one: refused once each
 
 
+@pytest.mark.slow
 def test_links_good_for_one_request_end_at_the_jobs_bound_of_fresh_extractions(site, settings) -> None:
     """Each link answers once: every refused link made progress, yet one job extracts the page at most
     MAX_REEXTRACTIONS times more, then fails as expired link (transient: the queue retries it later)."""
