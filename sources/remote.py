@@ -188,7 +188,7 @@ class RemoteFile:
                 continue
             with self._url_lock:
                 if self.url == url:
-                    self._progress += len(resp.data) + (resp.total or 0 if resp.whole else 0)
+                    self._progress += len(resp.data) + ((resp.total or 0) if resp.whole else 0)
             return resp
 
     def _renew(self, url: str, status: int) -> None:
