@@ -300,6 +300,29 @@ DECLARED: tuple[Setting, ...] = (
         parse=_Number(0.1),
     ),
     Setting(
+        "QUOTECLIP_FETCH_HEADER_TIMEOUT",
+        "a source request (media, playlist, segment) whose response headers are not all in within this many seconds "
+        "fails",
+        group="sources and fetching",
+        field="fetch_header_timeout",
+        parse=_Number(0.1),
+    ),
+    Setting(
+        "QUOTECLIP_MIN_FETCH_RATE",
+        "a source request averaging under this many KB/s, counted from the request (the wait for its headers "
+        "included), fails once `QUOTECLIP_FETCH_RATE_GRACE` has passed",
+        group="sources and fetching",
+        field="min_fetch_rate",
+        parse=_Number(1, unit=1024, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_FETCH_RATE_GRACE",
+        "seconds a source request may run before `QUOTECLIP_MIN_FETCH_RATE` applies",
+        group="sources and fetching",
+        field="fetch_rate_grace",
+        parse=_Number(0),
+    ),
+    Setting(
         "QUOTECLIP_MAX_SOURCE_SECONDS",
         "longest source, seconds",
         group="sources and fetching",
@@ -553,8 +576,9 @@ class Settings:
     cache_dir: Path = field(default_factory=lambda: default_cache_dir() / "sources")
     cache_max_bytes: int = 2 * 1024**3
     max_fetch_bytes: int = 1024**3  # per job
-    min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a fetch that lasts over 30 s
+    min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a request from its start, once fetch_rate_grace passed
     fetch_timeout: float = 20.0  # a source read that stalls this long fails
+    fetch_header_timeout: float = 20.0  # a source request whose response headers take longer fails
     fetch_rate_grace: float = 30.0  # seconds a request may run before min_fetch_rate applies
     cookies_file: Path | None = None  # a Netscape cookies file for yt-dlp (each job reads a copy of it)
     extractor_args: tuple[str, ...] = ()  # yt-dlp --extractor-args values (player clients, PO-token settings)

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 256 * 1024
 LOCK_WAIT = 120.0  # seconds to wait for another worker's download of a block
+WHOLE = -1  # the lock "block" of a source whose origin ignores Range: held while it is read whole, once
 
 
 class BlockCache:
@@ -91,13 +92,14 @@ class BlockCache:
             self.evict()
 
     @contextmanager
-    def lock(self, source_id: str, index: int, blocking: bool = True) -> Iterator[bool]:
-        """Hold the block's download lock; with ``blocking=False`` yields False at once if another holds it."""
+    def lock(self, source_id: str, index: int, blocking: bool = True, wait: float = LOCK_WAIT) -> Iterator[bool]:
+        """Hold the block's download lock (``WHOLE``: the whole source's); yields False when another holds it past
+        ``wait`` seconds, or at once with ``blocking=False``."""
         folder = self.folder(source_id)
         folder.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(folder / f"{index:08d}.lock"))
+        lock = FileLock(str(folder / ("whole.lock" if index == WHOLE else f"{index:08d}.lock")))
         try:
-            lock.acquire(timeout=LOCK_WAIT if blocking else 0)
+            lock.acquire(timeout=wait if blocking else 0)
         except Timeout:
             yield False
             return

@@ -7,6 +7,13 @@ the block cache, keyed by the format's content key and the segment's number, so 
 They are joined into one local file (MPEG-TS segments join as they are; fMP4 ones after their ``EXT-X-MAP``
 init section).
 
+A playlist costs its origin no more than the cut needs: durations must be decimal numbers of seconds, from
+``MIN_SEGMENT_SECONDS`` (the last segment may be shorter) to ``MAX_SEGMENT_SECONDS``, and one cut fetches at most
+``segment_limit`` segments (its span over ``SANE_SEGMENT_SECONDS``, plus a few), so a playlist of thousands of
+0.0001 s segments is refused before any segment is asked for. Tags are read as tags (``#NAME:attributes``, quoted
+values kept whole): an ``EXT-X-KEY`` with ``METHOD=NONE`` is no encryption, and a name inside a URI or a comment
+is no tag.
+
 Exactness: the episode's time 0 is the first segment's start timestamp (MPEG-TS streams usually start at 1.4 s or
 10 s, not 0), and the local file starts at its first segment's. The difference, read from the timestamps
 themselves, is the local file's ``offset`` on the episode's timeline: ffmpeg cuts at ``start - offset``.
@@ -16,11 +23,12 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
-from quoteclip.errors import SourceUnavailable
+from quoteclip.errors import BadInput, SourceUnavailable
 
 from .cache import BlockCache
 from .http import Fetcher
@@ -31,6 +39,12 @@ MAX_PLAYLIST_BYTES = 4 * 1024**2
 MAX_SEGMENT_BYTES = 64 * 1024**2
 MAX_SEGMENTS = 100_000
 PREROLL = 0.5  # seconds of segments before the cut (audio priming, a segment not starting on its timestamp)
+MIN_SEGMENT_SECONDS = 0.01  # shorter (but the last) is refused: under one frame at 100 fps
+MAX_SEGMENT_SECONDS = 24 * 3600.0  # longer is refused: no source is that long
+SANE_SEGMENT_SECONDS = 0.5  # the shortest segments a cut is fetched in: its segment count is bounded by it
+EXTRA_SEGMENTS = 3  # segments one cut may fetch beyond its span over SANE_SEGMENT_SECONDS (its edges)
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")  # RFC 8216's decimal-floating-point: no sign, no exponent
+_ATTRIBUTE = re.compile(r'\s*([A-Za-z0-9-]+)=("[^"\r\n]*"|[^,]*)\s*(,|$)')
 
 
 @dataclass(frozen=True)
@@ -53,54 +67,100 @@ class MediaPlaylist:
 
 def parse_playlist(text: str, base_url: str) -> MediaPlaylist:
     """A VOD media playlist's segments. Refused: a master playlist (yt-dlp picks the variant), a live or event
-    playlist without its end, encrypted segments, byte-range segments."""
+    playlist without its end, encrypted segments, byte-range segments; segments whose durations are not sane
+    (bad input)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines or lines[0] != "#EXTM3U":
         raise SourceUnavailable("source playlist is not an HLS playlist (no #EXTM3U)")
-    if any(line.startswith("#EXT-X-STREAM-INF") for line in lines):
+    tags = [_tag(line) for line in lines]
+    if any(name == "#EXT-X-STREAM-INF" for name, _ in tags):
         raise SourceUnavailable("source playlist is a master playlist, not one rendition")
-    if "#EXT-X-ENDLIST" not in lines:
+    if not any(name == "#EXT-X-ENDLIST" for name, _ in tags):
         raise SourceUnavailable("source playlist is live (no #EXT-X-ENDLIST): a live stream cannot be clipped")
     segments: list[Segment] = []
+    durations: list[float] = []
     init_url = None
     duration: float | None = None
     t = 0.0
-    for line in lines[1:]:
-        if line.startswith("#EXT-X-KEY") and "METHOD=NONE" not in line:
-            raise SourceUnavailable("source playlist is encrypted (EXT-X-KEY), which quoteclip does not read")
-        if line.startswith("#EXT-X-BYTERANGE"):
+    for line, (name, value) in zip(lines[1:], tags[1:], strict=True):
+        if name == "#EXT-X-KEY":
+            method = attributes(value, line).get("METHOD")
+            if method is None:
+                raise SourceUnavailable(f"source playlist has an EXT-X-KEY without its METHOD: {line[:80]!r}")
+            if method != "NONE":
+                raise SourceUnavailable(
+                    f"source playlist is encrypted (EXT-X-KEY METHOD={method[:20]}), which quoteclip does not read"
+                )
+        elif name == "#EXT-X-BYTERANGE":
             raise SourceUnavailable("source playlist uses byte-range segments, which quoteclip does not read yet")
-        if line.startswith("#EXT-X-MAP:"):
-            uri = _attribute(line, "URI")
-            if uri is None or "BYTERANGE" in line:
+        elif name == "#EXT-X-MAP":
+            found = attributes(value, line)
+            uri = found.get("URI")
+            if uri is None or "BYTERANGE" in found:
                 raise SourceUnavailable("source playlist has an init section quoteclip cannot read")
             init_url = urljoin(base_url, uri)
-        elif line.startswith("#EXTINF:"):
-            try:
-                duration = float(line[8:].split(",", 1)[0])
-            except ValueError:
-                raise SourceUnavailable(f"source playlist has a bad segment duration: {line[:80]!r}") from None
-            if not math.isfinite(duration) or duration < 0:
-                raise SourceUnavailable(f"source playlist has a bad segment duration: {line[:80]!r}")
+        elif name == "#EXTINF":
+            duration = _duration(value.split(",", 1)[0], line)
         elif not line.startswith("#"):
             if duration is None:
                 raise SourceUnavailable("source playlist names a segment without its duration (#EXTINF)")
             segments.append(Segment(urljoin(base_url, line), round(t, 6), duration))
+            durations.append(duration)
             t += duration
             duration = None
             if len(segments) > MAX_SEGMENTS:
                 raise SourceUnavailable(f"source playlist has over {MAX_SEGMENTS} segments")
     if not segments:
         raise SourceUnavailable("source playlist has no segments")
+    _check_durations(durations, "playlist", "segment")
     return MediaPlaylist(tuple(segments), init_url)
 
 
-def _attribute(line: str, name: str) -> str | None:
-    for part in line.split(":", 1)[1].split(","):
-        key, _, value = part.partition("=")
-        if key.strip() == name:
-            return value.strip().strip('"')
-    return None
+def _tag(line: str) -> tuple[str, str]:
+    """A line's tag name and value (``#EXT-X-KEY``, ``METHOD=…``); ``("", "")`` for a URI or a comment."""
+    if not line.startswith("#EXT"):
+        return "", ""
+    name, _, value = line.partition(":")
+    return name, value
+
+
+def attributes(value: str, line: str) -> dict[str, str]:
+    """An attribute list (``NAME=value,NAME="quoted, with commas"``) as a dict, quotes taken off; refused when it
+    does not parse."""
+    found: dict[str, str] = {}
+    at = 0
+    while at < len(value):
+        match = _ATTRIBUTE.match(value, at)
+        if match is None or match.end() == at:
+            raise SourceUnavailable(f"source playlist has a tag it cannot read: {line[:80]!r}")
+        raw = match.group(2).strip()
+        found[match.group(1)] = raw[1:-1] if raw.startswith('"') else raw
+        at = match.end()
+    return found
+
+
+def _duration(text: str, line: str) -> float:
+    text = text.strip()
+    if not _DECIMAL.fullmatch(text):
+        raise BadInput(
+            f"source playlist has a bad segment duration: {line[:80]!r} (a decimal number of seconds is expected)"
+        )
+    return float(text)
+
+
+def _check_durations(durations: list[float], what: str, piece: str) -> None:
+    """Refused: a duration over MAX_SEGMENT_SECONDS, or under MIN_SEGMENT_SECONDS but for the last piece's."""
+    for i, seconds in enumerate(durations):
+        if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SEGMENT_SECONDS:
+            raise BadInput(
+                f"source {what} has a {piece} of {seconds:g} s (number {i + 1}): durations run from 0 to "
+                f"{MAX_SEGMENT_SECONDS:g} s"
+            )
+        if seconds < MIN_SEGMENT_SECONDS and i < len(durations) - 1:
+            raise BadInput(
+                f"source {what} has a {piece} of {seconds:g} s (number {i + 1} of {len(durations)}): under the "
+                f"{MIN_SEGMENT_SECONDS:g} s one can be (only the last may be shorter)"
+            )
 
 
 def from_fragments(fragments: tuple[tuple[str, float | None], ...]) -> MediaPlaylist:
@@ -110,13 +170,19 @@ def from_fragments(fragments: tuple[tuple[str, float | None], ...]) -> MediaPlay
     segments: list[Segment] = []
     t = 0.0
     for url, duration in fragments[1 if init else 0 :]:
-        if duration is None or not math.isfinite(duration) or duration < 0:
+        if duration is None:
             raise SourceUnavailable("source manifest has a fragment without its duration")
         segments.append(Segment(url, round(t, 6), duration))
         t += duration
     if not segments or len(segments) > MAX_SEGMENTS:
         raise SourceUnavailable("source manifest has no fragments (or too many)")
+    _check_durations([s.duration for s in segments], "manifest", "fragment")
     return MediaPlaylist(tuple(segments), init)
+
+
+def segment_limit(start: float, end: float) -> int:
+    """The most segments one cut of [start, end] fetches (beside the first and the init section)."""
+    return math.ceil((end - start + PREROLL) / SANE_SEGMENT_SECONDS) + EXTRA_SEGMENTS
 
 
 def needed(playlist: MediaPlaylist, start: float, end: float) -> list[int]:
@@ -187,6 +253,12 @@ class HlsFormat:
         The joined segments are remuxed (stream copy) into an MP4: an MPEG-TS file has no index, and ffmpeg's seek
         in one lands past the keyframe the cut must decode from."""
         indices = needed(self.playlist, start, end)
+        limit = segment_limit(start, end)
+        if len(indices) > limit:
+            raise BadInput(
+                f"source playlist needs {len(indices)} segments for a {end - start:g} s cut, over the {limit} one cut "
+                f"may fetch (segments under {SANE_SEGMENT_SECONDS:g} s on average)"
+            )
         first = workdir / f"{name}-first.{self.suffix}"
         self._write(first, [0])
         episode_zero = start_timestamp(first, stream="video")

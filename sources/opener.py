@@ -3,6 +3,7 @@ a loopback proxy, pages through yt-dlp first."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quoteclip.errors import QuoteclipError, SourceTransient, SourceUnavailable
+from quoteclip.errors import QuoteclipError, SourceLinkExpired, SourceTransient, SourceUnavailable
 from quoteclip.media import Readable
 from quoteclip.settings import Settings
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from .hls import LocalCut
     from .http import Fetcher
     from .remote import RemoteFile
+
+MAX_REEXTRACTIONS = 5  # fresh extractions of a page one job makes for links that expired while it read them
 
 
 @dataclass
@@ -84,6 +87,7 @@ def open_source(
         settings.min_fetch_rate,
         read_timeout=settings.fetch_timeout,
         rate_grace=settings.fetch_rate_grace,
+        header_timeout=settings.fetch_header_timeout,
         cookies=load_cookies(settings.cookies_file) if settings.cookies_file is not None else None,
         per_origin=settings.origin_concurrency,
         origin_rate=settings.origin_rate,
@@ -103,6 +107,7 @@ def open_source(
         if found.segmented:
             local = _segments(found, fetcher, cache, workdir, span, ffmpeg_bin)
         # media hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply
+        budget = _Reextractions(pages)
         remotes = [
             RemoteFile(
                 f.url,
@@ -111,7 +116,7 @@ def open_source(
                 check_hosts=False,
                 content_key=f.content_key(found.extractor, found.id),
                 headers=f.headers,
-                refresh=_refresher(pages, found, role),
+                refresh=_refresher(budget, found, role),
             )
             for role, f in enumerate(found.formats)
         ]
@@ -206,17 +211,39 @@ def page_extractions(ref: SourceRef, settings: Settings, workdir: Path, ffmpeg_b
     )
 
 
-def _refresher(pages: Extractions, found: Extracted, role: int) -> Callable[[str], str]:
-    """A fresh URL for format ``role`` (0 video, 1 audio) after its URL was refused: one new extraction, shared by
-    the job's files (the second to ask finds the first's)."""
+@dataclass
+class _Reextractions:
+    """The fresh extractions one job makes for its expired links, shared by its files (video and audio): at most
+    MAX_REEXTRACTIONS, and twice as many asks (an ask answered by another job's newer extraction makes none)."""
+
+    pages: Extractions
+    made: int = 0
+    asked: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _refresher(budget: _Reextractions, found: Extracted, role: int) -> Callable[[str], tuple[str, bool]]:
+    """A fresh URL for format ``role`` (0 video, 1 audio) after its URL was refused, and whether this job extracted
+    it (rather than found it extracted): one new extraction, shared by the job's files (the second to ask finds
+    the first's), within the job's bound."""
     state = {"found": found}
 
-    def refresh(stale_url: str) -> str:
-        fresh = pages.refresh(state["found"])
+    def refresh(stale_url: str) -> tuple[str, bool]:
+        with budget.lock:  # (one at a time: the audio's ask finds the extraction the video's made)
+            if budget.made >= MAX_REEXTRACTIONS or budget.asked >= 2 * MAX_REEXTRACTIONS:
+                raise SourceLinkExpired(
+                    f"the site refused its media link again after {budget.made} fresh extractions in this job, the "
+                    f"most one job makes ({MAX_REEXTRACTIONS}): its links expire faster than the clip can be read"
+                )
+            budget.asked += 1
+            before = budget.pages.made
+            fresh = budget.pages.refresh(state["found"])
+            extracted = budget.pages.made > before
+            budget.made += extracted
         state["found"] = fresh
         if role >= len(fresh.formats):
             raise SourceUnavailable("source changed: a fresh extraction offers no separate audio format")
-        return fresh.formats[role].url
+        return fresh.formats[role].url, extracted
 
     return refresh
 

@@ -1,4 +1,9 @@
-"""A remote media file read by byte range through the block cache, as a seekable file for PyAV."""
+"""A remote media file read by byte range through the block cache, as a seekable file for PyAV.
+
+An origin that ignores Range (it answers 200 with the whole file, as Python's ``http.server`` does) is read once,
+from its first byte to its last, into the block cache, and never again for the next range: one read at a time
+(the others wait for its blocks), refused at once when the file is over what the job may fetch or over half the
+cache."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from contextlib import ExitStack
 
 from quoteclip.errors import QuoteclipError, SourceLinkExpired, SourceUnavailable
 
-from .cache import BlockCache
+from .cache import LOCK_WAIT, WHOLE, BlockCache
 from .http import Fetcher, LinkRefused, RangeResponse
 
 log = logging.getLogger(__name__)
@@ -23,7 +28,8 @@ READ_AHEAD = 4  # blocks fetched past the end of a sequential read (ffmpeg reads
 class RemoteFile:
     """``content_key``: what the bytes are (an extracted format: extractor, video id, format id, size), so the block
     cache is shared whatever URL each extraction signed; a plain media URL is its own key. ``refresh``: for an
-    extracted URL, gives a fresh one after a 403/410 (called once per file)."""
+    extracted URL, gives a fresh one after a 403/410, and whether it comes from a fresh extraction (rather than
+    one another file or job made)."""
 
     def __init__(
         self,
@@ -33,7 +39,7 @@ class RemoteFile:
         check_hosts: bool = True,
         content_key: str | None = None,
         headers: dict[str, str] | None = None,
-        refresh: Callable[[str], str] | None = None,
+        refresh: Callable[[str], tuple[str, bool]] | None = None,
     ) -> None:
         self.url = url
         self.fetcher = fetcher
@@ -41,12 +47,15 @@ class RemoteFile:
         self.check_hosts = check_hosts
         self.headers = headers or {}
         self.refresh = refresh
-        self.refreshed = False
+        self.refreshes = 0  # fresh links this file was given after a refusal
+        self._progress = 0  # bytes read with the current link
+        self._fresh = False  # the current link comes from an extraction made after a refusal
         self._url_lock = threading.Lock()
         self._ends: deque[int] = deque(maxlen=8)  # where recent reads ended: a read starting there is sequential
         self.sid = cache.source_id(content_key or url)
         self.size: int | None = None
         self.etag: object = None
+        self.whole = False  # its origin ignores Range: the file is read whole, once
         self._load_meta()
         self.error: QuoteclipError | None = None  # the first source error, for the pipeline to report
         self._meta_lock = threading.Lock()
@@ -56,6 +65,7 @@ class RemoteFile:
         if "size" in meta:
             self.size = int(str(meta["size"]))
             self.etag = meta.get("etag")
+            self.whole = meta.get("whole") is True
 
     @property
     def block_size(self) -> int:
@@ -105,6 +115,23 @@ class RemoteFile:
         return blob[skip : skip + length]
 
     def _fetch_run(self, index: int, last: int) -> dict[int, bytes]:
+        with ExitStack() as held:
+            holding = self.whole
+            if holding:  # read whole by one reader at a time: wait for it, then its blocks are in the cache
+                if not held.enter_context(self.cache.lock(self.sid, WHOLE, wait=self._whole_wait())):
+                    raise SourceUnavailable(f"another worker held the download of {self.url} for too long")
+                cached = self.cache.get(self.sid, index)
+                if cached is not None:
+                    return {index: cached}
+            try:
+                return self._fetch_blocks(index, last, held, holding)
+            except _Busy:  # another reader found the origin ignores Range first and is reading it whole
+                self.whole = True
+        return self._fetch_run(index, last)
+
+    def _fetch_blocks(self, index: int, last: int, held: ExitStack, holding: bool) -> dict[int, bytes]:
+        """Blocks ``index``..``last`` (fewer when some are cached or being fetched) by one range request. ``held``:
+        where the lock of a whole read goes, if the origin turns out to ignore Range (``holding``: it is held)."""
         bs = self.block_size
         with self.cache.lock(self.sid, index) as got:
             if not got:
@@ -123,7 +150,10 @@ class RemoteFile:
                 start, end = index * bs, (end_index + 1) * bs - 1
                 if self.size is not None:
                     end = min(end, self.size - 1)
-                resp = self._get(start, end)
+                whole = _Whole(self, range(index, end_index + 1), held, holding)
+                resp = self._get(start, end, whole)
+                if resp.whole:
+                    return whole.finish()
                 self._check_identity(resp.total, resp.etag)
                 blocks: dict[int, bytes] = {}
                 for k, i in enumerate(range(index, end_index + 1)):
@@ -136,24 +166,43 @@ class RemoteFile:
                     blocks[i] = chunk
                 return blocks
 
-    def _get(self, start: int, end: int) -> RangeResponse:
-        url = self.url
-        try:
-            return self.fetcher.get_range(url, start, end, check_hosts=self.check_hosts, headers=self.headers)
-        except LinkRefused as refused:
-            if self.refresh is None:
-                raise  # a plain media URL cannot be extracted again: its 403 stays
-            with self._url_lock:
-                if self.url == url:  # not yet refreshed by another read
-                    if self.refreshed:
-                        raise _expired(refused.status) from None
-                    log.info("media link refused (HTTP %s): extracting the page again", refused.status)
-                    self.url = self.refresh(url)
-                    self.refreshed = True
+    def _whole_wait(self) -> float:
+        """How long to wait for another reader of the whole file: as long as its read may last at the rate floor."""
+        size = self.size if self.size is not None else self.fetcher.max_bytes
+        return LOCK_WAIT + self.fetcher.rate_grace + size / max(1, self.fetcher.min_rate)
+
+    def _get(self, start: int, end: int, whole: _Whole | None = None) -> RangeResponse:
+        """One range, by the current link. A refused (expired) link of a page's format is extracted again as long
+        as the link before made progress (bytes were read with it); a fresh extraction's link refused before any
+        byte fails the job as ``expired link``, and so does the job's bound on fresh extractions (the refresher's)."""
+        while True:
+            url = self.url
             try:
-                return self.fetcher.get_range(self.url, start, end, check_hosts=self.check_hosts, headers=self.headers)
-            except LinkRefused as again:
-                raise _expired(again.status) from None
+                resp = self.fetcher.get_range(
+                    url, start, end, check_hosts=self.check_hosts, headers=self.headers, whole=whole
+                )
+            except LinkRefused as refused:
+                if self.refresh is None:
+                    raise  # a plain media URL cannot be extracted again: its 403 stays
+                self._renew(url, refused.status)
+                continue
+            with self._url_lock:
+                if self.url == url:
+                    self._progress += len(resp.data) + ((resp.total or 0) if resp.whole else 0)
+            return resp
+
+    def _renew(self, url: str, status: int) -> None:
+        """A fresh link after ``url`` was refused, unless another read renewed it already."""
+        assert self.refresh is not None
+        with self._url_lock:
+            if self.url != url:
+                return
+            if self._fresh and not self._progress:
+                raise _expired(status)
+            log.info("media link refused (HTTP %s) after %d bytes: extracting the page again", status, self._progress)
+            self.url, self._fresh = self.refresh(url)
+            self._progress = 0
+            self.refreshes += 1
 
     def _check_identity(self, total: int | None, etag: str | None) -> None:
         with self._meta_lock:
@@ -167,13 +216,67 @@ class RemoteFile:
                 self.cache.drop(self.sid)
             if total is not None and (total != self.size or etag != self.etag):
                 self.size, self.etag = total, etag
-                self.cache.set_meta(self.sid, {"size": total, "etag": etag})
+                self.cache.set_meta(self.sid, {"size": total, "etag": etag, "whole": self.whole})
+
+    def _mark_whole(self, total: int, etag: str | None) -> None:
+        """The origin ignores Range: recorded (beside the size), so every reader of this source waits for the one
+        reading it whole instead of reading it again."""
+        self._check_identity(total, etag)
+        with self._meta_lock:
+            self.whole = True
+            self.cache.set_meta(self.sid, {"size": total, "etag": etag, "whole": True})
+
+
+class _Busy(Exception):
+    """Another reader is reading the whole file already (its origin ignores Range)."""
+
+
+class _Whole:
+    """The body of an origin that ignored a Range, from byte 0: into the block cache as it arrives, block by block;
+    the blocks of the read that asked (``keep``) are also kept for it."""
+
+    def __init__(self, remote: RemoteFile, keep: range, held: ExitStack, holding: bool) -> None:
+        self.remote, self.keep, self.held, self.holding = remote, keep, held, holding
+        self.buffer = bytearray()
+        self.index = 0
+        self.kept: dict[int, bytes] = {}
+
+    def begin(self, total: int, etag: str | None) -> None:
+        remote = self.remote
+        if total > remote.cache.max_bytes // 2:
+            raise SourceUnavailable(
+                f"source is {total / 1024**2:.1f} MB and its origin ignores byte ranges (it sends the whole file): "
+                f"over half the {remote.cache.max_bytes / 1024**2:g} MB block cache (QUOTECLIP_CACHE_MAX_MB): "
+                f"{remote.url}"
+            )
+        if not self.holding and not self.held.enter_context(remote.cache.lock(remote.sid, WHOLE, blocking=False)):
+            raise _Busy
+        remote._mark_whole(total, etag)
+
+    def write(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        size = self.remote.block_size
+        while len(self.buffer) >= size:
+            self._put(bytes(self.buffer[:size]))
+            del self.buffer[:size]
+
+    def finish(self) -> dict[int, bytes]:
+        if self.buffer:  # the last block, shorter
+            self._put(bytes(self.buffer))
+            self.buffer.clear()
+        return self.kept
+
+    def _put(self, data: bytes) -> None:
+        self.remote.cache.put(self.remote.sid, self.index, data)
+        if self.index in self.keep:
+            self.kept[self.index] = data
+        self.index += 1
 
 
 def _expired(status: int) -> SourceLinkExpired:
     return SourceLinkExpired(
-        f"the site refused its media link (HTTP {status}), again after a fresh extraction: the link expired, or "
-        "the site wants the operator's cookies, a PO token or another address"
+        f"the site refused its media link (HTTP {status}), again after a fresh extraction and before any byte was "
+        "read with it: the link expired, or the site wants the operator's cookies, a PO token or another address"
     )
 
 

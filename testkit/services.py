@@ -186,6 +186,7 @@ def start_seaweedfs(folder: Path) -> S3Server:
 
 
 MAX_STRICT_RANGE = 10 * 1024 * 1024
+DRIP_LIMIT = 30.0  # seconds any dripping answer of the test origin goes on at most (it stops by itself)
 
 
 def _range_rule_broken(method: str, header: str) -> str | None:
@@ -211,6 +212,13 @@ class HttpSource:
         self.statuses: dict[str, int] = {}  # path -> forced status
         self.stalls: dict[str, float] = {}  # path -> seconds to stall after each 64 KiB chunk
         self.drips: dict[str, float] = {}  # path -> seconds between single bytes (a server that drips)
+        # path -> (seconds between bytes, seconds in all): the status line at once, then a header dripped a byte at a
+        # time for that long (at most DRIP_LIMIT), then the answer as usual
+        self.header_drips: dict[str, tuple[float, float]] = {}
+        # path -> seconds between bytes: its redirect (``redirects``) has a body of 100 kB dripped a byte at a time
+        self.slow_redirects: dict[str, float] = {}
+        # paths answered as Python's http.server answers: 200 and the whole file, whatever Range was asked for
+        self.ignores_range: set[str] = set()
         # paths served by a video host's range rules (YouTube's media hosts since 2026): 403 to HEAD, to a request
         # without a Range, to an open-ended range (bytes=N-) and to a range over 10 MiB; refusals are recorded
         self.strict: set[str] = set()
@@ -265,9 +273,14 @@ class HttpSource:
                 name = self.name
                 with source.lock:
                     source.requests[name] += 1
+                if name in source.redirects and name in source.slow_redirects:
+                    self._slow_redirect(source.redirects[name], source.slow_redirects[name])
+                    return None
                 if name in source.redirects:
                     self.send_empty(302, {"Location": source.redirects[name]})
                     return None
+                if name in source.ignores_range and "Range" in self.headers:
+                    del self.headers["Range"]
                 if name in source.statuses:
                     self.send_empty(source.statuses[name])
                     return None
@@ -294,6 +307,46 @@ class HttpSource:
                 kind = "text/html" if name.endswith(".html") else "video/mp4"
                 self.chunk = 1 if name in source.drips else 65536
                 return Body(file.stat().st_size, read, kind)
+
+            def flush_headers(self) -> None:
+                drip = source.header_drips.get(self.name)
+                buffered: list[bytes] = getattr(self, "_headers_buffer", [])
+                if drip is None or not buffered:
+                    super().flush_headers()
+                    return
+                every, seconds = drip
+                head = b"".join(buffered)
+                buffered.clear()
+                status_end = head.index(b"\r\n") + 2
+                until = time.monotonic() + min(seconds, DRIP_LIMIT)
+                try:
+                    self.wfile.write(head[:status_end] + b"X-Drip: ")
+                    self.wfile.flush()
+                    while time.monotonic() < until:
+                        time.sleep(every)
+                        self.wfile.write(b"a")
+                        self.wfile.flush()
+                    self.wfile.write(b"\r\n" + head[status_end:])
+                    self.wfile.flush()
+                except OSError:  # the client hung up; what follows fails as quietly
+                    self.close_connection = True
+
+            def _slow_redirect(self, location: str, every: float) -> None:
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                until = time.monotonic() + DRIP_LIMIT
+                self.close_connection = True
+                try:
+                    for _ in range(100000):
+                        if time.monotonic() > until:
+                            break
+                        self.wfile.write(b"a")
+                        self.wfile.flush()
+                        time.sleep(every)
+                except OSError:
+                    pass
 
             def after_chunk(self) -> None:
                 if self.name in source.drips:

@@ -29,8 +29,6 @@ NOT_SETTINGS: dict[str, str] = {}
 # Settings fields no environment variable fills: limits the product sets for itself (tests construct Settings with
 # other values).
 FIXED_FIELDS = {
-    "min_fetch_rate": "a source slower than this over 30 s is refused: a guard, not a knob",
-    "fetch_rate_grace": "the 30 s before min_fetch_rate applies",
     "max_frame_pixels": "the largest frame the probe accepts (hostile input)",
     "max_streams": "the most streams a source may have (hostile input)",
     "render_timeout_factor": "a render's time limit per second of clip",
@@ -57,6 +55,9 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_CACHE_MAX_MB": ("3", 3 * 1024**2),
     "QUOTECLIP_MAX_FETCH_MB": ("1.5", int(1.5 * 1024**2)),
     "QUOTECLIP_FETCH_TIMEOUT": ("2.5", 2.5),
+    "QUOTECLIP_FETCH_HEADER_TIMEOUT": ("1.5", 1.5),
+    "QUOTECLIP_MIN_FETCH_RATE": ("8", 8 * 1024),
+    "QUOTECLIP_FETCH_RATE_GRACE": ("5", 5.0),
     "QUOTECLIP_MAX_SOURCE_SECONDS": ("600", 600.0),
     "QUOTECLIP_ORIGIN_CONCURRENCY": ("2", 2),
     "QUOTECLIP_ORIGIN_RATE": ("2.5", 2.5),
