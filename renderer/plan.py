@@ -28,9 +28,9 @@ DEFAULT_FPS = Fraction(30)
 HTTP_INITIAL_REQUEST = 64 * 1024
 HTTP_REQUEST = 256 * 1024
 # A final render decodes a source of up to this many pixels a frame in one thread: x264 (veryfast, 720p) is the
-# slower stage, so the decoder's frame threads only add their own cost (3–6% of the render's CPU on 1080p,
-# the same wall time, the same output bytes). Larger sources, and previews (whose encoder is faster than the
-# decoder), keep ffmpeg's automatic threads.
+# slower stage, so the decoder's frame threads only add their own CPU cost (with the same wall time and the same
+# output bytes). Larger sources, and previews (whose encoder is faster than the decoder), keep ffmpeg's automatic
+# threads.
 SINGLE_THREAD_DECODE_PIXELS = 1920 * 1088
 POSTER_QSCALE = 3  # MJPEG quality of the poster (2 best … 31 worst)
 DEFAULT_BACKGROUND = "#14181f"  # an audiogram's background when there is no artwork and no brand background
