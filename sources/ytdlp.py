@@ -3,6 +3,9 @@
 The bytes themselves are then fetched by range through the block cache (sources.remote), so a clip reads
 only what its cut needs. All yt-dlp options are built here, in one place: no downloads by yt-dlp, no
 postprocessors, no external downloaders, no files written outside the job's folder.
+
+yt-dlp is given the page rebuilt from the source's identity (``sources.identity.page_url``), never the user's
+string, so the page read is the one the clip key names.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from quoteclip.errors import (
 
 from .egress import EgressProxy
 from .extraction import Extracted, MediaFormat
+from .identity import page_url, url_identity
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +159,8 @@ def extract(
     extractor_args: tuple[str, ...] = (),
     proxy: str | None = None,
 ) -> Extracted:
-    """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one)."""
+    """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one). The page
+    read is the one ``url``'s identity names (``page_url``)."""
     import yt_dlp
     from yt_dlp.utils import DownloadError, ExtractorError
 
@@ -164,7 +169,7 @@ def extract(
             options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview)
             options |= operator_options(workdir, cookies_file, extractor_args)
             with yt_dlp.YoutubeDL(options) as ydl:
-                info = ydl.extract_info(url, download=False)
+                info = ydl.extract_info(page_url(url), download=False)
         except (DownloadError, ExtractorError) as exc:
             if egress.refused:  # decided by the address rules alone, before any connection: nothing to probe
                 raise SourceRefused(
@@ -173,7 +178,16 @@ def extract(
             if egress.failed:  # one answer whatever the cause: no port or host scan through extraction
                 raise SourceTransient("source page could not be read (a host it needs did not answer)") from None
             _raise_extraction_error(exc)
-    return _extracted(url, info)
+    return _extracted(url, same_video(url, info))
+
+
+def same_video(url: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The page's video, when it is the one ``url``'s identity names: a YouTube page that answers with another
+    video (a trailer in its place) is refused, so no clip key ever holds another video's picture."""
+    kind, _, video = url_identity(url).partition(":")
+    if kind == "youtube" and info is not None and info.get("_type") != "playlist" and info.get("id") != video:
+        raise SourceUnavailable(f"source page {video} answered with another video ({str(info.get('id'))[:20]})")
+    return info
 
 
 # What yt-dlp's messages mean, first match wins (the texts are YouTube's and yt-dlp's own, lower-cased)
