@@ -9,11 +9,18 @@ allowed), and the connection goes to the vetted address, so a name cannot be re-
 A refused address is never connected to, and a refusal and a failed connection get the same answer (``403``
 with one fixed text): what a client learns cannot tell closed ports, open ports and live hosts of the worker's
 network apart.
+
+The proxy answers only the extraction it was started for: each instance has its own random credential, which
+yt-dlp sends (``Proxy-Authorization``, from the user and password in ``url``); a request without it is answered
+``407`` and nothing is connected, so another process on the machine cannot use the proxy to reach the outside.
 """
 
 from __future__ import annotations
 
+import base64
+import hmac
 import logging
+import secrets
 import selectors
 import socket
 import time
@@ -32,10 +39,12 @@ IDLE_TIMEOUT = 30.0  # a tunnel with no traffic either way for this long is clos
 MAX_BYTES = 256 * 1024**2  # per tunnel or request: extraction reads pages and scripts, not media
 HOP_HEADERS = (b"connection:", b"keep-alive:", b"proxy-connection:")
 REFUSED = b"quoteclip: this address is not reachable for sources"
+UNAUTHORIZED = b"quoteclip: this proxy serves one extraction only"
 
 
 class EgressProxy(LoopbackServer):
-    """A loopback forward proxy that lets through only connections the address rules allow."""
+    """A loopback forward proxy that lets through only connections the address rules allow, asked for with its
+    credential."""
 
     name = "egress-proxy"
 
@@ -44,7 +53,24 @@ class EgressProxy(LoopbackServer):
         self.upstream = upstream  # the operator's proxy (QUOTECLIP_PROXY): every vetted connection goes through it
         self.refused: list[str] = []  # host:port refused by the address rules (never connected to)
         self.failed: list[str] = []  # host:port allowed, but the connection failed
+        self.unauthorized = 0  # requests without this proxy's credential (answered 407, nothing connected)
+        self.user, self.password = "quoteclip", secrets.token_urlsafe(24)
+        token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        self._authorization = f"Basic {token}".encode()
         super().__init__()
+
+    @property
+    def address(self) -> str:
+        """The proxy's own URL, without its credential."""
+        return super().url
+
+    @property
+    def url(self) -> str:
+        """The URL yt-dlp is given: with this proxy's credential."""
+        return f"http://{self.user}:{self.password}@127.0.0.1:{self.server.server_address[1]}"
+
+    def authorized(self, header: str | None) -> bool:
+        return header is not None and hmac.compare_digest(header.strip().encode(), self._authorization)
 
     def connect(self, scheme: str, host: str, port: int) -> socket.socket | None:
         """A socket to the vetted address of host:port, or None (refused, or the connection failed)."""
@@ -72,16 +98,29 @@ class EgressProxy(LoopbackServer):
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("egress: " + format, *args)
 
-            def refuse(self) -> None:
-                self.send_response(403)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(REFUSED)))
+            def answer(self, status: int, text: bytes, extra: tuple[tuple[str, str], ...] = ()) -> None:
+                self.send_response(status)
+                for name, value in (("Content-Type", "text/plain"), *extra):
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(text)))
                 self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(REFUSED)
+                self.wfile.write(text)
                 self.close_connection = True
 
+            def refuse(self) -> None:
+                self.answer(403, REFUSED)
+
+            def authorized(self) -> bool:
+                if proxy.authorized(self.headers.get("Proxy-Authorization")):
+                    return True
+                proxy.unauthorized += 1
+                self.answer(407, UNAUTHORIZED, (("Proxy-Authenticate", 'Basic realm="quoteclip"'),))
+                return False
+
             def do_CONNECT(self) -> None:
+                if not self.authorized():
+                    return
                 host, _, port = self.path.rpartition(":")
                 host = host.strip("[]")
                 if not host or not port.isdigit():
@@ -98,6 +137,8 @@ class EgressProxy(LoopbackServer):
                 self.close_connection = True
 
             def forward(self) -> None:
+                if not self.authorized():
+                    return
                 parts = urlsplit(self.path)
                 if parts.scheme != "http" or not parts.hostname:
                     self.refuse()

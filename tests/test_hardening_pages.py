@@ -5,10 +5,12 @@
 - The page yt-dlp reads is the one the clip key names: every YouTube form the identity accepts names, to yt-dlp's
   own YouTube matcher, the video the identity names; forms it would read as another video are refused; yt-dlp is
   given the URL rebuilt from the identity (a user's #fragment, which yt-dlp reads as smuggled options, is dropped).
+- The egress proxy answers only its own extraction: a request without its credential gets 407 and reaches nothing.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -383,3 +385,41 @@ def test_a_youtube_page_that_answers_with_another_video_is_refused() -> None:
     with pytest.raises(SourceUnavailable, match=f"source page {A} answered with another video \\({B}\\)"):
         same_video(url, {"id": B, "title": "a trailer"})
     assert same_video("https://cdn.example/page", {"id": "page"}) == {"id": "page"}  # other sites: their own id
+
+
+# ---- the egress proxy answers only its own extraction ---------------------------------------------------------------
+
+
+def raw_request(port: int, head: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(head.encode())
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+            if b"\r\n\r\n" in answer and not head.startswith("GET"):
+                break
+        return answer
+
+
+def test_the_egress_proxy_refuses_requests_without_its_credential(http_source) -> None:
+    """Another local process asking the running proxy (CONNECT, or a plain http request) without the extraction's
+    credential, or with a wrong one, gets 407 and reaches nothing; with it, the same request goes through."""
+    from sources.egress import EgressProxy
+    from sources.safety import proxy_headers
+
+    (http_source.root / "inside.html").write_text("inside")
+    target = http_source.server.server_address[1]
+    with EgressProxy(("127.0.0.1/32",)) as egress, EgressProxy(("127.0.0.1/32",)) as other:
+        port = egress.server.server_address[1]
+        credential = "".join(f"{k}: {v}\r\n" for k, v in proxy_headers(egress.url).items())
+        wrong = "".join(f"{k}: {v}\r\n" for k, v in proxy_headers(other.url).items())  # another extraction's
+        for auth in ("", wrong, "Proxy-Authorization: Basic cXVvdGVjbGlwOg==\r\n"):
+            tunnel = raw_request(port, f"CONNECT 127.0.0.1:{target} HTTP/1.1\r\nHost: x\r\n{auth}\r\n")
+            plain = raw_request(port, f"GET {http_source.url('inside.html')} HTTP/1.1\r\nHost: x\r\n{auth}\r\n")
+            for answer in (tunnel, plain):
+                assert answer.startswith(b"HTTP/1.1 407 ") and b'Proxy-Authenticate: Basic realm="quoteclip"' in answer
+        assert http_source.requests == {} and egress.refused == egress.failed == [] and egress.unauthorized == 6
+        passed = raw_request(port, f"GET {http_source.url('inside.html')} HTTP/1.1\r\nHost: x\r\n{credential}\r\n")
+    assert passed.startswith(b"HTTP/1.1 200") and passed.endswith(b"inside")
+    assert http_source.requests == {"inside.html": 1}
+    assert urlsplit(egress.url).password not in urlsplit(other.url).geturl()
