@@ -6,13 +6,22 @@
   own YouTube matcher, the video the identity names; forms it would read as another video are refused; yt-dlp is
   given the URL rebuilt from the identity (a user's #fragment, which yt-dlp reads as smuggled options, is dropped).
 - The egress proxy answers only its own extraction: a request without its credential gets 407 and reaches nothing.
+- A compressed page that inflates past QUOTECLIP_PAGE_MAX_MB fails with its reason, and the process's memory stays
+  near its size (measured, in an extraction's own process and in a running API).
+- A server that drips (its headers or its body) or never ends is cut at QUOTECLIP_PAGE_STALL, QUOTECLIP_PAGE_MIN_RATE
+  or QUOTECLIP_PAGE_TIMEOUT, in plain requests and inside CONNECT tunnels.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import product
@@ -25,7 +34,7 @@ from conftest import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quoteclip.errors import BadInput, SourceRefused, SourceUnavailable
+from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
 
 A, B = "Dkm0sjuzgPU", "BBBBBBBBBBB"
 
@@ -277,6 +286,7 @@ class PageServer:
     def __init__(self) -> None:
         self.seen: list[dict[str, str]] = []
         self.bodies: dict[str, tuple[bytes, dict[str, str]]] = {}  # name -> (body, extra headers)
+        self.statuses: dict[str, int] = {}  # name -> status (else 200)
         self.got = threading.Event()  # a request arrived
         self.stop = threading.Event()
         server = self
@@ -298,7 +308,7 @@ class PageServer:
 
             def page(self, name: str) -> None:
                 body, extra = server.bodies.get(name, (b'<html><body><video src="/v.mp4"></video></body></html>', {}))
-                self.send_response(200)
+                self.send_response(server.statuses.get(name, 200))
                 for key, value in {"Content-Type": "text/html", **extra}.items():
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
@@ -423,3 +433,259 @@ def test_the_egress_proxy_refuses_requests_without_its_credential(http_source) -
     assert passed.startswith(b"HTTP/1.1 200") and passed.endswith(b"inside")
     assert http_source.requests == {"inside.html": 1}
     assert urlsplit(egress.url).password not in urlsplit(other.url).geturl()
+
+
+# ---- what a page may cost: decompressed size ---------------------------------------------------------------------
+
+
+def test_yt_dlp_requests_go_through_the_capped_handler_alone() -> None:
+    """An extraction's YoutubeDL holds two request handlers: ours for http(s) (yt-dlp's requests-based one, each
+    response capped, each request asking its connection to close: the egress proxy's limits are per connection)
+    and one for data: URLs only; not yt-dlp's urllib handler, which inflates a response whole before it is read."""
+    from yt_dlp.networking.common import Request
+    from yt_dlp.networking.exceptions import UnsupportedRequest
+
+    from sources.ytdlp import ResponseCap, youtube_dl
+
+    cap = ResponseCap(1024)
+    with youtube_dl({"quiet": True}, cap) as ydl:
+        handlers = ydl._request_director.handlers
+        assert sorted(handlers) == ["Data", "Quoteclip"]
+        ours = handlers["Quoteclip"]
+        assert ours.cap is cap and ours._get_headers(Request("https://example.com/"))["Connection"] == "close"
+        ours.validate(Request("https://example.com/"))
+        with pytest.raises(UnsupportedRequest):
+            handlers["Data"].validate(Request("http://example.com/"))
+        handlers["Data"].validate(Request("data:text/plain,x"))
+
+
+def bomb(encoding: str, megabytes: int = 300) -> bytes:
+    """An HTML page of ``megabytes`` MB (a header, then spaces) compressed with ``encoding``: about 300 KB."""
+    head, block = b"<!DOCTYPE html><html><body>", b" " * 1024**2
+    if encoding == "br":
+        import brotli
+
+        compressor = brotli.Compressor(quality=5)
+        return b"".join([compressor.process(head), *(compressor.process(block) for _ in range(megabytes))]) + (
+            compressor.finish()
+        )
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+    return b"".join([deflate.compress(head), *(deflate.compress(block) for _ in range(megabytes)), deflate.flush()])
+
+
+MEASURE = """
+import json, sys
+from pathlib import Path
+from renderer.ffmpeg import ffmpeg_binary
+from sources.ytdlp import extract
+
+def kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
+
+extract(sys.argv[1], Path(sys.argv[3]), ffmpeg_binary(None), ("127.0.0.1/32",))  # a plain page first: warm
+open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) starts again from here
+before = kib("VmRSS")
+try:
+    extract(sys.argv[2], Path(sys.argv[3]), ffmpeg_binary(None), ("127.0.0.1/32",))
+    error = None
+except Exception as exc:
+    error = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"before": before * 1024, "peak": kib("VmHWM") * 1024, "error": error}))
+"""
+
+
+@pytest.mark.parametrize(("encoding", "status"), [("gzip", 200), ("br", 200), ("gzip", 403)])
+def test_a_compressed_page_is_inflated_no_further_than_the_cap(pages, tmp_path, encoding: str, status: int) -> None:
+    """A 300 MB page sent as about 300 KB of gzip (or brotli; or as a 403 error page, whose body yt-dlp reads to
+    look for a Cloudflare challenge): the extraction fails naming QUOTECLIP_PAGE_MAX_MB (32 MB by default), and its
+    process's peak memory grows by less than twice the cap (measured in a process of its own: the worker's
+    work-horse and the API run the same extraction)."""
+    body = bomb(encoding)
+    assert len(body) < 2 * 1024**2
+    pages.bodies["bomb.html"] = (body, {"Content-Encoding": encoding})
+    pages.statuses["bomb.html"] = status
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, pages.url("page.html"), pages.url("bomb.html"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    grew = (measured["peak"] - measured["before"]) / 1024**2
+    print(
+        f"\n{encoding} page of 300 MB ({len(body)} bytes sent, HTTP {status}): the extraction's memory "
+        f"{measured['before'] / 1024**2:.0f} MB before, {measured['peak'] / 1024**2:.0f} MB at its peak "
+        f"(+{grew:.0f} MB)"
+    )  # RELIABILITY.md quotes it
+    assert measured["error"] == (
+        "SourceUnavailable: source page could not be read: a response it needs is over 32 MB decompressed "
+        "(QUOTECLIP_PAGE_MAX_MB)"
+    )
+    assert grew < 2 * 32  # the bytes read up to the cap, held once
+
+
+@pytest.mark.slow
+def test_a_compressed_page_does_not_inflate_in_a_running_api(pages, queue_env) -> None:
+    """POST /previews (made in the API process) of a page of 300 MB sent gzip-compressed: the answer names the
+    cap, and the API's memory at its peak (VmHWM, reset before the request) is less than twice the cap above what
+    it was (the bytes read up to the cap, held once)."""
+    from testkit.services import free_port, wait_for
+
+    pages.bodies["bomb.html"] = (bomb("gzip"), {"Content-Encoding": "gzip"})
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **queue_env}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def kib(field: str) -> int:
+        status = Path(f"/proc/{server.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith(field + ":")).split()[1]) * 1024
+
+    try:
+        wait_for(lambda: _answers(port), 30, "quoteclip serve")
+        body = {"source": pages.url("page.html"), "start": 1, "end": 2}
+        post_json(f"http://127.0.0.1:{port}/previews", body)  # warm: a page read once
+        Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
+        before = kib("VmRSS")
+        status, answer = post_json(f"http://127.0.0.1:{port}/previews", {**body, "source": pages.url("bomb.html")})
+        after = kib("VmHWM")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(
+        f"\nPOST /previews of a 300 MB page sent gzip-compressed: the API's memory {before / 1024**2:.0f} MB before, "
+        f"{after / 1024**2:.0f} MB at its peak (+{(after - before) / 1024**2:.0f} MB)"
+    )  # RELIABILITY.md quotes it
+    assert status == 503, answer
+    assert "over 32 MB decompressed (QUOTECLIP_PAGE_MAX_MB)" in answer["detail"]
+    assert after - before < 2 * 32 * 1024**2  # the bytes read up to the cap, held once
+
+
+def post_json(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _answers(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+# ---- what a page may cost: time --------------------------------------------------------------------------------
+
+SHORT = {"QUOTECLIP_PAGE_STALL": "1", "QUOTECLIP_PAGE_MIN_RATE": "1", "QUOTECLIP_PAGE_TIMEOUT": "4"}
+CUT = {
+    "drip-headers": ("min_rate", "a server it needs averaged under 1 KB/s (QUOTECLIP_PAGE_MIN_RATE)"),
+    "drip-body": ("min_rate", "a server it needs averaged under 1 KB/s (QUOTECLIP_PAGE_MIN_RATE)"),
+    "silent": ("stall", "a server it needs sent nothing for 1 s (QUOTECLIP_PAGE_STALL)"),
+    "endless": ("timeout", "a server it needs took over 4 s (QUOTECLIP_PAGE_TIMEOUT)"),
+}
+
+
+@pytest.mark.parametrize("name", list(CUT))
+def test_a_page_that_drips_stalls_or_never_ends_is_cut_at_its_limit(pages, tmp_path, monkeypatch, name: str) -> None:
+    """A status line then a header byte every 0.2 s; headers then a body byte every 0.2 s; headers then silence;
+    a body at 80 KB/s that never ends: each extraction fails with the limit it went past, as soon as it did."""
+    for key, value in SHORT.items():
+        monkeypatch.setenv(key, value)
+    began = time.monotonic()
+    with pytest.raises(SourceTransient) as cut:
+        extract_page(pages.url(name), tmp_path)
+    took = time.monotonic() - began
+    assert str(cut.value) == f"source page could not be read: {CUT[name][1]}"
+    limit = 4 if name == "endless" else 1
+    assert limit <= took < limit + 2, took
+
+
+@pytest.mark.parametrize("name", list(CUT))
+def test_a_tunnel_that_drips_stalls_or_never_ends_is_cut_at_its_limit(pages, name: str) -> None:
+    """The same servers behind CONNECT (how yt-dlp reaches https pages; the proxy cannot read inside): the tunnel
+    is closed at the limit, which the proxy records."""
+    from sources.egress import EgressProxy, PageLimits
+    from sources.safety import proxy_headers
+
+    limits = PageLimits(timeout=4, stall=1, min_rate=1024, max_bytes=1024**2)
+    port = pages.server.server_address[1]
+    with EgressProxy(("127.0.0.1/32",), limits=limits) as egress:
+        credential = "".join(f"{k}: {v}\r\n" for k, v in proxy_headers(egress.url).items())
+        with socket.create_connection(("127.0.0.1", egress.server.server_address[1]), timeout=30) as conn:
+            conn.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{credential}\r\n".encode())
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+            began = time.monotonic()
+            conn.sendall(f"GET /{name} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+            while conn.recv(65536):
+                pass
+            took = time.monotonic() - began
+        deadline = time.monotonic() + 5
+        while not egress.cut and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert egress.cut == [CUT[name][0]]
+    limit = 4 if name == "endless" else 1
+    assert limit - 0.1 <= took < limit + 2, took
+
+
+def test_the_page_limits_are_settings() -> None:
+    from quoteclip.settings import env_text
+    from sources.egress import page_limits
+
+    assert page_limits({}) == page_limits({"QUOTECLIP_PAGE_TIMEOUT": ""})
+    default = page_limits({})
+    assert (default.timeout, default.stall, default.min_rate, default.max_bytes) == (60, 20, 4096, 32 * 1024**2)
+    assert page_limits({**SHORT, "QUOTECLIP_PAGE_MAX_MB": "0.5"}).max_bytes == 512 * 1024
+    for name in (*SHORT, "QUOTECLIP_PAGE_MAX_MB"):
+        assert env_text(name, {name: "1"}) == "1"
+        with pytest.raises(BadInput, match=f"{name} must be a number, got 'soon'"):
+            page_limits({name: "soon"})
+
+
+def test_no_listener_of_a_running_extraction_serves_another_process(pages, http_source, tmp_path, monkeypatch) -> None:
+    """While an extraction runs (its page dripping), every loopback port this process listens on is asked, as
+    another process would, to tunnel to a server inside: the extraction's proxy answers 407, nothing gets through."""
+    import psutil
+
+    for key, value in SHORT.items():
+        monkeypatch.setenv(key, value)
+    (http_source.root / "inside.html").write_text("inside")
+    target = http_source.server.server_address[1]
+    known = {pages.server.server_address[1], target}
+    running = threading.Thread(
+        target=lambda: pytest.raises(SourceTransient, extract_page, pages.url("drip-body"), tmp_path)
+    )
+    running.start()
+    try:
+        assert pages.got.wait(10), "the extraction did not start"
+        listening = {
+            c.laddr.port
+            for c in psutil.Process().net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.ip == "127.0.0.1" and c.laddr.port not in known
+        }
+        answers = {
+            port: raw_request(port, f"CONNECT 127.0.0.1:{target} HTTP/1.1\r\nHost: x\r\n\r\n")[:12]
+            for port in listening
+        }
+    finally:
+        running.join(timeout=30)
+    assert b"HTTP/1.1 407" in answers.values(), answers
+    assert all(not answer.startswith(b"HTTP/1.1 200") for answer in answers.values()), answers
+    assert http_source.requests == {}
