@@ -411,6 +411,14 @@ def raw_request(port: int, head: str) -> bytes:
         return answer
 
 
+def knock(port: int, target: int) -> bytes:
+    """What a listener answers a CONNECT to ``target`` without a credential (nothing, if it does not answer)."""
+    try:
+        return raw_request(port, f"CONNECT 127.0.0.1:{target} HTTP/1.1\r\nHost: x\r\n\r\n")[:12]
+    except OSError:
+        return b""
+
+
 def test_the_egress_proxy_refuses_requests_without_its_credential(http_source) -> None:
     """Another local process asking the running proxy (CONNECT, or a plain http request) without the extraction's
     credential, or with a wrong one, gets 407 and reaches nothing; with it, the same request goes through."""
@@ -613,9 +621,10 @@ def test_a_page_that_drips_stalls_or_never_ends_is_cut_at_its_limit(pages, tmp_p
     with pytest.raises(SourceTransient) as cut:
         extract_page(pages.url(name), tmp_path)
     took = time.monotonic() - began
+    print(f"\n{name}: the extraction failed {took:.1f} s after it began ({CUT[name][0]})")  # RELIABILITY.md quotes it
     assert str(cut.value) == f"source page could not be read: {CUT[name][1]}"
     limit = 4 if name == "endless" else 1
-    assert limit <= took < limit + 2, took
+    assert limit <= took < limit + 4, took  # yt-dlp starts up first
 
 
 @pytest.mark.parametrize("name", list(CUT))
@@ -680,10 +689,7 @@ def test_no_listener_of_a_running_extraction_serves_another_process(pages, http_
             for c in psutil.Process().net_connections(kind="tcp")
             if c.status == psutil.CONN_LISTEN and c.laddr.ip == "127.0.0.1" and c.laddr.port not in known
         }
-        answers = {
-            port: raw_request(port, f"CONNECT 127.0.0.1:{target} HTTP/1.1\r\nHost: x\r\n\r\n")[:12]
-            for port in listening
-        }
+        answers = {port: knock(port, target) for port in listening}
     finally:
         running.join(timeout=30)
     assert b"HTTP/1.1 407" in answers.values(), answers
