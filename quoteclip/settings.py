@@ -383,6 +383,38 @@ DECLARED: tuple[Setting, ...] = (
         field="available_wait",
         parse=_Number(0),
     ),
+    Setting(
+        "QUOTECLIP_PAGE_MAX_MB",
+        "most one response yt-dlp reads (a page, a script, a manifest) may give once decompressed, MB",
+        group="extraction",
+        parse=_Number(0.001, unit=1024**2, whole=True),
+        default="32",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_TIMEOUT",
+        "most seconds one request yt-dlp makes may take, from connecting to the response's last byte",
+        group="extraction",
+        parse=_Number(0.1),
+        default="60",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_STALL",
+        "a request yt-dlp makes fails when its server sends nothing for this many seconds (connecting included)",
+        group="extraction",
+        parse=_Number(0.1),
+        default="20",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_MIN_RATE",
+        "KB/s a request yt-dlp makes must average once it has run `QUOTECLIP_PAGE_STALL` seconds",
+        group="extraction",
+        parse=_Number(0, unit=1024),
+        default="4",
+        read_by="sources.egress",
+    ),
     # rendering
     Setting(
         "QUOTECLIP_MAX_CLIP_SECONDS",

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import urllib3
 
-from quoteclip.errors import BadInput, SourceRefused, SourceTransient, SourceUnavailable
+from quoteclip.errors import BadInput, SourceRefused, SourceTransient
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -41,7 +41,7 @@ def connection_pool(
     the vetted address through it (CONNECT for https; absolute-form requests for http, see ``request_target``)."""
     tls: dict[str, Any] = {"server_hostname": target.host, "assert_hostname": target.host, "cert_reqs": "CERT_REQUIRED"}
     if proxy is not None:
-        manager = urllib3.ProxyManager(proxy, timeout=timeout, maxsize=maxsize)
+        manager = urllib3.ProxyManager(proxy, timeout=timeout, maxsize=maxsize, proxy_headers=proxy_headers(proxy))
         kwargs = tls if target.scheme == "https" else {}
         return manager.connection_from_host(target.address, target.port, target.scheme, pool_kwargs=kwargs)
     if target.scheme == "https":
@@ -64,12 +64,7 @@ def proxy_tunnel(proxy: str, address: str, port: int, timeout: float) -> socket.
     sock = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=timeout)
     host = f"[{address}]" if ":" in address else address
     head = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-    if parts.username:
-        import base64
-        from urllib.parse import unquote
-
-        token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
-        head += f"Proxy-Authorization: Basic {token}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in proxy_headers(proxy).items())
     try:
         sock.sendall((head + "\r\n").encode("latin-1"))
         answer = b""
@@ -87,6 +82,19 @@ def proxy_tunnel(proxy: str, address: str, port: int, timeout: float) -> socket.
     return sock
 
 
+def proxy_headers(proxy: str) -> dict[str, str]:
+    """``Proxy-Authorization`` for a proxy URL that carries ``user:password@`` (urllib3 does not take them from the
+    URL itself), else nothing."""
+    parts = urlsplit(proxy)
+    if not parts.username:
+        return {}
+    import base64
+    from urllib.parse import unquote
+
+    token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
+    return {"Proxy-Authorization": f"Basic {token}"}
+
+
 def host_header(target: CheckedURL) -> str:
     return target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
 
@@ -97,9 +105,20 @@ def host_allowed(host: str, allowed: Iterable[str]) -> bool:
     return any(host == a or host.endswith("." + a) for a in allowed)
 
 
-# IPv6 ranges that carry an IPv4 address inside (NAT64, 6to4, Teredo, IPv4-mapped/compatible): the address
-# they reach is the embedded one, so it is checked too.
-NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# IPv6 ranges that carry an IPv4 address inside and reach it: the well-known NAT64 prefix (RFC 6052), SIIT's
+# IPv4-translated addresses (::ffff:0:a.b.c.d, RFC 7915), and (tested apart, below) 6to4, Teredo, IPv4-mapped and
+# IPv4-compatible addresses. The address they reach is the embedded one, so it is checked too.
+TRANSLATED = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::ffff:0:0:0/96"))
+# Never a public source, whatever the standard library's is_global says of them (it calls them global): IETF
+# protocol assignments (192.0.0.0/24, RFC 6890), the local-use NAT64 prefix (64:ff9b:1::/48, RFC 8215: a local
+# network's translator), deprecated site-local IPv6 (fec0::/10, RFC 3879), IPv6 documentation (3fff::/20, RFC 9637)
+# and SRv6 segment identifiers (5f00::/16, RFC 9602).
+NOT_PUBLIC = tuple(
+    ipaddress.ip_network(net) for net in ("192.0.0.0/24", "64:ff9b:1::/48", "fec0::/10", "3fff::/20", "5f00::/16")
+)
+# One answer for a host that does not resolve and one that resolves only to an address sources may not use: which
+# of the two it is would tell how the service's own network names resolve.
+NOT_REACHABLE = "does not resolve to a public address (QUOTECLIP_ALLOW_ADDRESSES opens private networks)"
 
 
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
@@ -111,7 +130,7 @@ def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
         return address.sixtofour
     if address.teredo is not None:
         return address.teredo[1]
-    if any(address in net for net in NAT64) or int(address) >> 32 == 0:  # NAT64, or IPv4-compatible ::a.b.c.d
+    if any(address in net for net in TRANSLATED) or int(address) >> 32 == 0:  # or IPv4-compatible ::a.b.c.d
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
@@ -123,6 +142,8 @@ def address_allowed(address: IPAddress, allowed_networks: Iterable[str]) -> bool
     for net in allowed_networks:
         if address in ipaddress.ip_network(net, strict=False):
             return True
+    if any(address in net for net in NOT_PUBLIC):
+        return False
     if inner is not None:
         return address_allowed(inner, allowed_networks)
     return address.is_global and not address.is_multicast
@@ -155,16 +176,17 @@ def check_url(
     except ValueError:
         raise BadInput(f"source URL has a bad port: {url!r}") from None
     address = resolve(host, port)
-    if not address_allowed(address, allowed_networks):
-        raise SourceRefused(f"source address not allowed: {host} resolves to {address} (private or reserved)")
+    if address is None or not address_allowed(address, allowed_networks):
+        raise SourceRefused(f"source address not allowed: {host} {NOT_REACHABLE}")
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
     return CheckedURL(url, parts.scheme, host, port, str(address), path)
 
 
-def resolve(host: str, port: int) -> IPAddress:
-    """The first address ``host`` resolves to (the one the connection then uses)."""
+def resolve(host: str, port: int) -> IPAddress | None:
+    """The first address ``host`` resolves to (the one the connection then uses); None when the name does not
+    exist or has no address."""
     try:
         literal = ipaddress.ip_address(host.strip("[]"))
         return literal
@@ -174,9 +196,7 @@ def resolve(host: str, port: int) -> IPAddress:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         if exc.errno in {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)}:
-            raise SourceUnavailable(f"source host does not exist: {host}") from None
+            return None
         raise SourceTransient(f"source host could not be resolved ({exc.strerror}): {host}") from None
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
-    if not addresses:
-        raise SourceUnavailable(f"source host does not exist: {host}")
-    return addresses[0]
+    return addresses[0] if addresses else None

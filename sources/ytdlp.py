@@ -3,10 +3,19 @@
 The bytes themselves are then fetched by range through the block cache (sources.remote), so a clip reads
 only what its cut needs. All yt-dlp options are built here, in one place: no downloads by yt-dlp, no
 postprocessors, no external downloaders, no files written outside the job's folder.
+
+yt-dlp is given the page rebuilt from the source's identity (``sources.identity.page_url``), never the user's
+string, so the page read is the one the clip key names. Its requests go out through the egress proxy
+(``sources.egress``: the address rules and the time limits of each request) and are made by one request handler
+of ours (yt-dlp's requests-based one, which decompresses as it reads): every response, a page, a script, a
+manifest or an error page, is cut off once it has given ``QUOTECLIP_PAGE_MAX_MB`` decompressed, so a small
+compressed answer cannot make the worker or the API inflate hundreds of megabytes; and each request asks for its
+connection to close after it, so the proxy's limits on a connection are the limits on one request.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,8 +33,9 @@ from quoteclip.errors import (
     SourceUnavailable,
 )
 
-from .egress import EgressProxy
+from .egress import EgressProxy, PageLimits, page_limits
 from .extraction import Extracted, MediaFormat
+from .identity import page_url, url_identity
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +68,85 @@ class _Logger:
         log.info("yt-dlp: %s", msg)
 
 
+class ResponseCap:
+    """The decompressed size one extraction lets any response reach, and whether one went over it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.over = False
+
+
+@functools.cache
+def _handler_classes() -> tuple[type, ...]:
+    """yt-dlp's request handlers as an extraction uses them: its requests-based handler (it decompresses as it
+    reads), each response capped; data: URLs read by its urllib handler, which is given nothing else (it
+    decompresses a response whole before anyone reads it). No websocket, no other handler."""
+    from yt_dlp.networking._requests import RequestsRH
+    from yt_dlp.networking._urllib import UrllibRH
+    from yt_dlp.networking.common import Response
+    from yt_dlp.networking.exceptions import HTTPError, TransportError
+
+    class CappedResponse(Response):
+        """A response read through the cap: ``read`` raises once more than the cap has come out."""
+
+        def __init__(self, inner: Response, cap: ResponseCap) -> None:
+            super().__init__(inner, inner.url, inner.headers, inner.status, inner.reason, inner.extensions)
+            self.cap = cap
+            self.given = 0
+
+        def read(self, amt: int | None = None) -> bytes:
+            if amt is None:  # all of it, a chunk at a time, so no more than the cap is ever held
+                chunks = []
+                while chunk := self.read(1 << 20):
+                    chunks.append(chunk)
+                return b"".join(chunks)
+            data = self.fp.read(min(amt, self.cap.max_bytes - self.given + 1))
+            self.given += len(data)
+            if self.given > self.cap.max_bytes:
+                self.cap.over = True
+                self.close()
+                raise TransportError(f"response over {self.cap.max_bytes} bytes decompressed (QUOTECLIP_PAGE_MAX_MB)")
+            return data
+
+    class QuoteclipRH(RequestsRH):
+        cap: ResponseCap  # each extraction sets its own on its handlers (youtube_dl)
+
+        def _prepare_headers(self, request: Any, headers: Any) -> None:
+            super()._prepare_headers(request, headers)
+            headers["Connection"] = "close"  # one request per connection: the egress proxy's limits are per request
+
+        def _send(self, request: Any) -> Response:
+            try:
+                response = super()._send(request)
+            except HTTPError as exc:  # an error page is read too (yt-dlp reads YouTube's JSON errors)
+                exc.response = CappedResponse(exc.response, self.cap)
+                raise
+            return CappedResponse(response, self.cap)
+
+    class DataRH(UrllibRH):
+        _SUPPORTED_URL_SCHEMES = ("data",)
+
+    return QuoteclipRH, DataRH
+
+
+def youtube_dl(options: dict[str, Any], cap: ResponseCap) -> Any:
+    """A YoutubeDL whose requests are made by ``_handler_classes`` only, every response capped by ``cap``."""
+    import yt_dlp
+    from yt_dlp.networking.common import _RH_PREFERENCES
+
+    handlers = _handler_classes()
+
+    class YoutubeDL(yt_dlp.YoutubeDL):
+        @functools.cached_property
+        def _request_director(self) -> Any:
+            director = self.build_request_director(handlers, _RH_PREFERENCES)
+            for handler in director.handlers.values():
+                handler.cap = cap
+            return director
+
+    return YoutubeDL(options)
+
+
 def deno_path() -> str | None:
     try:
         from deno import find_deno_bin
@@ -68,9 +157,15 @@ def deno_path() -> str | None:
 
 
 def ydl_options(
-    workdir: Path, ffmpeg_bin: str, verbose: bool = False, proxy: str | None = None, preview: bool = False
+    workdir: Path,
+    ffmpeg_bin: str,
+    verbose: bool = False,
+    proxy: str | None = None,
+    preview: bool = False,
+    limits: PageLimits | None = None,
 ) -> dict[str, Any]:
     deno = deno_path()
+    limits = limits or page_limits()
     return {
         # Every request yt-dlp makes goes through the egress proxy (sources.egress): the address rules apply to
         # pages, scripts, manifests and every redirect, not only to the first URL.
@@ -93,7 +188,8 @@ def ydl_options(
         "outtmpl": {"default": "source.%(ext)s"},  # fixed: no title or metadata in any file name
         "restrictfilenames": True,
         "cachedir": False,
-        "socket_timeout": 20,
+        # a backstop, later than the egress proxy's own limits on each request (stall, rate, deadline)
+        "socket_timeout": limits.timeout + limits.stall,
         "retries": 2,
         "extractor_retries": 1,
         "postprocessors": [],
@@ -155,17 +251,29 @@ def extract(
     extractor_args: tuple[str, ...] = (),
     proxy: str | None = None,
 ) -> Extracted:
-    """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one)."""
-    import yt_dlp
+    """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one). The page
+    read is the one ``url``'s identity names (``page_url``), within the limits of ``page_limits``."""
+    from yt_dlp.networking.exceptions import RequestError
     from yt_dlp.utils import DownloadError, ExtractorError
 
-    with EgressProxy(allowed_networks, upstream=proxy) as egress:
+    limits = page_limits()
+    cap = ResponseCap(limits.max_bytes)
+    with EgressProxy(allowed_networks, upstream=proxy, limits=limits) as egress:
         try:
-            options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview)
+            options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview, limits=limits)
             options |= operator_options(workdir, cookies_file, extractor_args)
-            with yt_dlp.YoutubeDL(options) as ydl:
-                info = ydl.extract_info(url, download=False)
-        except (DownloadError, ExtractorError) as exc:
+            with youtube_dl(options, cap) as ydl:
+                info = ydl.extract_info(page_url(url), download=False)
+        except Exception as exc:
+            if cap.over:  # whatever yt-dlp made of it (an error, a warning and a page without formats)
+                raise SourceUnavailable(
+                    f"source page could not be read: a response it needs is over {limits.max_bytes / 1024**2:g} MB "
+                    "decompressed (QUOTECLIP_PAGE_MAX_MB)"
+                ) from None
+            if egress.cut:
+                raise _cut(egress.cut[0], limits) from None
+            if not isinstance(exc, DownloadError | ExtractorError | RequestError):
+                raise
             if egress.refused:  # decided by the address rules alone, before any connection: nothing to probe
                 raise SourceRefused(
                     "source page leads to an address that is not allowed for sources (private, loopback or metadata)"
@@ -173,7 +281,26 @@ def extract(
             if egress.failed:  # one answer whatever the cause: no port or host scan through extraction
                 raise SourceTransient("source page could not be read (a host it needs did not answer)") from None
             _raise_extraction_error(exc)
-    return _extracted(url, info)
+    return _extracted(url, same_video(url, info))
+
+
+def _cut(limit: str, limits: PageLimits) -> SourceTransient:
+    """The error for a request the egress proxy cut short, naming the limit and its setting."""
+    what = {
+        "timeout": f"took over {limits.timeout:g} s (QUOTECLIP_PAGE_TIMEOUT)",
+        "stall": f"sent nothing for {limits.stall:g} s (QUOTECLIP_PAGE_STALL)",
+        "min_rate": f"averaged under {limits.min_rate / 1024:g} KB/s (QUOTECLIP_PAGE_MIN_RATE)",
+    }[limit]
+    return SourceTransient(f"source page could not be read: a server it needs {what}")
+
+
+def same_video(url: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The page's video, when it is the one ``url``'s identity names: a YouTube page that answers with another
+    video (a trailer in its place) is refused, so no clip key ever holds another video's picture."""
+    kind, _, video = url_identity(url).partition(":")
+    if kind == "youtube" and info is not None and info.get("_type") != "playlist" and info.get("id") != video:
+        raise SourceUnavailable(f"source page {video} answered with another video ({str(info.get('id'))[:20]})")
+    return info
 
 
 # What yt-dlp's messages mean, first match wins (the texts are YouTube's and yt-dlp's own, lower-cased)

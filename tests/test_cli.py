@@ -187,7 +187,10 @@ def test_cli_takes_any_public_host_but_queue_only_allowed_ones(media, tmp_path, 
     url = http_source.url("ep.mp4")
     refused = run_cli("render", url, "--start", "1", "--end", "2", env=env)
     assert refused.returncode == 2
-    assert "source refused: source address not allowed: 127.0.0.1 resolves to 127.0.0.1" in refused.stderr
+    assert (
+        "source refused: source address not allowed: 127.0.0.1 does not resolve to a public address "
+        "(QUOTECLIP_ALLOW_ADDRESSES opens private networks)"
+    ) in refused.stderr
     env["QUOTECLIP_ALLOW_ADDRESSES"] = "127.0.0.1"
     done = run_cli("render", url, "--start", "1", "--end", "2", "--json", env=env)
     assert done.returncode == 0, done.stderr

@@ -371,6 +371,7 @@ def test_a_tunnel_works_in_a_process_holding_over_1024_files(site) -> None:
     import socket
 
     from sources.egress import EgressProxy
+    from sources.safety import proxy_headers
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1200:
@@ -383,7 +384,8 @@ def test_a_tunnel_works_in_a_process_holding_over_1024_files(site) -> None:
             EgressProxy(("127.0.0.1/32",)) as egress,
             socket.create_connection(("127.0.0.1", egress.server.server_address[1]), timeout=10) as conn,
         ):
-            conn.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            credential = "".join(f"{k}: {v}\r\n" for k, v in proxy_headers(egress.url).items())
+            conn.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{credential}\r\n".encode())
             assert conn.recv(4096).startswith(b"HTTP/1.1 200"), "the tunnel was not opened"
             conn.sendall(f"GET /watch/ep1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
             answer = b""
