@@ -434,7 +434,7 @@ def test_callbacks_per_clip_are_capped(client, source_url) -> None:
 
 def test_demo_page_served(client) -> None:
     page = client.get("/")
-    assert page.status_code == 200 and "Download clip" in page.text and "fetch(" in page.text
+    assert page.status_code == 200 and "Download clip" in page.text and 'src="pages.js"' in page.text
 
 
 def test_serve_command_help() -> None:

@@ -419,7 +419,6 @@ def test_burst_of_requests_while_workers_render(media, queue_env, workers, ffmpe
         assert len(links) == 1, links  # every request for this clip got the one stored file
         assert Path(links.pop().removeprefix("file://")).is_file()
     joined_running = [a for _, a in answers if a.joined and a.status == "started"]  # type: ignore[attr-defined]
-    assert all(a.stage in ("fetching", "rendering", "uploading", "finished") for a in joined_running)  # type: ignore[attr-defined]
     assert joined_running, "no request arrived while its clip was rendering"
     stored = sum(1 for _, a in answers if a.link)  # type: ignore[attr-defined]
     print(
