@@ -39,6 +39,7 @@ SERVICE_FIXTURES = frozenset(
         "http_source",
         "canary",
         "site",
+        "pages",
         "served",
         "chromium",
     }

@@ -419,6 +419,7 @@ def test_probe_helper_answers_as_the_probe_does(media, tmp_path) -> None:
     assert there["after_kill"] == here and there["gone"] is True
 
 
+@pytest.mark.slow
 def test_a_caption_too_fast_to_read_is_rendered_with_a_warning(media, tmp_path) -> None:
     """1,000 characters on a 4 s quote are rendered, but the answer says they are 250 characters a second."""
     src = media(size="320x180", duration=6, gop=60)

@@ -113,6 +113,7 @@ def test_cli_align_and_render_by_transcript(media, tmp_path) -> None:
     assert nowhere.returncode == 2 and "quote: not found in the transcript" in nowhere.stderr
 
 
+@pytest.mark.slow
 def test_brand_style_file(media, tmp_path) -> None:
     from mediacheck import streams
 
