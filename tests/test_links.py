@@ -192,3 +192,19 @@ def test_the_javascript_signer_makes_the_same_links(tmp_path: Path) -> None:
         links.sign(c["clip"], "starzero", SECRET, "https://clips.example", c["variant"], c["expires"]) for c in cases
     ]
     assert json.loads(done.stdout) == expected
+
+
+def test_the_signer_module_needs_only_the_standard_library() -> None:
+    """A site's backend copies quoteclip/links.py alone: it imports the standard library and nothing else."""
+    import ast
+    import sys
+
+    tree = ast.parse((ROOT / "quoteclip" / "links.py").read_text())
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert all(node.level == 0 for node in ast.walk(tree) if isinstance(node, ast.ImportFrom))
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
