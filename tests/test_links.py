@@ -208,3 +208,45 @@ def test_the_signer_module_needs_only_the_standard_library() -> None:
     }
     assert all(node.level == 0 for node in ast.walk(tree) if isinstance(node, ast.ImportFrom))
     assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
+
+
+def test_quoteclip_sign_prints_the_link_the_signer_makes(tmp_path: Path) -> None:
+    """``quoteclip sign`` reads the key from its setting and prints the link the module makes (one line); what
+    the service would refuse is refused with exit 2 naming the field: an option a link cannot carry, a host or a
+    length the key does not allow, an unknown key, an expiry past the key's lifetime."""
+    from conftest import run_cli
+
+    keys = tmp_path / "keys.json"
+    keys.write_text(
+        json.dumps(
+            {
+                "keys": [
+                    {"id": "starzero", "secret": SECRET, "hosts": ["youtube.com"], "max_seconds": 30},
+                    {"id": "short", "secret": "another-long-secret", "lifetime": 3600},
+                ]
+            }
+        )
+    )
+    env = {"QUOTECLIP_SITE_KEYS_FILE": str(keys), "QUOTECLIP_LINK_BASE_URL": "https://clips.example"}
+    args = ["sign", SEED["source"], "--start", "18:54.0", "--end", "19:01.0", "--caption", SEED["caption"]]
+    done = run_cli(*args, "--watermark", "StarZero", "--site", "starzero", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == links.sign(SEED, "starzero", SECRET, "https://clips.example") + "\n"
+    poster = run_cli(*args, "--site", "starzero", "--as", "poster", "--base-url", "https://cdn.example/", env=env)
+    clip = {k: v for k, v in SEED.items() if k != "watermark"}
+    assert poster.stdout.strip() == links.sign(clip, "starzero", SECRET, "https://cdn.example", "poster")
+    expiring = run_cli(*args, "--site", "short", "--json", env=env)
+    body = json.loads(expiring.stdout)
+    assert body["expires"] is not None and links.verify(path_of(body["link"]), {"short": "another-long-secret"})
+    for extra, message in (
+        (["--site", "starzero", "--font", "a.ttf"], "--font: a link cannot carry it"),
+        (["--site", "starzero", "--end", "19:30"], "over the 30 s limit"),
+        (["--site", "nobody"], "site: no key 'nobody'"),
+        (["--site", "short", "--expires", "7200"], "over the key short's link lifetime of 3600 s"),
+        (["--site", "starzero", "--as", "gif"], "--as must be one of clip, download, poster, captions"),
+    ):
+        refused = run_cli(*args, *extra, env=env)
+        assert refused.returncode == 2 and message in refused.stderr, (extra, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and refused.stdout == ""
+    elsewhere = run_cli("sign", "https://vimeo.com/1", "--start", "1", "--end", "2", "--site", "starzero", env=env)
+    assert elsewhere.returncode == 2 and "may clip youtube.com only" in elsewhere.stderr
