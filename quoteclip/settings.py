@@ -564,6 +564,22 @@ DECLARED: tuple[Setting, ...] = (
         parse=_service_url,
         default="none (links start with /l/)",
     ),
+    Setting(
+        "QUOTECLIP_LINK_HOLD",
+        "seconds a signed link's request for a clip or poster not yet stored is held while it renders (under a "
+        "CDN's origin timeout), then answered `503` with `Retry-After`",
+        group="signed links",
+        field="link_hold",
+        parse=_Number(0.0),
+    ),
+    Setting(
+        "QUOTECLIP_LINK_RENDERS",
+        "renders a minute each site key's links may start (a clip or a poster counts one; a stored one answered "
+        "counts none); over it, `429` with `Retry-After`",
+        group="signed links",
+        field="link_renders_per_minute",
+        parse=_Number(1, whole=True),
+    ),
     # webhooks
     Setting(
         "QUOTECLIP_WEBHOOK_SECRET",
@@ -689,6 +705,8 @@ class Settings:
     site_keys: tuple[SiteKey, ...] = field(default=(), repr=False)
     site_key_scopes: tuple[SiteKey, ...] = field(default=(), repr=False)
     link_base_url: str | None = None
+    link_hold: float = 25.0  # seconds a link's request waits for its render (a CDN's origin timeout is about 30 s)
+    link_renders_per_minute: int = 60  # renders a site key's links may start a minute
     webhook_secret: str | None = field(default=None, repr=False)
     shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
     maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs

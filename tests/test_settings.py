@@ -97,6 +97,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
         ),
     ),
     "QUOTECLIP_LINK_BASE_URL": ("https://clips.example/", "https://clips.example"),
+    "QUOTECLIP_LINK_HOLD": ("2.5", 2.5),
+    "QUOTECLIP_LINK_RENDERS": ("12", 12),
     "QUOTECLIP_RATE_LIMIT": ("10", 10),
     "QUOTECLIP_CORS_ORIGINS": ("https://a.example,https://b.example", ("https://a.example", "https://b.example")),
     "QUOTECLIP_LINK_SECRET": ("s3cret", "s3cret"),

@@ -26,6 +26,12 @@ def find(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[SourceRe
     return source, key, stored_result(storage, key, meta, cached=True) if meta is not None else None
 
 
+def find_poster(spec: ClipSpec, settings: Settings, storage: Storage) -> tuple[str, bool]:
+    """The clip's key, and whether its poster is stored: the clip's own, or one rendered alone."""
+    _, key, found = find(spec, settings, storage)
+    return key, found is not None or sidecar_stored(storage, key, POSTER)
+
+
 POSTER = ".jpg"  # the poster's suffix beside its clip (the clip's own, or one rendered alone)
 
 
