@@ -1,5 +1,6 @@
 """Who may call the API. With ``QUOTECLIP_API_KEYS`` set, every route needs a key (``Authorization: Bearer KEY``
-or ``X-API-Key``) except the public health check; the routes a browser opens from a link or a ``<video src>``
+or ``X-API-Key``) except the public health check, signed clip links (``/l/…``, signed by a site key: api/links.py)
+and the player card for them (``/embed.js``); the routes a browser opens from a link or a ``<video src>``
 (``/clips/{id}/download``, ``/clips/{id}/file``) also take the signed, expiring ``?token=`` that the API's own
 answers put in those URLs. Without keys the API is open (a site's own backend in front of it decides).
 """
@@ -16,7 +17,8 @@ from urllib.parse import parse_qs
 
 from quoteclip.settings import Settings
 
-PUBLIC = {"/healthz", "/favicon.ico"}
+PUBLIC = {"/healthz", "/favicon.ico", "/embed.js"}
+SIGNED_LINKS = "/l/"  # signed clip links (api/links.py): the link's own signature is its credential
 LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt|poster\.jpg)\Z")
 
 Scope = MutableMapping[str, Any]
@@ -74,7 +76,7 @@ class RequireKey:
             return
         path = scope["path"]
         headers = dict(scope["headers"])
-        if path in PUBLIC or key_valid(given_key(headers), self.settings):
+        if path in PUBLIC or path.startswith(SIGNED_LINKS) or key_valid(given_key(headers), self.settings):
             await self.app(scope, receive, send)
             return
         if LINK_ROUTES.match(path):

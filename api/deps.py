@@ -81,3 +81,14 @@ def rate_limited(who: Annotated[str, Depends(client_key)], svc: ServicesDep) -> 
 
 
 RateLimited = Annotated[str, Depends(rate_limited)]
+
+
+def link_renders_allowed(svc: Services, site: str, clips: int = 1) -> int | None:
+    """Whether a site key's signed links may start ``clips`` more renders now (``QUOTECLIP_LINK_RENDERS`` a minute
+    per key: the ``limits`` library in Redis, a namespace of its own, one counter per key id): None when they may,
+    else the seconds until they may. Answering a stored clip never comes here."""
+    item = RateLimitItemPerMinute(svc.settings.link_renders_per_minute, namespace="link-renders")
+    if svc.limiter.hit(item, site, cost=clips):
+        return None
+    reset = svc.limiter.get_window_stats(item, site).reset_time
+    return max(1, int(reset - time.time() + 0.999))
