@@ -77,6 +77,15 @@
       this.video = this.$("video");
       this.tries = 0;
       this.$("button.play").addEventListener("click", () => this.play());
+      // a poster still rendering past the service's hold (503): asked again a few times
+      this.$("img.poster").addEventListener("error", (e) => {
+        const img = e.target;
+        const tries = Number(img.dataset.tries || 0);
+        if (tries < RETRIES && img.getAttribute("src")) {
+          img.dataset.tries = String(tries + 1);
+          setTimeout(() => { img.src = `${this.getAttribute("poster")}`; }, 2000);
+        }
+      });
       const v = this.video;
       v.addEventListener("loadedmetadata", () => this.labels());
       v.addEventListener("timeupdate", () => this.labels());
@@ -130,6 +139,7 @@
     }
 
     state(name, text) {
+      if (name === this.dataset.state && !text) return;
       this.dataset.state = name;
       const shown = this.$(".state");
       clearInterval(this.ticking);
