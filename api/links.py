@@ -44,10 +44,10 @@ from jobs.queue import (
     render_state,
 )
 from quoteclip import links, redis_keys
-from quoteclip.errors import BadInput, SourceRefused
+from quoteclip.errors import BadInput, QuoteclipError, SourceRefused
 from quoteclip.settings import Settings, SiteKey
 from quoteclip.spec import ClipSpec, build_spec
-from sources import allowed_hosts
+from sources import allowed_hosts, resolve_source
 from sources.safety import host_allowed
 from storage import LocalStorage
 
@@ -209,6 +209,9 @@ def _first_answer(request: Request, svc: Services) -> Response | Pending:
     except BadInput as exc:  # validly signed, but the service cannot render it (the queue's source rules, …)
         _count(svc.connection, site, variant, "failed")
         return _error(422, f"{exc.kind}: {exc}".splitlines()[0])
+    except QuoteclipError as exc:  # the store or the queue failing: try again later
+        _count(svc.connection, site, variant, "unavailable")
+        return _error(503, f"{exc.kind}: {exc}".splitlines()[0], {"Retry-After": RETRY_AFTER})
 
 
 def _verified(request: Request, settings: Settings) -> Linked:
@@ -265,7 +268,8 @@ def _spec(clip: dict[str, Any], site: SiteKey, settings: Settings) -> ClipSpec:
     elif "logo" in clip:
         data["watermark"] = {"logo": clip["logo"]}
     spec = build_spec(data, max_seconds=settings.max_clip_seconds, encoder_preset=settings.encoder_preset)
-    check_allowed(spec, settings.allow_local_sources is True)  # the queue's rules: no path on a worker's disk
+    resolve_source(spec.source, allow_local=settings.allow_local_sources is True)  # the queue's rules: no path on
+    check_allowed(spec, settings.allow_local_sources is True)  # a worker's disk, as a source or a brand file
     hosts = allowed_hosts(settings)
     parts = urlsplit(spec.source)
     if hosts is not None and parts.scheme in ("http", "https") and not host_allowed(parts.hostname or "", hosts):

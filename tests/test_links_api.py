@@ -288,10 +288,12 @@ def test_a_keys_scopes_and_the_queues_source_rules(link_env, source_url, tmp_pat
     assert answer(link(clip, key="brief", expires=int(time.time()) + 7200))[0] == 403
     assert answer(link(clip, key="brief", expires=links.rounded_expiry(3600)))[0] == 404
     assert answer(link(quote(source_url, 0, 5))) == (403, "the clip is 5 s long, over the 4 s its site key allows")
-    local = app.get(link(quote("/etc/passwd")))
-    assert local.status_code == 422 and "local paths are not allowed" in local.json()["detail"]
-    elsewhere = app.get(link(quote("https://evil.example/ep.mp4")))
-    assert elsewhere.status_code == 422 and "source host not allowed: evil.example" in elsewhere.json()["detail"]
+    for variant in ("clip", "captions", "poster"):  # refused before the store is asked or the captions made
+        local = app.get(link(quote("/etc/passwd"), variant))
+        assert local.status_code == 422 and "local paths are not allowed" in local.json()["detail"]
+        assert app.head(link(quote("/etc/passwd"), variant)).status_code == 422
+        elsewhere = app.get(link(quote("https://evil.example/ep.mp4"), variant))
+        assert elsewhere.status_code == 422 and "source host not allowed: evil.example" in elsewhere.json()["detail"]
     assert queued(link_env) == 0
 
 
