@@ -85,9 +85,17 @@ def install(app: FastAPI, settings: Settings) -> None:
 class Refused(Exception):
     """An answer other than the clip, decided before any render: its status, its one line, its metrics outcome."""
 
-    def __init__(self, status: int, detail: str, outcome: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        outcome: str,
+        headers: dict[str, str] | None = None,
+        counted: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status, self.detail, self.outcome, self.headers = status, detail, outcome, headers or {}
+        self.counted = counted  # (key id, variant) to count it under, once the link's signature held
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,7 @@ def _first_answer(request: Request, svc: Services) -> Response | Pending:
             _count_render(svc.connection, site)
         return Pending(linked, enqueued.job_id, lambda: _look(svc, linked)[0])
     except Refused as refused:
+        site, variant = refused.counted or (site, variant)
         _count(svc.connection, site, variant, refused.outcome)
         return _error(refused.status, refused.detail, refused.headers)
     except BadInput as exc:  # validly signed, but the service cannot render it (the queue's source rules, …)
@@ -224,13 +233,13 @@ def _verified(request: Request, settings: Settings) -> Linked:
     try:
         clip = links.verify(path, request.app.state.link_secrets, now=now)
     except links.LinkExpired:
-        raise Refused(410, "this link has expired", "expired") from None
+        raise Refused(410, "this link has expired", "expired", counted=(path.split("/")[2], "-")) from None
     except links.LinkError:
         raise Refused(403, INVALID, "refused") from None
     site: SiteKey = request.app.state.site_keys[path.split("/")[2]]
     refusal = _scope_refusal(clip, site, settings, now)
     if refusal is not None:
-        raise Refused(403, refusal, "refused")
+        raise Refused(403, refusal, "refused", counted=(site.id, clip["variant"]))
     return Linked(site, clip["variant"], clip.get("expires"), _spec(clip, site, settings))
 
 

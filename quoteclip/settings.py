@@ -541,7 +541,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting(
         "QUOTECLIP_SITE_KEYS",
         "websites' keys for signed clip links, `ID:SECRET[,ID:SECRET…]` (secrets of at least 16 characters); with "
-        "none, the link routes do not exist; a key removed revokes its links",
+        "none, the link routes do not exist; a key removed revokes its links (purge a CDN's copies of them: see the "
+        "websites page)",
         group="signed links",
         field="site_keys",
         parse=_site_keys,
