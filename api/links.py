@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 from jobs.pipeline.assets import check_allowed
 from jobs.pipeline.lookup import POSTER, find_poster
 from jobs.pipeline.produce import captions_vtt
+from jobs.pipeline.stages import Stage
 from jobs.queue import (
     Enqueued,
     RenderState,
@@ -322,18 +323,19 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
 
 async def _hold(svc: Services, pending: Pending) -> Stored | RenderState | None:
     """Wait for the clip (or poster) to be stored, woken by the worker's announcements on its job: the stored
-    clip, the job's failure, or None once ``QUOTECLIP_LINK_HOLD`` seconds have passed."""
+    clip, the job's failure, or None once ``QUOTECLIP_LINK_HOLD`` seconds have passed. Each look reads the job
+    (Redis); the store is asked only once the job says it has stored its work (the store is written before the
+    job says so), so a thousand held requests do not ask the bucket at every look."""
     deadline = time.monotonic() + svc.settings.link_hold
     async with svc.events.watch(pending.job_id) as watch:  # registered before the first look: no change missed
         while True:
-            found = await run_in_threadpool(pending.ready)
-            if found is not None:
-                return found
             state = await run_in_threadpool(render_state, pending.job_id, svc.connection)
             if state.state == "failed":
                 return state
-            if state.state in ("finished", "none"):  # ended without storing it (the store is written first)
-                return await run_in_threadpool(pending.ready) or state
+            if state.state != "active" or state.stage == Stage.FINISHED.value:
+                found = await run_in_threadpool(pending.ready)
+                if found is not None or state.state != "active":  # stored, or the job ended without storing it
+                    return found or state
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
