@@ -58,7 +58,7 @@ from .deps import Services, ServicesDep, link_renders_allowed
 router = APIRouter()
 
 INVALID = "this link is not valid"  # every refusal of the link itself: which part failed is not said
-IMMUTABLE = "public, max-age=31536000, immutable"  # a link that does not expire names bytes that never change
+IMMUTABLE = "public, max-age=31536000, immutable"  # a link that does not expire names one clip for good
 NO_STORE = "no-store"
 REDIRECT_MARGIN = 60  # seconds: a redirect to a presigned link is cached this much less than the link lives
 EMBED_MAX_AGE = 3600  # seconds /embed.js may be cached (it changes with the service's version)
@@ -278,8 +278,9 @@ def _spec(clip: dict[str, Any], site: SiteKey, settings: Settings) -> ClipSpec:
     elif "logo" in clip:
         data["watermark"] = {"logo": clip["logo"]}
     spec = build_spec(data, max_seconds=settings.max_clip_seconds, encoder_preset=settings.encoder_preset)
-    resolve_source(spec.source, allow_local=settings.allow_local_sources is True)  # the queue's rules: no path on
-    check_allowed(spec, settings.allow_local_sources is True)  # a worker's disk, as a source or a brand file
+    # the queue's rules, before the store is asked: no path on a worker's disk (the source, a brand file), the hosts
+    resolve_source(spec.source, allow_local=settings.allow_local_sources is True)
+    check_allowed(spec, settings.allow_local_sources is True)
     hosts = allowed_hosts(settings)
     parts = urlsplit(spec.source)
     if hosts is not None and parts.scheme in ("http", "https") and not host_allowed(parts.hostname or "", hosts):
