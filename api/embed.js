@@ -164,9 +164,10 @@
       const v = this.video;
       v.hidden = false;
       this.$("button.play").hidden = true;
-      if (!v.getAttribute("src")) {
+      if (!v.getAttribute("src") || v.error) { // (played again after an error: asked afresh)
         const cross = this.getAttribute("crossorigin");
         if (cross !== null) v.crossOrigin = cross;
+        this.tries = 0;
         v.src = this.getAttribute("src");
       }
       if (v.readyState < 3) this.state("rendering");

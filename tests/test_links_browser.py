@@ -44,10 +44,17 @@ GRAB_ELEMENT = GRAB.replace("(id) => {\n  const v = document.getElementById(id);
 
 
 @pytest.fixture
-def link_api(workers, tmp_path) -> Iterator[str]:
+def api_settings() -> dict[str, str]:
+    """More settings for the API process (a test parametrizes it)."""
+    return {}
+
+
+@pytest.fixture
+def link_api(workers, api_settings, tmp_path) -> Iterator[str]:
     """``quoteclip serve`` with a site key, and API keys (a page holds none: anything but a link would be 401)."""
     port = free_port()
     workers.env.update({"QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}", "QUOTECLIP_API_KEYS": "k-never-in-a-page"})
+    workers.env.update(api_settings)
     api = subprocess.Popen(
         [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
         env=workers.full_env(),
@@ -209,3 +216,56 @@ def test_a_page_of_signed_links_on_another_origin_in_chromium(
     to_api = [url.split(api_origin, 1)[1] for url in asked if f"//{api_origin}/" in url]
     assert to_api and all(path.startswith("/l/") or path == "/embed.js" for path in to_api), to_api
     assert not [line for line in console if line.startswith("error")], console
+
+
+@pytest.mark.parametrize("api_settings", [{"QUOTECLIP_LINK_HOLD": "1"}])
+def test_the_card_asks_again_past_the_hold_and_says_when_a_clip_cannot_be_played(
+    chromium, link_api, workers, media, http_source
+) -> None:
+    """With no worker yet and a hold of 1 s, the card's clip is answered 503: the card keeps saying it renders and
+    asks again after the Retry-After, and plays once a worker has rendered the clip; a quote past the video's end
+    (failed by the worker for good: 422) says it cannot be played."""
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+    )
+    good = {"source": http_source.url("lv.mp4"), "start": 1.068, "end": 2.5, "caption": "one two three"}
+    past = {**good, "start": 8, "end": 9}
+    page_html = f"""<!doctype html><meta charset="utf-8"><title>Quotes</title><link rel="icon" href="data:,">
+<quote-clip id="good" src="{links.sign(good, SITE, SECRET, link_api)}" crossorigin="anonymous"></quote-clip>
+<quote-clip id="past" src="{links.sign(past, SITE, SECRET, link_api)}"></quote-clip>
+<script src="{link_api}/embed.js"></script>
+"""
+    (http_source.root / "cards.html").write_text(page_html)
+    clip_link = links.sign(good, SITE, SECRET, link_api)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=FLAGS)
+        asked: list[str] = []
+        try:
+            page = browser.new_page()
+            page.on("request", lambda request: asked.append(f"{request.method} {request.url}"))
+            page.goto(http_source.url("cards.html"))
+            page.locator("#good").locator("button.play").click()
+            deadline = time.monotonic() + 30
+            while sum(line == f"GET {clip_link}" for line in asked) < 2:  # answered 503, asked again
+                assert time.monotonic() < deadline, asked
+                page.wait_for_timeout(200)
+            waiting = page.evaluate("document.getElementById('good').dataset.state")
+            worker = workers.start(burst=False)
+            try:
+                page.wait_for_function("document.getElementById('good').dataset.state === 'playing'", timeout=60_000)
+                page.locator("#past").locator("button.play").click()
+                # at once: the failure for good is not asked again and again (8 tries would take over 16 s)
+                page.wait_for_function("document.getElementById('past').dataset.state === 'error'", timeout=10_000)
+                said = page.locator("#past").locator(".state").inner_text()
+            finally:
+                worker.terminate()
+                worker.wait(30)
+                if worker.stdout:
+                    worker.stdout.close()
+        finally:
+            browser.close()
+    assert waiting == "rendering"
+    assert f"HEAD {clip_link}" in asked  # the card asked whether to try again (a HEAD starts no render)
+    assert said == "this clip cannot be played"
