@@ -15,7 +15,7 @@ from jobs.pipeline.assets import MAX_FONT_BYTES
 from jobs.queue import bulk_queue_name
 from quoteclip.settings import Settings
 
-from . import assets, batches, clips, errors, ops, page, previews
+from . import assets, batches, clips, errors, links, ops, page, previews
 from .auth import BodyLimit, RequireKey
 from .deps import open_services
 from .errors import MAX_BODY
@@ -60,4 +60,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     for router in (clips.router, previews.router, batches.router, assets.router, ops.router, page.router):
         app.include_router(router)
+    links.install(app, settings)  # signed clip links and /embed.js, with site keys only
     return app

@@ -1,5 +1,6 @@
 """Who may call the API. With ``QUOTECLIP_API_KEYS`` set, every route needs a key (``Authorization: Bearer KEY``
-or ``X-API-Key``) except the public health check; the routes a browser opens from a link or a ``<video src>``
+or ``X-API-Key``) except the public health check, signed clip links (``/l/…``, signed by a site key: api/links.py)
+and the player card for them (``/embed.js``); the routes a browser opens from a link or a ``<video src>``
 (``/clips/{id}/download``, ``/clips/{id}/file``) also take the signed, expiring ``?token=`` that the API's own
 answers put in those URLs. Without keys the API is open (a site's own backend in front of it decides).
 
@@ -26,7 +27,8 @@ from quoteclip.settings import Settings
 
 log = logging.getLogger(__name__)
 
-PUBLIC = {"/healthz", "/favicon.ico"}
+PUBLIC = {"/healthz", "/favicon.ico", "/embed.js"}
+SIGNED_LINKS = "/l/"  # signed clip links (api/links.py): the link's own signature is its credential
 # The page shells hold no data: a browser opens them without a key, and the user signs in on the page (pages.js)
 PAGES = {"/", "/edit", "/batch", "/pages.js"}
 LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt|poster\.jpg)\Z")
@@ -104,7 +106,7 @@ class RequireKey:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if path in PUBLIC or (path in PAGES and scope["method"] in ("GET", "HEAD")):
+        if path in PUBLIC or path.startswith(SIGNED_LINKS) or (path in PAGES and scope["method"] in ("GET", "HEAD")):
             scope[ADMITTED] = "public"
             await self.app(scope, receive, send)
             return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary
 
-from . import cli, creators, previews, queue, render
+from . import cli, creators, links, previews, queue, render
 from .config import RunConfig
 from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
@@ -24,6 +24,7 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
     with Stack(work, source, ffmpeg) as stack:
         stack.start_api()
         rows += queue.figures(run, ffmpeg, source, work, stack)
+        rows += links.figures(run, stack)
         rows += cli.figures(run, ffmpeg, source, work, stack)
         rows += previews.figures(run, ffmpeg, source, work, stack)
     rows += creators.figures(run, ffmpeg, source, work)

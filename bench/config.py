@@ -9,6 +9,7 @@ CAPTION = (
     "This weird scheduling, which I'm quite sure people are going to start replicating it, is to reduce the bubble."
 )
 BRAND = "StarZero"
+SITE_KEY = ("bench", "bench-site-secret-0123456789")  # the site key the links of figures 12 are signed with
 
 
 @dataclass(frozen=True)

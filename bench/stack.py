@@ -27,7 +27,7 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from testkit.services import HttpSource, free_port, start_private_redis, start_seaweedfs, wait_for
 
-from .config import BRAND, CAPTION
+from .config import BRAND, CAPTION, SITE_KEY
 
 
 class Stack:
@@ -71,6 +71,7 @@ class Stack:
             "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1",
             "QUOTECLIP_CACHE_DIR": str(self.cache),
             "FFMPEG_BINARY": str(wrapper),
+            "QUOTECLIP_SITE_KEYS": f"{SITE_KEY[0]}:{SITE_KEY[1]}",  # signed clip links (figures 12)
         }
         connect(self.settings()).flushdb()
 
@@ -105,18 +106,25 @@ class Stack:
             return False
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        """One request on the kept-alive connection; a new connection when the server closed an idle one."""
+        """One JSON request on the kept-alive connection."""
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data else {}
+        status, _, answer = self.request(method, path, data, {"Content-Type": "application/json"} if data else {})
+        return status, json.loads(answer or b"{}")
+
+    def request(
+        self, method: str, path: str, data: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request on the kept-alive connection (a new connection when the server closed an idle one): the
+        status, the headers (lower-case names) and the whole body."""
         try:
-            self.api.request(method, path, body=data, headers=headers)
+            self.api.request(method, path, body=data, headers=headers or {})
             resp = self.api.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
             self.api.close()
             self.api = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-            self.api.request(method, path, body=data, headers=headers)
+            self.api.request(method, path, body=data, headers=headers or {})
             resp = self.api.getresponse()
-        return resp.status, json.loads(resp.read() or b"{}")
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
 
     def start_worker(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
@@ -176,9 +184,12 @@ def clip_body(stack: Stack, start: float, length: float) -> dict[str, Any]:
     }
 
 
-def click_to_file(stack: Stack, start: float, length: float, parts: list[dict[str, float]] | None = None) -> float:
-    """POST /clips → long-poll GET /clips/{id}?wait=20 → the first byte of the link, all over HTTP; seconds.
-    With ``parts``, where the time went is appended (from the client's clock and the job's own timings)."""
+def click_to_file(
+    stack: Stack, start: float, length: float, parts: list[dict[str, float]] | None = None, whole: bool = False
+) -> float:
+    """POST /clips → long-poll GET /clips/{id}?wait=20 → the first byte of the link (with ``whole``, its last byte),
+    all over HTTP; seconds. With ``parts``, where the time went is appended (from the client's clock and the job's
+    own timings)."""
     began = time.time()
     t = time.perf_counter()
     status, body = stack.call("POST", "/clips", clip_body(stack, start, length))
@@ -192,7 +203,7 @@ def click_to_file(stack: Stack, start: float, length: float, parts: list[dict[st
     if body["status"] != "finished":
         raise SystemExit(f"bench: job failed: {body['error']}")
     with urllib.request.urlopen(str(body["link"])) as resp:
-        resp.read(1)
+        resp.read() if whole else resp.read(1)
     total = time.perf_counter() - t
     if parts is not None:
         job = Job.fetch(clip_id, connection=connect(stack.settings()))

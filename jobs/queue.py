@@ -28,7 +28,7 @@ from .connection import JOB_ID, bulk_queue_name, clients, connect, job_id_for
 from .maintenance import PENDING, health, mark_pending, requeue_lost
 from .metrics import record_cache_hit
 from .pipeline.assets import check_allowed
-from .pipeline.lookup import lookup
+from .pipeline.lookup import find_poster, lookup
 from .pipeline.stages import Stage
 from .status import job_status, public_status
 from .webhooks import add_callback
@@ -40,10 +40,13 @@ __all__ = [
     "bulk_queue_name",
     "connect",
     "enqueue_clip",
+    "enqueue_poster",
     "enqueue_profiles",
     "health",
     "job_id_for",
     "job_status",
+    "poster_job_id",
+    "render_state",
     "requeue_lost",
 ]
 
@@ -250,3 +253,88 @@ def _delete_if_status(connection: Redis, job: Job, status: JobStatus) -> None:
             pipe.execute()
         except WatchError:
             return
+
+
+def poster_job_id(key: str) -> str:
+    """The job rendering the clip ``key``'s poster alone (``poster-<key>``: never the clip's own job id)."""
+    return f"poster-{key}"
+
+
+def enqueue_poster(
+    spec: ClipSpec, settings: Settings, connection: Redis | None = None, storage: Storage | None = None
+) -> Enqueued:
+    """A clip's poster (a page's ``<video poster>``) without the clip: stored already (the clip's own, or one
+    rendered alone), the clip's own job when it is queued or running (it stores the poster with the clip), else a
+    job on the click queue rendering the poster alone (``jobs.tasks.render_poster_job``), joined by identical
+    requests as a clip's is. The queue's source rules apply as to a clip."""
+    settings = settings.for_queue()
+    with clients(settings, connection, storage) as (redis, store):
+        check_allowed(spec, settings.allow_local_sources is True)
+        key, stored = find_poster(spec, settings, store)
+        if urlsplit(spec.source).scheme in ("http", "https"):
+            check_url(spec.source, allowed_hosts(settings), settings.allow_addresses)
+        job_id = poster_job_id(key)
+        if stored:
+            return Enqueued(job_id, Stage.FINISHED.value, link=store.link(key, ".jpg"))
+        clip_job = job_id_for(key)
+        if _active(redis, clip_job):
+            return Enqueued(clip_job, Stage.QUEUED.value, joined=True)
+        queue = Queue(settings.queue_name, connection=redis)
+        for _ in range(3):
+            try:
+                queue.enqueue(
+                    "jobs.tasks.render_poster_job",
+                    spec.model_dump(mode="json"),
+                    job_id=job_id,
+                    unique=True,
+                    retry=RETRY,
+                    job_timeout=int(settings.render_timeout(0.0) + FETCH_ALLOWANCE),
+                    result_ttl=RESULT_TTL,
+                    failure_ttl=FAILURE_TTL,
+                    description=f"poster {key} {spec.start:.3f}-{spec.end:.3f}",
+                    meta={"stage": Stage.QUEUED.value, "progress": 0},
+                )
+                log.info("enqueued %s", job_id)
+                mark_pending(redis, job_id)
+                return Enqueued(job_id, Stage.QUEUED.value)
+            except DuplicateJobError:
+                pass
+            try:
+                job = Job.fetch(job_id, connection=redis)
+            except NoSuchJobError:
+                time.sleep(0.05)
+                continue
+            status = job.get_status(refresh=False)
+            if status in ACTIVE:
+                return Enqueued(job_id, str(job.meta.get("stage", Stage.QUEUED.value)), joined=True)
+            _delete_if_status(redis, job, status)  # failed, or finished and its poster gone: replace it
+        raise BadInput(f"could not enqueue {job_id}: it kept changing state under us; try again")
+
+
+@dataclass(frozen=True)
+class RenderState:
+    """Where the job ``job_id`` stands for a request waiting on it (a signed link held until its clip is stored):
+    ``active`` (queued, waiting for a retry or running), ``finished``, ``failed`` (for good: ``error`` says why,
+    ``permanent`` whether another try could pass) or ``none`` (no such job)."""
+
+    state: str
+    stage: str | None = None
+    progress: int = 0
+    error: str | None = None
+    permanent: bool = False
+
+
+def render_state(job_id: str, connection: Redis) -> RenderState:
+    try:
+        job = Job.fetch(job_id, connection=connection)
+    except NoSuchJobError:
+        return RenderState("none")
+    status = job.get_status(refresh=False)
+    stage = str(job.meta.get("stage") or Stage.QUEUED.value)
+    failed = status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+    if failed or (status == JobStatus.STARTED and stage == Stage.FAILED.value):  # (rq's bookkeeping follows later)
+        error = job.meta.get("error") or "the render stopped"
+        return RenderState("failed", Stage.FAILED.value, 0, str(error), bool(job.meta.get("permanent", False)))
+    if status == JobStatus.FINISHED:
+        return RenderState("finished", Stage.FINISHED.value, 100)
+    return RenderState("active", stage, int(job.meta.get("progress") or 0))

@@ -17,7 +17,7 @@ from storage import open_storage
 from .connection import bulk_queue_name
 from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
-from .pipeline.produce import Stage, produce_clips
+from .pipeline.produce import Stage, produce_clips, produce_poster
 from .status import announce
 
 log = logging.getLogger(__name__)
@@ -92,3 +92,36 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
                 job.meta["timings"] = {**result.timings, "queued_s": round(waited, 3) if waited is not None else None}
                 job.save_meta()
     return [r.to_json() for r in results]
+
+
+def render_poster_job(spec_data: dict[str, Any]) -> dict[str, object]:
+    """Render (or find) a clip's poster alone (``produce_poster``: one frame, never the clip), for a signed
+    link's ``<video poster>``; a permanent error is not retried, and waiting requests are told of the end."""
+    settings = Settings.from_env().for_queue()
+    job = get_current_job()
+    if job is not None:
+        job.connection.zrem(PENDING, job.id)
+    try:
+        spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
+        poster = produce_poster(spec, settings, open_storage(settings))
+    except QuoteclipError as exc:
+        retrying = bool(job is not None and not exc.permanent and job.retries_left)
+        if job is not None:
+            if exc.permanent:
+                job.retries_left = 0
+            job.meta.update(
+                stage=Stage.QUEUED.value if retrying else Stage.FAILED.value,
+                error=f"{exc.kind}: {exc}".splitlines()[0],
+                error_kind=exc.kind,
+                permanent=exc.permanent,
+            )
+            job.save_meta()
+            announce(job)
+            if not retrying:
+                record_failure(job.connection, exc.kind)
+        raise
+    if job is not None:
+        job.meta.update(stage=Stage.FINISHED.value, progress=100, timings=poster.timings)
+        job.save_meta()
+        announce(job)
+    return poster.to_json()

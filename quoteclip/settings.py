@@ -15,7 +15,7 @@ from typing import Any, get_args
 
 from . import embedded
 from .errors import BadInput
-from .spec import DEFAULT_MAX_SECONDS, EncoderPreset
+from .spec import DEFAULT_MAX_SECONDS, EncoderPreset, WatermarkSpec
 
 DEFAULT_SOURCE_HOSTS = (
     "youtube.com",
@@ -35,6 +35,7 @@ GROUPS = (
     "extraction",
     "rendering",
     "API and security",
+    "signed links",
     "webhooks",
     "workers",
     "logging",
@@ -79,6 +80,16 @@ def _base_url(text: str, name: str) -> str | None:
     return text.rstrip("/") or None
 
 
+def _service_url(text: str, name: str) -> str:
+    """An http(s) address without a trailing slash, e.g. ``https://clips.example.com``."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise BadInput(f"{name} must be an http(s) address like https://clips.example.com, got {text[:80]!r}")
+    return text.rstrip("/")
+
+
 def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[str, ...]:
     nets = []
     for item in (t.strip() for t in text.split(",")):
@@ -110,6 +121,90 @@ def _proxy(text: str, name: str) -> str:
     if parts.scheme != "http" or not parts.hostname or port is None:
         raise BadInput(f"{name} must be a URL like http://proxy.internal:3128 (http, a host and a port)")
     return text
+
+
+@dataclass(frozen=True)
+class SiteKey:
+    """A website's key for signed clip links: an id and a secret, and what a leaked link must not change: the
+    ``brand`` every clip of the key carries (a watermark, whatever the link names), the source ``hosts`` its links
+    may clip, the longest clip, and how long its links live (``lifetime`` seconds; None: they do not expire)."""
+
+    id: str
+    secret: str = field(repr=False)
+    brand: WatermarkSpec | None = None
+    hosts: tuple[str, ...] | None = None
+    max_seconds: float | None = None
+    lifetime: int | None = None
+
+
+_KEY_FIELDS = {"id", "secret", "brand", "hosts", "max_seconds", "lifetime"}
+
+
+def _site_key(entry: object, where: str) -> SiteKey:
+    from .links import KEY_ID
+
+    if not isinstance(entry, Mapping) or set(entry) - _KEY_FIELDS:
+        raise BadInput(f"{where} must be an object with {', '.join(sorted(_KEY_FIELDS))}")
+    key_id, secret = entry.get("id"), entry.get("secret")
+    if not isinstance(key_id, str) or not KEY_ID.match(key_id):
+        raise BadInput(f"{where}: id must be 1-64 letters, digits, - or _, got {key_id!r}")
+    if not isinstance(secret, str) or len(secret) < 16:
+        raise BadInput(f"{where} ({key_id}): secret must be text of at least 16 characters")
+    brand, hosts = entry.get("brand"), entry.get("hosts")
+    most, lifetime = entry.get("max_seconds"), entry.get("lifetime")
+    try:
+        mark = (
+            None
+            if brand is None
+            else WatermarkSpec.model_validate({"text": brand} if isinstance(brand, str) else brand)
+        )
+    except ValueError as exc:
+        raise BadInput(f"{where} ({key_id}): brand is not a watermark ({str(exc).splitlines()[-1].strip()})") from None
+    if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts)):
+        raise BadInput(f"{where} ({key_id}): hosts must be a list of host names")
+    for name, value in (("max_seconds", most), ("lifetime", lifetime)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+            raise BadInput(f"{where} ({key_id}): {name} must be a number of seconds above 0, got {value!r}")
+    return SiteKey(
+        key_id,
+        secret,
+        mark,
+        None if hosts is None else tuple(h.lower() for h in hosts),
+        None if most is None else float(most),
+        None if lifetime is None else int(lifetime),
+    )
+
+
+def _site_keys(text: str, name: str) -> tuple[SiteKey, ...]:
+    """``ID:SECRET[,ID:SECRET…]``: keys without scopes."""
+    keys = []
+    for item in _items(text, name):
+        key_id, _, secret = item.partition(":")
+        keys.append(_site_key({"id": key_id, "secret": secret}, f"{name} entry {key_id[:64]!r}"))
+    return _distinct(keys, name)
+
+
+def _site_keys_file(text: str, name: str) -> tuple[SiteKey, ...]:
+    """A JSON file: ``{"keys": [{"id", "secret", "brand", "hosts", "max_seconds", "lifetime"}, …]}``."""
+    import json
+
+    try:
+        data = json.loads(Path(text).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"{name} names {text!r}, which cannot be read ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{name} names {text!r}, which is not JSON ({exc})") from None
+    if not isinstance(data, Mapping) or set(data) != {"keys"} or not isinstance(data["keys"], list):
+        raise BadInput(f'{name} names {text!r}, which must hold {{"keys": [{{"id": …, "secret": …}}, …]}}')
+    return _distinct([_site_key(entry, f"{name} key {n + 1}") for n, entry in enumerate(data["keys"])], name)
+
+
+def _distinct(keys: list[SiteKey], name: str) -> tuple[SiteKey, ...]:
+    seen = [key.id for key in keys]
+    twice = sorted({key_id for key_id in seen if seen.count(key_id) > 1})
+    if twice:
+        raise BadInput(f"{name} names the key {twice[0]!r} twice")
+    return tuple(keys)
 
 
 def _shown_number(value: float) -> str:
@@ -506,6 +601,50 @@ DECLARED: tuple[Setting, ...] = (
         field="trusted_proxies",
         parse=parse_networks,
     ),
+    # signed links
+    Setting(
+        "QUOTECLIP_SITE_KEYS",
+        "websites' keys for signed clip links, `ID:SECRET[,ID:SECRET…]` (secrets of at least 16 characters); with "
+        "none, the link routes do not exist; a key removed revokes its links (purge a CDN's copies of them: see the "
+        "websites page)",
+        group="signed links",
+        field="site_keys",
+        parse=_site_keys,
+        default="none",
+    ),
+    Setting(
+        "QUOTECLIP_SITE_KEYS_FILE",
+        'a JSON file of site keys with scopes: `{"keys": [{"id", "secret", "brand", "hosts", "max_seconds", '
+        '"lifetime"}]}` (see the websites page)',
+        group="signed links",
+        field="site_key_scopes",
+        parse=_site_keys_file,
+        default="none",
+    ),
+    Setting(
+        "QUOTECLIP_LINK_BASE_URL",
+        "the service's address as pages reach it, which `quoteclip sign` puts before a link's path",
+        group="signed links",
+        field="link_base_url",
+        parse=_service_url,
+        default="none (links start with /l/)",
+    ),
+    Setting(
+        "QUOTECLIP_LINK_HOLD",
+        "seconds a signed link's request for a clip or poster not yet stored is held while it renders (under a "
+        "CDN's origin timeout), then answered `503` with `Retry-After`",
+        group="signed links",
+        field="link_hold",
+        parse=_Number(0.0),
+    ),
+    Setting(
+        "QUOTECLIP_LINK_RENDERS",
+        "renders a minute each site key's links may start (a clip or a poster counts one; a stored one answered "
+        "counts none); over it, `429` with `Retry-After`",
+        group="signed links",
+        field="link_renders_per_minute",
+        parse=_Number(1, whole=True),
+    ),
     # webhooks
     Setting(
         "QUOTECLIP_WEBHOOK_SECRET",
@@ -643,6 +782,12 @@ class Settings:
     key_secret: str | None = field(default=None, repr=False)
     # Proxies whose X-Forwarded-For / X-Forwarded-Proto the API trusts (addresses or networks); none by default.
     trusted_proxies: tuple[str, ...] = ()
+    # Websites' keys for signed links (QUOTECLIP_SITE_KEYS, and the scoped ones of QUOTECLIP_SITE_KEYS_FILE).
+    site_keys: tuple[SiteKey, ...] = field(default=(), repr=False)
+    site_key_scopes: tuple[SiteKey, ...] = field(default=(), repr=False)
+    link_base_url: str | None = None
+    link_hold: float = 25.0  # seconds a link's request waits for its render (a CDN's origin timeout is about 30 s)
+    link_renders_per_minute: int = 60  # renders a site key's links may start a minute
     webhook_secret: str | None = field(default=None, repr=False)
     webhook_timeout: float = 10.0  # seconds a delivery may take in all (connect, send, status line and headers)
     webhook_concurrency: int = 16  # deliveries one webhook worker makes at once
@@ -662,6 +807,12 @@ class Settings:
             values["redis_url"] = embedded.recorded_url(storage_dir) or cls.redis_url
         values.setdefault("cache_dir", default_cache_dir(env) / "sources")
         return cls(**values)
+
+    def sites(self) -> dict[str, SiteKey]:
+        """Every site key by its id (listed and scoped ones together; an id named in both is refused)."""
+        return {
+            key.id: key for key in _distinct([*self.site_keys, *self.site_key_scopes], "QUOTECLIP_SITE_KEYS(_FILE)")
+        }
 
     @property
     def uses_s3(self) -> bool:

@@ -190,36 +190,15 @@ def _output(
 ) -> list[ffmpeg.nodes.OutputStream]:
     """One output's branch: fit, overlays, fades, the H.264/AAC mp4 (and its poster from the same picture)."""
     spec = target.spec
-    width, height = spec.size
-    if not info.audio_only:  # (an audiogram's picture is made at the output's size)
-        video = _fit(video, width, height, spec.fit, target.crop_x)
-    for overlay in target.overlays:
-        if overlay.sequence:
-            layer = ffmpeg.input(
-                overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
-            )
-        else:
-            layer = ffmpeg.input(overlay.path, protocol_whitelist="file", format_whitelist=STILL_FORMATS)
-        video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
-    fade = round(min(FADE, duration / 4), 3)
-    tail = round(max(0.0, duration - fade), 3)
-    if spec.video_fades:  # off by default: the first frame (the thumbnail in most apps) is the source's
-        video = video.filter("fade", t="in", st=0, d=fade).filter("fade", t="out", st=tail, d=fade)
+    video = _picture(target, info, video, duration)
     if spec.fades:
+        fade, tail = _fade(duration)
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
-    video = video.filter("format", "yuv420p")
     still = None
     if target.poster is not None:
         branches = video.filter_multi_output("split")
         video = branches[0]
-        at = _seconds(max(0.0, target.poster[1] - 0.5 / float(output_rate(info))))  # the frame nearest the time
-        # trim after select: only the chosen frame goes on (select alone passes every later frame to the
-        # conversion below, which then runs on the whole clip for one picture)
-        picture = branches[1].filter("select", f"gte(t,{at})").filter("trim", end_frame=1)
-        picture = picture.filter("scale", out_range="full")
-        still = ffmpeg.output(
-            picture.filter("format", "yuvj420p"), target.poster[0], vframes=1, **{"q:v": POSTER_QSCALE}
-        )
+        still = _still(target, info, branches[1])
     out = ffmpeg.output(
         video,
         audio,
@@ -239,6 +218,77 @@ def _output(
         f="mp4",
     )
     return [out] if still is None else [out, still]
+
+
+def _fade(duration: float) -> tuple[float, float]:
+    """(length, start of the fade out) of a clip's fades, seconds."""
+    fade = round(min(FADE, duration / 4), 3)
+    return fade, round(max(0.0, duration - fade), 3)
+
+
+def _picture(
+    target: Target, info: MediaInfo, video: ffmpeg.nodes.FilterableStream, duration: float
+) -> ffmpeg.nodes.FilterableStream:
+    """An output's finished picture: fit to the profile, the overlays, the picture's fades (when asked), yuv420p."""
+    spec = target.spec
+    width, height = spec.size
+    if not info.audio_only:  # (an audiogram's picture is made at the output's size)
+        video = _fit(video, width, height, spec.fit, target.crop_x)
+    for overlay in target.overlays:
+        if overlay.sequence:
+            layer = ffmpeg.input(
+                overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
+            )
+        else:
+            layer = ffmpeg.input(overlay.path, protocol_whitelist="file", format_whitelist=STILL_FORMATS)
+        video = ffmpeg.overlay(video, layer, x=overlay.x, y=overlay.y, eof_action="repeat")
+    if spec.video_fades:  # off by default: the first frame (the thumbnail in most apps) is the source's
+        fade, tail = _fade(duration)
+        video = video.filter("fade", t="in", st=0, d=fade).filter("fade", t="out", st=tail, d=fade)
+    return video.filter("format", "yuv420p")
+
+
+def _still(target: Target, info: MediaInfo, picture: ffmpeg.nodes.FilterableStream) -> ffmpeg.nodes.OutputStream:
+    """The poster: the finished picture's frame nearest the poster's time, as a JPEG."""
+    assert target.poster is not None
+    at = _seconds(max(0.0, target.poster[1] - 0.5 / float(output_rate(info))))  # the frame nearest the time
+    # trim after select: only the chosen frame goes on (select alone passes every later frame to the
+    # conversion below, which then runs on the whole clip for one picture)
+    picture = picture.filter("select", f"gte(t,{at})").filter("trim", end_frame=1)
+    picture = picture.filter("scale", out_range="full")
+    return ffmpeg.output(picture.filter("format", "yuvj420p"), target.poster[0], vframes=1, **{"q:v": POSTER_QSCALE})
+
+
+def build_poster(
+    target: Target,
+    info: MediaInfo,
+    source: str,
+    ffmpeg_bin: str = "ffmpeg",
+    audio_source: str | None = None,
+    cut: tuple[float, float] | None = None,
+    max_pixels: int | None = None,
+) -> list[str]:
+    """The poster of ``target`` alone (``target.poster``: its path and time), without the clip: the inputs and the
+    picture's filters of the full render (``build_outputs``), so the same frame comes out the same, then only the
+    JPEG. ffmpeg decodes from the cut's start to the poster's frame (at most ``poster_time``'s second) and stops
+    once the one frame is written; nothing is encoded to H.264, no sound is read (an audiogram's waveform
+    excepted: its picture is drawn from the sound)."""
+    spec = target.spec
+    start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
+    preview = spec.quality == "preview"
+    one_thread = not preview and not info.audio_only and info.width * info.height <= SINGLE_THREAD_DECODE_PIXELS
+    if info.audio_only:
+        if audio_source is not None:
+            sound = source_input(audio_source, start - info.audio_offset, duration).audio
+        else:
+            sound = source_input(source, start - info.timeline_offset, duration, preview, max_pixels).audio
+        video = _audiogram(target, sound, duration, output_rate(info))
+    else:
+        threads = 1 if one_thread else None
+        video = source_input(source, start - info.timeline_offset, duration, preview, max_pixels, threads).video
+    out = _still(target, info, _picture(target, info, video, duration))
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
+    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
 
 
 def source_input(

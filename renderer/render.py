@@ -18,7 +18,7 @@ from watermarks import watermark_image
 
 from .captions import CaptionTrack, caption_track, write_pam, write_track
 from .ffmpeg import run_ffmpeg
-from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs
+from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs, build_poster
 from .probe import FORMATS, MediaInfo, Readable, probe
 from .timing import clip_words
 
@@ -145,6 +145,90 @@ def extract_artwork(source: Readable, workdir: Path) -> Path | None:
     return None
 
 
+def _targets(
+    specs: list[ClipSpec],
+    drawn: Drawn,
+    info: MediaInfo,
+    source: str,
+    workdir: Path,
+    probe_source: Readable | None,
+) -> list[Target]:
+    """Each output of the cut ``drawn.cut``: its spec and overlays, the speaker fit's crop (one face track for every
+    profile), its poster's path and time, and an audiogram's background (the source's artwork, else the brand's)."""
+    cut = drawn.cut
+    faces = None
+    artwork = extract_artwork(probe_source if probe_source is not None else source, workdir) if info.artwork else None
+    targets = []
+    for spec, folder, overlays in zip(specs, drawn.folders, drawn.overlays, strict=True):
+        crop_x = None
+        if spec.fit == "speaker":
+            from .reframe import crop_x_expression, face_track  # OpenCV only for this fit
+
+            if faces is None:  # one face track for every profile
+                start = cut[0] - info.timeline_offset
+                faces = face_track(probe_source if probe_source is not None else source, start, cut[1])
+                log.info("speaker framing: %d face positions", len(faces))
+            width, height = spec.size
+            src_w, src_h = info.display_size
+            scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
+            crop_x = crop_x_expression(faces, scaled_w, width)
+        poster = (str(folder / "poster.jpg"), poster_time(cut[1]))
+        background = str(artwork) if artwork is not None else spec.background or DEFAULT_BACKGROUND
+        if len(specs) > 1 and not background.startswith("#"):  # one input per output's picture: its own copy
+            background = str(shutil.copyfile(background, folder / f"background{Path(background).suffix}"))
+        targets.append(Target(spec, overlays, str(folder / "clip.mp4"), crop_x, poster, background))
+    return targets
+
+
+@dataclass(frozen=True)
+class PosterResult:
+    """A clip's poster rendered alone: the JPEG of the frame the clip's own poster shows."""
+
+    path: Path
+    width: int
+    height: int
+    at: float  # seconds into the clip
+    ffmpeg_s: float = 0.0
+
+
+def render_poster(
+    spec: ClipSpec,
+    source: str,
+    info: MediaInfo,
+    workdir: Path,
+    ffmpeg_bin: str,
+    timeout: float,
+    audio_source: str | None = None,
+    probe_source: Readable | None = None,
+    max_pixels: int | None = None,
+    drawn: Drawn | None = None,
+) -> PosterResult:
+    """The poster of ``spec``'s clip without the clip (``build_poster``): the frame at ``poster_time`` of the cut,
+    captions and watermark on it, the same JPEG the full render writes beside the clip."""
+    check_span(spec, info)
+    cut = cut_for(spec, info)
+    if drawn is None or drawn.cut != cut:
+        drawn = draw_overlays([spec], workdir, cut)
+    target = _targets([spec], drawn, info, source, workdir, probe_source)[0]
+    argv = build_poster(target, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
+    began = time.perf_counter()
+    said = run_ffmpeg(argv, timeout=timeout)
+    ffmpeg_s = round(time.perf_counter() - began, 3)
+    refused = OVERSIZE_FRAME.search(said)
+    if refused:
+        raise RenderFailed(f"a source frame of {refused.group(1)} is over the frame size limit", argv, said)
+    assert target.poster is not None
+    still = Path(target.poster[0])
+    if not still.is_file() or still.stat().st_size == 0:
+        raise RenderFailed("ffmpeg finished but wrote no poster", argv, said)
+    from PIL import Image
+
+    with Image.open(still) as image:
+        width, height = image.size
+    log.info("rendered the poster alone (%.3f s into the clip) at %dx%d", target.poster[1], width, height)
+    return PosterResult(still, width, height, target.poster[1], ffmpeg_s)
+
+
 def render_clips(
     specs: list[ClipSpec],
     source: str,
@@ -170,27 +254,7 @@ def render_clips(
     duration = cut[1]
     if drawn is None or drawn.cut != cut:
         drawn = draw_overlays(specs, workdir, cut)
-    faces = None
-    artwork = extract_artwork(probe_source if probe_source is not None else source, workdir) if info.artwork else None
-    targets = []
-    for spec, folder, overlays in zip(specs, drawn.folders, drawn.overlays, strict=True):
-        crop_x = None
-        if spec.fit == "speaker":
-            from .reframe import crop_x_expression, face_track  # OpenCV only for this fit
-
-            if faces is None:  # one face track for every profile
-                start = cut[0] - info.timeline_offset
-                faces = face_track(probe_source if probe_source is not None else source, start, cut[1])
-                log.info("speaker framing: %d face positions", len(faces))
-            width, height = spec.size
-            src_w, src_h = info.display_size
-            scaled_w = max(width, round(src_w * height / src_h / 2) * 2) if src_h else width
-            crop_x = crop_x_expression(faces, scaled_w, width)
-        poster = (str(folder / "poster.jpg"), poster_time(duration))
-        background = str(artwork) if artwork is not None else spec.background or DEFAULT_BACKGROUND
-        if len(specs) > 1 and not background.startswith("#"):  # one input per output's picture: its own copy
-            background = str(shutil.copyfile(background, folder / f"background{Path(background).suffix}"))
-        targets.append(Target(spec, overlays, str(folder / "clip.mp4"), crop_x, poster, background))
+    targets = _targets(specs, drawn, info, source, workdir, probe_source)
     argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
 
     def progress(seconds: float) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from quoteclip.errors import BadInput
-from quoteclip.settings import DECLARED, GROUPS, Settings, default_cache_dir, env_text
+from quoteclip.settings import DECLARED, GROUPS, Settings, SiteKey, default_cache_dir, env_text
+from quoteclip.spec import WatermarkSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage", "api")
@@ -74,6 +75,31 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_BRAND_DIR": ("/brand", Path("/brand")),
     "FFMPEG_BINARY": ("/opt/ffmpeg/bin/ffmpeg", "/opt/ffmpeg/bin/ffmpeg"),
     "QUOTECLIP_API_KEYS": ("k1, k2", ("k1", "k2")),
+    "QUOTECLIP_SITE_KEYS": (
+        "site-a:0123456789abcdef, b:fedcba9876543210",
+        (SiteKey("site-a", "0123456789abcdef"), SiteKey("b", "fedcba9876543210")),
+    ),
+    "QUOTECLIP_SITE_KEYS_FILE": (
+        str(ROOT / "deploy" / "site-keys.example.json"),
+        (
+            SiteKey(
+                "starzero",
+                "replace-with-32-random-characters",
+                WatermarkSpec(text="StarZero"),
+                ("youtube.com", "youtu.be"),
+                60.0,
+            ),
+            SiteKey(
+                "partner-preview",
+                "replace-with-another-long-secret",
+                WatermarkSpec(text="Partner", position="bottom-right", opacity=0.6),
+                lifetime=86400,
+            ),
+        ),
+    ),
+    "QUOTECLIP_LINK_BASE_URL": ("https://clips.example/", "https://clips.example"),
+    "QUOTECLIP_LINK_HOLD": ("2.5", 2.5),
+    "QUOTECLIP_LINK_RENDERS": ("12", 12),
     "QUOTECLIP_RATE_LIMIT": ("10", 10),
     "QUOTECLIP_AUTH_FAILURE_LIMIT": ("5", 5),
     "QUOTECLIP_CORS_ORIGINS": ("https://a.example,https://b.example", ("https://a.example", "https://b.example")),

@@ -16,24 +16,35 @@ from pathlib import Path
 from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
+from renderer.captions import write_track
 from renderer.ffmpeg import MACHINE_ERRNOS, die_with_parent, ffmpeg_binary, ffmpeg_version
 from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
 from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
-from renderer.render import RenderResult, cut_for, draw_overlays, render_clips
-from sources.opener import open_source
+from renderer.render import RenderResult, caption_layout, cut_for, draw_overlays, render_clips, render_poster
+from renderer.sidecars import to_vtt
+from sources.opener import OpenedSource, open_source
 from storage import Storage
 
 from .assets import localize
 from .keys import download_name
-from .lookup import find
+from .lookup import POSTER, find, sidecar_stored
 from .manifest import sidecar_files
-from .results import ClipResult, stored_result
+from .results import ClipResult, PosterStored, stored_result
 from .stages import STAGE_START, Reporter, Stage
 from .tempdirs import TEMP_PREFIX, sweep_temp
 
-__all__ = ["ClipResult", "Stage", "produce_clip", "produce_clips", "sweep_temp"]  # what other modules import from here
+__all__ = [  # what other modules import from here
+    "ClipResult",
+    "PosterStored",
+    "Stage",
+    "captions_vtt",
+    "produce_clip",
+    "produce_clips",
+    "produce_poster",
+    "sweep_temp",
+]  # what other modules import from here
 
 log = logging.getLogger(__name__)
 
@@ -111,17 +122,7 @@ def produce_clips(
             # instant copy); whether its frames decode is asked only if ffmpeg fails (below): a first frame
             # decoded here would hold up every render (about 20 ms for 1080p)
             first_frame = spec.quality == "instant" or any(s.fit == "speaker" for s in drawn)
-            info = probe(
-                opened.probe_video, name=spec.source, max_pixels=settings.max_frame_pixels, first_frame=first_frame
-            )
-            if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
-                offsets = opened.offsets
-                info = replace(info, duration=opened.duration, timeline_offset=offsets[0], audio_offset=offsets[1])
-            if opened.probe_audio is not None:
-                info = replace(info, has_audio=has_audio(opened.probe_audio))
-            check_limits(
-                info, settings.max_source_seconds, settings.max_frame_pixels, settings.max_streams, spec.source
-            )
+            info = _probed(opened, spec.source, settings, first_frame)
             say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
             t1 = time.perf_counter()
             span = STAGE_START[Stage.UPLOADING] - STAGE_START[Stage.RENDERING]
@@ -199,6 +200,102 @@ def produce_clips(
         },
     )
     return [replace(r, timings=timings) if n in missing else r for n, r in enumerate(results) if r is not None]
+
+
+def _probed(opened: OpenedSource, label: str, settings: Settings, first_frame: bool) -> MediaInfo:
+    """The opened source's probe, placed on the source's timeline, within the source step's limits."""
+    info = probe(opened.probe_video, name=label, max_pixels=settings.max_frame_pixels, first_frame=first_frame)
+    if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
+        offsets = opened.offsets
+        info = replace(info, duration=opened.duration, timeline_offset=offsets[0], audio_offset=offsets[1])
+    if opened.probe_audio is not None:
+        info = replace(info, has_audio=has_audio(opened.probe_audio))
+    check_limits(info, settings.max_source_seconds, settings.max_frame_pixels, settings.max_streams, label)
+    return info
+
+
+def produce_poster(
+    spec: ClipSpec,
+    settings: Settings,
+    storage: Storage,
+    report: Reporter | None = None,
+) -> PosterStored:
+    """The stored poster of ``spec``'s clip (a ``<video poster>``), rendering it alone when neither it nor the clip is
+    stored: one frame, captions and watermark on it, never the clip (``render_poster``). It is stored where the
+    clip's own poster goes (the clip's key, ``.jpg``), so a later render of the clip writes the same picture there
+    and either serves the other."""
+
+    def say(stage: Stage, percent: int) -> None:
+        if report is not None:
+            report(stage, percent)
+
+    source, key, found = find(spec, settings, storage)
+    if found is not None or sidecar_stored(storage, key, POSTER):
+        say(Stage.FINISHED, 100)
+        return PosterStored(key, storage.link(key, POSTER), cached=True)
+    if spec.quality == "instant":
+        raise BadInput("quality: an instant preview has no poster (the page shows the video itself)")
+    with _machine_errors(), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+        say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
+        t0 = time.perf_counter()
+        binary = ffmpeg_binary(settings.ffmpeg_binary)
+        drawn = localize(spec, settings, storage, Path(tmp))
+        with open_source(
+            source, settings, Path(tmp), binary, spec.quality == "preview", None, (spec.cut_start, spec.cut_end)
+        ) as opened:
+            info = _probed(opened, spec.source, settings, first_frame=drawn.fit == "speaker")
+            say(Stage.RENDERING, STAGE_START[Stage.RENDERING])
+            t1 = time.perf_counter()
+            try:
+                still = render_poster(
+                    drawn,
+                    opened.video,
+                    info,
+                    Path(tmp),
+                    binary,
+                    timeout=settings.render_timeout(0.0),
+                    audio_source=opened.audio,
+                    probe_source=opened.probe_video,
+                    max_pixels=settings.max_frame_pixels,
+                )
+            except QuoteclipError as failed:
+                source_error = opened.error()
+                if source_error is not None:
+                    raise source_error from None
+                if isinstance(failed, RenderFailed) and drawn.fit != "speaker":
+                    _refuse_undecodable(opened.probe_video, spec.source)
+                raise
+            source_error = opened.error()
+            if source_error is not None:
+                raise source_error
+        t2 = time.perf_counter()
+        say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
+        storage.put_sidecar(key, POSTER, still.path.read_bytes(), "image/jpeg")
+    timings = {"open_probe_s": round(t1 - t0, 3), "render_s": round(t2 - t1, 3), "ffmpeg_s": still.ffmpeg_s}
+    log.info(
+        "stored the poster of clip %s alone (%dx%d, %.3f s in): open+probe %.2f s, render %.2f s (ffmpeg %.2f s)",
+        key,
+        still.width,
+        still.height,
+        still.at,
+        *timings.values(),
+        extra={"fields": {"stage": "stored", "key": key, "poster": True, **timings}},
+    )
+    say(Stage.FINISHED, 100)
+    return PosterStored(key, storage.link(key, POSTER), cached=False, timings=timings)
+
+
+def captions_vtt(spec: ClipSpec) -> bytes:
+    """The WebVTT captions of ``spec``'s clip made from the spec alone (no source read, no render): the captions the
+    render lays out and draws for the cut the quote asks for (a quote cut short by the video's end keeps its
+    cues), as the render stores them beside the clip; a clip without a caption has an empty file."""
+    cut = cut_for(spec, None)
+    track = caption_layout(spec, cut)
+    if track is None:
+        return b"WEBVTT\n"
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+        _, _, drawn = write_track(track, Path(tmp), cut[1])  # (a caption reaching the band's edge is laid out wider)
+    return to_vtt(drawn).encode()
 
 
 def _store(

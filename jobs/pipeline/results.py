@@ -32,6 +32,19 @@ class ClipResult:
         return {k: v for k, v in asdict(self).items() if (v is not None or k == "path") and k != "timings"}
 
 
+@dataclass(frozen=True)
+class PosterStored:
+    """A clip's stored poster (its own, or one rendered alone): where it is, and whether it was there already."""
+
+    key: str
+    link: str
+    cached: bool
+    timings: dict[str, float] | None = None  # seconds per step of this render (logs, job meta); not in the JSON
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": Stage.FINISHED.value, "key": self.key, "poster": self.link, "cached": self.cached}
+
+
 def stored_result(storage: Storage, key: str, meta: dict[str, str], cached: bool) -> ClipResult:
     path = storage.local_path(key)
     names = {".srt": "srt", ".vtt": "vtt", ".jpg": "poster", ".manifest.json": "manifest"}

@@ -48,12 +48,13 @@ COMMANDS = {
     "up": "service",
     "health": "service",
     "align": "align",
+    "sign": "sign",
 }
 
 # Commands that do one thing and end: once their answer is written, the process ends without the interpreter's
 # teardown (freeing every module and object the render loaded, some 40 ms of a cold render; BENCHMARKS.md 8a).
 # Everything they write is closed before they return (files, the store's fsynced writes, worker threads joined).
-ONE_SHOT = {"render", "enqueue", "batch", "status", "align", "health"}
+ONE_SHOT = {"render", "enqueue", "batch", "status", "align", "health", "sign"}
 
 
 def load_commands(args: Sequence[str]) -> None:

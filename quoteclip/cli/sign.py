@@ -1,0 +1,106 @@
+"""``quoteclip sign``: a signed clip link for a website's page, made with its site key (no request is made)."""
+
+from typing import Annotated
+
+import typer
+
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings, SiteKey
+
+from .app import app
+from .clips import SourceArg
+from .common import JsonOpt, emit, run_guarded
+from .options import ClipOptions, clip_options
+
+# What a link carries of the clip options (quoteclip/links.py); any other option given is refused by name.
+LINKED = {"start", "end", "caption", "watermark", "profile", "fit", "style", "quality"}
+
+
+@app.command("sign")
+@clip_options()
+def sign(
+    source: SourceArg,
+    opts: ClipOptions,
+    site: Annotated[str, typer.Option("--site", help="The site key's id (QUOTECLIP_SITE_KEYS or its file).")],
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="The service's address (default QUOTECLIP_LINK_BASE_URL).")
+    ] = None,
+    expires: Annotated[
+        int | None, typer.Option("--expires", help="Seconds the link lives (rounded up; the key's lifetime caps it).")
+    ] = None,
+    variant: Annotated[str, typer.Option("--as", help="clip | download | poster | captions")] = "clip",
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a signed link to a clip (one line): a page puts it in an <a href>, a <video src> or a poster, and the
+    service renders the clip on the first request. The secret comes from the site key's setting."""
+
+    def go() -> None:
+        from quoteclip import links
+
+        if variant not in links.VARIANTS:
+            raise BadInput(f"--as must be one of {', '.join(links.VARIANTS)}, got {variant!r}")
+        settings = Settings.from_env()
+        key = settings.sites().get(site)
+        if key is None:
+            raise BadInput(f"site: no key {site!r} in QUOTECLIP_SITE_KEYS or QUOTECLIP_SITE_KEYS_FILE")
+        given = {name for name, value in vars(opts).items() if name != "source" and value not in (None, False)}
+        extra = sorted(given - LINKED)
+        if extra:
+            flags = ", ".join("--" + name.replace("_", "-") for name in extra)
+            raise BadInput(f"{flags}: a link cannot carry it (it carries --{', --'.join(sorted(LINKED))})")
+        clip = _clip(source, opts)
+        _check(clip, key, settings)
+        if key.brand is not None and opts.watermark is not None and key.brand.text != opts.watermark:
+            typer.echo(
+                f"quoteclip: warning: the key {key.id} puts its brand on every clip, whatever the link names", err=True
+            )
+        lifetime = key.lifetime
+        if expires is not None and lifetime is not None and expires > lifetime:
+            raise BadInput(f"expires: {expires} s is over the key {key.id}'s link lifetime of {lifetime} s")
+        seconds = expires if expires is not None else lifetime
+        expiry = None if seconds is None else links.rounded_expiry(seconds)
+        base = base_url.rstrip("/") if base_url else settings.link_base_url or ""
+        try:
+            link = links.sign(clip, key.id, key.secret, base, variant, expiry)
+        except links.LinkError as exc:
+            raise BadInput(str(exc)) from None
+        emit({"link": link, "site": key.id, "variant": variant, "expires": expiry}, as_json, link)
+
+    run_guarded(go)
+
+
+def _clip(source: str, opts: ClipOptions) -> dict[str, object]:
+    clip: dict[str, object] = {"source": source, "start": opts.start, "end": opts.end, "caption": opts.caption}
+    if opts.watermark is not None:
+        if opts.watermark.lower().endswith(".png"):
+            if not opts.watermark.startswith(("asset:", "brand:")):
+                raise BadInput("watermark: a link's logo is an uploaded asset (asset:…) or a brand file (brand:NAME)")
+            clip["logo"] = opts.watermark
+        else:
+            clip["watermark"] = opts.watermark
+    for name in ("profile", "fit", "style", "quality"):
+        if getattr(opts, name) is not None:
+            clip[name] = getattr(opts, name)
+    if opts.start is None or opts.end is None:
+        raise BadInput(f"{'start' if opts.start is None else 'end'}: required")
+    return clip
+
+
+def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:
+    """Refuse what the service would refuse: an invalid spec, a clip over the key's or the service's length, a
+    source host the key may not clip."""
+    from urllib.parse import urlsplit
+
+    from quoteclip.spec import build_spec
+
+    mark = {"text": clip["watermark"]} if "watermark" in clip else {"logo": clip["logo"]} if "logo" in clip else None
+    data = {name: value for name, value in clip.items() if name not in ("watermark", "logo", "style")}
+    data.update({"watermark": mark, **({"style": {"preset": clip["style"]}} if "style" in clip else {})})
+    longest = min(settings.max_clip_seconds, key.max_seconds or settings.max_clip_seconds)
+    build_spec({k: v for k, v in data.items() if v is not None}, max_seconds=longest)
+    if key.hosts is not None:
+        host = (urlsplit(str(clip["source"])).hostname or "").lower()
+        if not any(host == h or host.endswith("." + h) for h in key.hosts):
+            raise BadInput(
+                f"source: the key {key.id} may clip {', '.join(key.hosts)} only, got {host or clip['source']!r}"
+            )
