@@ -154,7 +154,7 @@ def link_renders_allowed(svc: Services, site: str, clips: int = 1) -> int | None
     """Whether a site key's signed links may start ``clips`` more renders now (``QUOTECLIP_LINK_RENDERS`` a minute
     per key: the API's one limiter, counting clips in a namespace of its own, one counter per key id): None when
     they may, else the seconds until they may. Answering a stored clip never comes here."""
-    item = RateLimitItemPerMinute(svc.settings.link_renders_per_minute, namespace="link-renders")
+    item = RateLimitItemPerMinute(svc.settings.link_renders_per_minute, namespace=redis_keys.LINK_RENDER_LIMITS)
     if svc.limits.limiter.hit(item, site, cost=clips):
         return None
     return int(_seconds_until(svc.limits.limiter.get_window_stats(item, site).reset_time))

@@ -68,8 +68,8 @@ CORS = {
     "Access-Control-Expose-Headers": "Accept-Ranges, Content-Length, Content-Range, ETag, Retry-After",
 }
 MEDIA = {"clip": "video/mp4", "download": "video/mp4", "poster": "image/jpeg", "captions": "text/vtt; charset=utf-8"}
-REQUESTS = f"{redis_keys.METRICS}:link_requests"  # hash: "key|variant|outcome" → count
-RENDERS = f"{redis_keys.METRICS}:link_renders"  # hash: key id → renders its links started
+REQUESTS = redis_keys.LINK_REQUESTS
+RENDERS = redis_keys.LINK_RENDERS
 
 
 def install(app: FastAPI, settings: Settings) -> None:

@@ -66,3 +66,8 @@ def extraction(key: str) -> str:
 def extraction_lock(key: str) -> str:
     """Held by the one job extracting a page while the others wait for its entry."""
     return f"{PREFIX}:extraction-lock:{key}"
+
+
+LINK_REQUESTS = f"{METRICS}:link_requests"  # hash: "site key|variant|outcome" → requests of signed links
+LINK_RENDERS = f"{METRICS}:link_renders"  # hash: site key id → renders its links started
+LINK_RENDER_LIMITS = "link-renders"  # the rate limiter's namespace for renders started through links, per key

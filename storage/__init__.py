@@ -24,6 +24,9 @@ class Storage(Protocol):
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         """Store a file that goes with the clip (``.srt``, ``.vtt``, ``.jpg``, ``.manifest.json``)."""
 
+    def has_sidecar(self, key: str, suffix: str) -> bool:
+        """Whether a file that goes with the clip is stored, the clip or not (a poster rendered alone)."""
+
     def put_asset(self, name: str, data: bytes, content_type: str) -> None:
         """Store an uploaded brand file (``<sha256>.<ext>``) under ``assets/``."""
 

@@ -33,6 +33,9 @@ class LocalStorage:
         self._write(self._file(key, ".json"), data=meta)
         self._write(self._file(key), source=path)
 
+    def has_sidecar(self, key: str, suffix: str) -> bool:
+        return (self.root / f"{key}{suffix}").is_file()
+
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         self._write(self._file(key, suffix), data=data)
 

@@ -93,6 +93,13 @@ class S3Storage:
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         self._put_bytes(self.object_key(key, suffix), data, content_type)
 
+    def has_sidecar(self, key: str, suffix: str) -> bool:
+        name = self.object_key(key, suffix)
+        with _store_errors(f"could not look up {name} in bucket {self.bucket}", absent=True):
+            self.client.head_object(Bucket=self.bucket, Key=name)
+            return True
+        return False
+
     def put_asset(self, name: str, data: bytes, content_type: str) -> None:
         self._put_bytes(f"{ASSETS}{name}", data, content_type)
 

@@ -220,6 +220,19 @@ def runs(log: Path) -> int:
 
 
 @pytest.fixture
+def chromium() -> str:
+    """Debian's Chromium (the browser tests drive it with Playwright): under ``CI`` a missing one fails."""
+    import shutil
+
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is missing: .ci/run installs Debian's chromium package")
+        pytest.skip("Chromium is not installed (apt-get install chromium); the browser tests run in CI")
+    return found
+
+
+@pytest.fixture
 def one_encoder_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """Renders in this test run their encoders on one thread. x264's frame threads now and then choose differently
     for the same frames (on a loaded machine about one clip in 25: a few macroblocks of the last frames), so two

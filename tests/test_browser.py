@@ -3,8 +3,6 @@ API and a worker on loopback. Click "Download clip", see progress, get a playabl
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,19 +14,9 @@ from pathlib import Path
 import pytest
 from mediacheck import streams
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def chromium() -> str:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is missing: .ci/run installs Debian's chromium package")
-        pytest.skip("Chromium is not installed (apt-get install chromium); the browser test runs in CI")
-    return CHROMIUM
 
 
 def _free_port() -> int:

@@ -18,7 +18,6 @@ from fractions import Fraction
 import pytest
 from mediacheck import frame_index, frame_means, streams
 from test_browser import ARTIFACTS, GRAB
-from test_browser import chromium as chromium  # the browser fixture
 
 from quoteclip import links
 from renderer.frames import first_frame_at

@@ -34,6 +34,9 @@ def test_stored_objects_come_back_and_missing_ones_are_not_there(s3, tmp_path: P
     assert store.read("k1").read() == clip.read_bytes()
     assert store.get_asset("a.png") == b"png bytes"
     assert "clips/k1.mp4" in store.link("k1")
+    assert not store.has_sidecar("k2", ".jpg")
+    store.put_sidecar("k2", ".jpg", b"poster", "image/jpeg")  # a poster rendered alone: no mp4 beside it
+    assert store.has_sidecar("k2", ".jpg") and store.stat("k2") is None
 
 
 def test_every_store_failure_is_one_storage_error_naming_what_was_done(s3, tmp_path: Path) -> None:

@@ -37,16 +37,5 @@ POSTER = ".jpg"  # the poster's suffix beside its clip (the clip's own, or one r
 
 def sidecar_stored(storage: Storage, key: str, suffix: str) -> bool:
     """Whether a file that goes with the clip ``key`` is stored, the clip or not (a poster rendered alone has no
-    mp4 beside it): a file of the local folder, else an object of the bucket (one HEAD)."""
-    path = storage.local_path(key)
-    if path is not None:
-        return path.with_suffix(suffix).is_file()
-    from storage.s3 import S3Storage, _store_errors
-
-    if not isinstance(storage, S3Storage):
-        raise TypeError(f"no way to look for a sidecar in {type(storage).__name__}")
-    name = storage.object_key(key, suffix)
-    with _store_errors(f"could not look up {name} in bucket {storage.bucket}", absent=True):
-        storage.client.head_object(Bucket=storage.bucket, Key=name)
-        return True
-    return False
+    mp4 beside it)."""
+    return storage.has_sidecar(key, suffix)

@@ -66,7 +66,7 @@ def sign(
             raise BadInput(str(exc)) from None
         emit({"link": link, "site": key.id, "variant": variant, "expires": expiry}, as_json, link)
 
-    run_guarded(go)
+    run_guarded(go, as_json)
 
 
 def _clip(source: str, opts: ClipOptions) -> dict[str, object]:
