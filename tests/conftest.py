@@ -219,6 +219,20 @@ def runs(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
+# How the browser tests start Chromium: headless as root, no GPU, and none of its own network traffic (this
+# machine's network is closed: its background requests would only be refused).
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+
 @pytest.fixture
 def chromium() -> str:
     """Debian's Chromium (the browser tests drive it with Playwright): under ``CI`` a missing one fails."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import CHROMIUM_FLAGS
 from mediacheck import streams
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -63,16 +64,7 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
     page_url = f"{served}/?source={http_source.url('ep.mp4')}&start=1&end=6&brand=StarZero"
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        flags = [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ]
-        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(accept_downloads=True)
             page.goto(page_url)
@@ -164,17 +156,7 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
         }
     )
     with sync_playwright() as p:
-        flags = [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--autoplay-policy=no-user-gesture-required",
-        ]
-        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         console: list[str] = []
         try:
             page = browser.new_page(accept_downloads=True)
@@ -235,16 +217,7 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
         }
     )
     with sync_playwright() as p:
-        flags = [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ]
-        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         console: list[str] = []
         try:
             page = browser.new_page()
@@ -305,8 +278,7 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
         {"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.7", "words": json.dumps(heard)}
     )
     with sync_playwright() as p:
-        flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
-        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page()
             page.goto(f"{served}/edit")
@@ -383,8 +355,7 @@ def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
         assert refused.value.code == 401  # the data routes still need one
         query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.5"})
         with sync_playwright() as p:
-            flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
-            browser = p.chromium.launch(executable_path=chromium, args=flags + ["--disable-background-networking"])
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
             try:
                 page = browser.new_page()
                 page.goto(f"{base}/edit?{query}")

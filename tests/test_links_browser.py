@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 import pytest
+from conftest import CHROMIUM_FLAGS
 from mediacheck import frame_index, frame_means, streams
 from test_browser import ARTIFACTS, GRAB
 
@@ -28,16 +29,6 @@ pytestmark = pytest.mark.slow
 
 SITE, SECRET = "quotes", "quotes-site-secret-0123"
 RATE = Fraction(30000, 1001)
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-]
 # The <video>'s frame, with the player's element handed in (the card's video is in its shadow root).
 GRAB_ELEMENT = GRAB.replace("(id) => {\n  const v = document.getElementById(id);", "(v) => {")
 
@@ -125,7 +116,7 @@ def test_a_page_of_signed_links_on_another_origin_in_chromium(
     assert page_url.split("/")[2] != link_api.split("/")[2]  # another origin
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=FLAGS)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         console: list[str] = []
         asked: list[str] = []
         try:
@@ -241,7 +232,7 @@ def test_the_card_asks_again_past_the_hold_and_says_when_a_clip_cannot_be_played
     (http_source.root / "cards.html").write_text(page_html)
     clip_link = links.sign(good, SITE, SECRET, link_api)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=FLAGS)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         asked: list[str] = []
         try:
             page = browser.new_page()
