@@ -22,7 +22,7 @@ from quoteclip.spec import ClipSpec, build_spec
 from storage import open_storage
 
 from .connection import bulk_queue_name
-from .maintenance import PENDING, Fault, machine_health, pause_worker
+from .maintenance import PENDING, Fault, machine_health, mark_pending, pause_worker
 from .metrics import record_cache_hit, record_failure, record_handback, record_render
 from .pipeline.produce import Stage, machine_fault, produce_clips
 from .pipeline.tempdirs import clip_bytes, hide_paths
@@ -62,8 +62,11 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]] | Retry:
         if job.meta.get("stage") != stage.value:
             job.meta["stage_at"] = time.time()  # when the stage began: a worker told to stop estimates from it
         job.meta.update(stage=stage.value, progress=percent)
-        job.save_meta()
-        announce(job)
+        try:
+            job.save_meta()
+            announce(job)
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # progress is news, not the job: render on
+            log.info("progress not written (%s): Redis did not answer", str(exc).splitlines()[0])
 
     began = time.perf_counter()
     if job is not None:
@@ -160,6 +163,7 @@ def _hand_back(job: Job, fault: MachineFault, said: str, settings: Settings) -> 
     record_handback(connection, fault.reason)
     job.meta.update(stage=Stage.QUEUED.value, progress=0, error=None, last_lost=said)
     job.save_meta()
+    mark_pending(connection, job.id)  # queued again (rq pushes it when this returns)
     announce(job)
     log.warning("%s: handing the job back to the queue for another worker", said)
     return Retry(max=settings.max_handbacks + 1, interval=0, enqueue_at_front=True)

@@ -98,6 +98,7 @@ class RenderWorker(ClipWorker):
     _parent_pid: int = 0
     _execution: Any = None  # the current job's rq Execution
     _unsettled: list[tuple[Job, Queue, Any]]  # jobs whose horse ended, to check once Redis answers
+    _settling: threading.Lock
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -105,6 +106,7 @@ class RenderWorker(ClipWorker):
         self._parent_pid = os.getpid()
         self.fault_since = time.time()
         self._unsettled = []
+        self._settling = threading.Lock()
 
     # ---- health and lease ----
 
@@ -173,23 +175,29 @@ class RenderWorker(ClipWorker):
             self._unsettled.append((job, queue, self._execution))
         self._settle()
 
-    def _settle(self) -> None:
+    def _settle(self, connection: Any = None) -> None:
         """A work-horse that ended must have settled its job (finished, failed, retried, handed back). One that
         ended while Redis was away could not: its job would stay "started" under this live worker, whose lease
-        keeps others off it. Once Redis answers, such a job goes back to the queue, no attempt spent."""
-        while self._unsettled:
-            job, queue, execution = self._unsettled[0]
-            try:
-                status, worker = (
-                    v.decode() if isinstance(v, bytes) else v
-                    for v in self.connection.hmget(job.key, "status", "worker_name")
-                )
-                if status == JobStatus.STARTED.value and worker == self.name:
-                    if give_back(job, queue, execution, "unsettled", self.settings, "its work-horse ended unheard"):
-                        record_handback(self.connection, "worker lost Redis")
-            except RedisError:
-                return  # later: the queue's own wait for Redis comes first
-            self._unsettled.pop(0)
+        keeps others off it. Once Redis answers (this worker's next look, or its lease thread's), such a job goes
+        back to the queue, no attempt spent (the clip, if stored, is then found, not rendered again)."""
+        connection = connection or self.connection
+        with self._settling:
+            while self._unsettled:
+                job, queue, execution = self._unsettled[0]
+                try:
+                    status, worker = (
+                        v.decode() if isinstance(v, bytes) else v
+                        for v in connection.hmget(job.key, "status", "worker_name")
+                    )
+                    if status == JobStatus.STARTED.value and worker == self.name:
+                        job.connection = connection
+                        if give_back(job, queue, execution, "unsettled", self.settings, "its horse ended unheard"):
+                            record_handback(connection, "worker lost Redis")
+                except RedisError:
+                    return  # later: once Redis answers
+                except Exception:  # noqa: BLE001  (the worker goes on; rq's abandoned-job detection is left)
+                    log.exception("could not settle %s", job.id)
+                self._unsettled.pop(0)
 
     def main_work_horse(self, *args: Any, **kwargs: Any) -> None:
         """The horse dies with its worker (SIGKILL when the worker dies), as its ffmpeg dies with it: a dead
@@ -286,6 +294,8 @@ class RenderWorker(ClipWorker):
         time) finishes, any other job is handed back at once. SIGINT (Ctrl-C, ``quoteclip up``): hand back at
         once. Either way nothing waits for rq's abandoned-job detection, and no attempt is spent."""
         job_id = self.get_current_job_id() if self.horse_pid else None
+        if self.horse_pid and not job_id:  # a horse without a job known here: the plain time limit
+            return super().request_stop(signum, frame)
         if job_id and self._winding_down is None:
             deadline = time.monotonic() + self.shutdown_grace
             at_once = signum == signal.SIGINT
@@ -384,6 +394,7 @@ class Lease(threading.Thread):
                     self.worker.fault,
                     self.worker.fault_since,
                 )
+                self.worker._settle(self.connection)
                 if self.connection.set(RECLAIM_LOCK, self.worker.name, nx=True, px=int(self.period * 1000)):
                     for _, requeued in reclaim_lost(self.connection, self.queue_names, self.settings):
                         if requeued:

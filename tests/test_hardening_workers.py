@@ -744,3 +744,50 @@ def test_fault_run_a_fleet_fails_and_loses_no_clip(fleet, queue_env, s3, http_so
         fleet.stop()
         server.kill()
         server.wait()
+
+
+OUTAGE = 6.0  # seconds Redis is away: longer than a job's heartbeat interval (5 s), shorter than a lease (15 s)
+
+
+@pytest.mark.slow
+def test_a_render_goes_on_through_a_redis_restart(fleet, queue_env, media, tmp_path, ffmpeg_counter) -> None:
+    """Redis SIGKILLed and started again (AOF) in the middle of a render: the work-horse renders on (its progress
+    writes are skipped while Redis is away) and the worker keeps its name, its lease and its horse. The clip is
+    rendered once, with no attempt spent and no death counted, and rq says finished within seconds of Redis's
+    return (a horse that ended while Redis was away has its job handed back, which then finds the clip stored)."""
+    procs, url = _private_redis(tmp_path / "redis-aof")
+    server, argv = procs[0], procs[1]
+    fleet.env["QUOTECLIP_REDIS_URL"] = url
+    settings = Settings.from_env({**queue_env, "QUOTECLIP_REDIS_URL": url})
+    try:
+        job_id = enqueue_clip(long_render(media, "through a restart", end=19), settings).job_id
+        fleet.start("steady")
+        wait_for(lambda: job_status(job_id, settings)["stage"] == "rendering", 60, "the render to start")
+        server.kill()
+        server.wait()
+        time.sleep(OUTAGE)
+        server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        back = time.monotonic()
+
+        def finished() -> bool:
+            try:
+                return Job.fetch(job_id, connection=redis.Redis.from_url(url)).get_status() == "finished"
+            except redis.RedisError:
+                return False
+
+        wait_for(finished, 60, "rq to say the clip finished")
+        took = time.monotonic() - back
+        job = Job.fetch(job_id, connection=redis.Redis.from_url(url))
+        _, runs = ffmpeg_counter
+        assert len(runs.read_text().splitlines()) == 1  # rendered once
+        assert job.retries_left == ATTEMPTS and "deaths" not in job.meta, (job.retries_left, job.meta)
+        assert "reconnecting" not in fleet.log("steady")  # the worker's loop never ended: same name, same lease
+        assert took < 20, f"finished {took:.1f} s after Redis came back"
+        print(
+            f"\nRedis away {OUTAGE:.0f} s mid-render: finished {took:.1f} s after its return "
+            f"({'handed back once, then found stored' if job.meta.get('unsettled') else 'the horse was heard'})"
+        )
+    finally:
+        fleet.stop()
+        server.kill()
+        server.wait()
