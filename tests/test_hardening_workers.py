@@ -667,11 +667,14 @@ def _statuses(job_ids: list[str], settings: Settings) -> dict[str, str]:
         return {}  # Redis restarting
 
 
+KILL_EVERY = 4  # seconds between the fault run's kills of busy workers (the first 2 s in; four at most)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_fault_run_a_fleet_fails_and_loses_no_clip(fleet, queue_env, s3, http_source, tmp_path, ffmpeg_bin) -> None:
     """The fault run: 30 clips through four workers, one of them on a full disk (a 1.8 MB tmpfs holding its temp
-    and source cache folders), while busy workers are SIGKILLed every 8 s (and replaced) and Redis is killed and
+    and source cache folders), while busy workers are SIGKILLed every few seconds (and replaced) and Redis is killed and
     started again. Every clip finishes, none fails, and the store holds one object for each."""
     procs, url = _private_redis(tmp_path / "redis-aof")
     server, argv = procs[0], procs[1]
@@ -710,7 +713,7 @@ def test_fault_run_a_fleet_fails_and_loses_no_clip(fleet, queue_env, s3, http_so
                 time.sleep(1.0)
                 server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 restarted = True
-            elif now - last_kill > (8 if kills else 3) and len(kills) < 4:  # a busy worker SIGKILLed, replaced
+            elif now - last_kill > (KILL_EVERY if kills else 2) and len(kills) < 4:  # a busy worker SIGKILLed
                 busy = [
                     n
                     for n, p in fleet.procs.items()
@@ -736,10 +739,10 @@ def test_fault_run_a_fleet_fails_and_loses_no_clip(fleet, queue_env, s3, http_so
         handed = {k.decode(): int(v) for k, v in conn.hgetall("quoteclip:metrics:handbacks").items()}
         assert sick.get("state") == "unhealthy" and sick.get("reason") == "disk", sick
         assert handed.get("disk", 0) >= 1 and handed.get("worker died", 0) >= 1, handed
-        assert restarted and kills, kills
+        assert restarted and len(kills) >= 2, kills
         print(
-            f"\nfault run: 30 of 30 clips finished, 0 failed, 30 objects in {took:.0f} s; {len(kills)} workers "
-            f"SIGKILLed, Redis restarted once; handed back: {dict(sorted(handed.items()))}; the sick worker: "
+            f"\nfault run: 30 of 30 clips finished, 0 failed, 30 objects in {took:.0f} s; workers SIGKILLed: "
+            f"{len(kills)}, Redis restarted once; handed back: {dict(sorted(handed.items()))}; the sick worker: "
             f"{sick['detail']}"
         )
     finally:
