@@ -11,6 +11,9 @@ from rq import Queue
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
 from quoteclip import redis_keys
+from quoteclip.errors import MACHINE_REASONS
+
+from .maintenance import worker_states
 
 RENDER_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 PREFIX = redis_keys.METRICS
@@ -37,8 +40,15 @@ def record_failure(connection: Redis, kind: str) -> None:
     connection.hincrby(f"{PREFIX}:failures", kind, 1)
 
 
+def record_handback(connection: Redis, reason: str) -> None:
+    """A job handed back to the queue without spending an attempt: a machine fault's reason (disk, memory,
+    ffmpeg, files), "worker died" or "worker stopped"."""
+    connection.hincrby(f"{PREFIX}:handbacks", reason, 1)
+
+
 class QueueCollector(Collector):
-    """Jobs by status, queue depth, render seconds, cache hits, fetched bytes and failures by reason."""
+    """Jobs by status, queue depth, render seconds, cache hits, fetched bytes, failures by reason, jobs handed
+    back by reason, and render workers by health (the unhealthy ones by reason)."""
 
     def __init__(self, connection: Redis, queue_names: tuple[str, ...]) -> None:
         self.connection = connection
@@ -81,6 +91,28 @@ class QueueCollector(Collector):
         for kind, count in conn.hgetall(f"{PREFIX}:failures").items():
             failures.add_metric([_text(kind)], float(count))
         yield failures
+        handed = CounterMetricFamily(
+            "quoteclip_handbacks",
+            "Jobs handed back to the queue without spending an attempt, by reason (a machine fault's, worker died, "
+            "worker stopped)",
+            labels=["reason"],
+        )
+        for reason, count in conn.hgetall(f"{PREFIX}:handbacks").items():
+            handed.add_metric([_text(reason)], float(count))
+        yield handed
+        states = worker_states(conn)
+        workers = GaugeMetricFamily("quoteclip_workers", "Render workers alive, by health", labels=["state"])
+        for state in ("healthy", "unhealthy"):
+            workers.add_metric([state], sum(s["state"] == state for s in states))
+        yield workers
+        sick = GaugeMetricFamily(
+            "quoteclip_worker_unhealthy",
+            "Render workers taking no job because their machine failed a check or a job, by reason",
+            labels=["reason"],
+        )
+        for reason in MACHINE_REASONS:
+            sick.add_metric([reason], sum(s["state"] == "unhealthy" and s["reason"] == reason for s in states))
+        yield sick
 
 
 def _text(value: bytes | str) -> str:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache, partial
 from pathlib import Path
 
 from .errors import QuoteclipError
@@ -118,7 +121,16 @@ def start(folder: Path, persist: bool = True, record: Path | None = None, timeou
         "--logfile",
         str(folder / "server.log"),
     ]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        # its own process group: a Ctrl-C in the terminal reaches ``quoteclip up`` alone, which stops the server
+        # last, after the workers have handed their jobs back; it stops too if ``up`` dies
+        process_group=0,
+        preexec_fn=stop_with_parent(),
+    )
     server = EmbeddedServer(proc, port, folder)
     deadline = time.monotonic() + timeout
     while not _pong(port):
@@ -134,3 +146,16 @@ def start(folder: Path, persist: bool = True, record: Path | None = None, timeou
         tmp.replace(record)
         server.record = record
     return server
+
+
+@lru_cache(maxsize=1)
+def stop_with_parent() -> Callable[[], object] | None:
+    """What a child of ``quoteclip up`` runs before exec: on Linux, get SIGTERM when ``up`` dies (killed), so
+    nothing it started outlives it. Looked up once, in the parent."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: no such call
+        return None
+    return partial(prctl, 1, signal.SIGTERM)  # PR_SET_PDEATHSIG

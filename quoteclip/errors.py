@@ -1,4 +1,7 @@
-"""One small error hierarchy. Whether an error is worth retrying is a property of its class."""
+"""One small error hierarchy. What a failed job does next is a property of its error's class: a ``permanent``
+error fails the job at once; a transient one is retried (an attempt spent); a ``machine`` fault (this worker's
+disk is full, its memory exhausted, its ffmpeg missing or broken) hands the job back to the queue for another
+worker without spending an attempt."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ class QuoteclipError(Exception):
     later try (the queue retries them with backoff)."""
 
     permanent: bool = True
+    machine: bool = False  # the fault is this machine's, not the request's: another worker may run the job
     kind: str = "error"
 
     def __str__(self) -> str:
@@ -80,8 +84,8 @@ class SourceGone(SourceUnavailable):
 class RenderFailed(QuoteclipError):
     """ffmpeg failed or timed out. Carries the command and the tail of its stderr.
 
-    Permanent by default (the same input fails the same way); the code that knows the cause passes
-    ``permanent=False`` for a failure of this machine (a full disk, no memory), which another try may pass.
+    Permanent by default (the same input fails the same way). A failure of this machine (a full disk, no
+    memory, no working ffmpeg) is a MachineFault instead.
     """
 
     kind = "render failed"
@@ -114,3 +118,33 @@ class StorageFailed(QuoteclipError):
 
     kind = "storage failed"
     permanent = False
+
+
+# What a machine fault is about (its ``reason``): the label of the worker's health and of its metrics.
+MACHINE_REASONS = ("disk", "memory", "ffmpeg", "files")
+
+
+class MachineFault(QuoteclipError):
+    """The machine running the job failed it, not the request: its disk (temp or cache folder) is full, its
+    memory is exhausted, its ffmpeg is missing or broken, it is out of file handles. A worker hands the job back
+    to the queue for another worker (no attempt spent) and takes no job until it is healthy again. ``reason`` is
+    one of MACHINE_REASONS."""
+
+    kind = "machine fault"
+    permanent = False
+    machine = True
+
+    def __init__(self, message: str, reason: str = "disk") -> None:
+        super().__init__(message)
+        if reason not in MACHINE_REASONS:
+            raise ValueError(f"reason must be one of {', '.join(MACHINE_REASONS)}, got {reason!r}")
+        self.reason = reason
+
+
+class InternalError(QuoteclipError):
+    """An error the code did not expect (a library's OSError on a font it cannot load, an OverflowError): not
+    retried, since the same job meets it again; its message names the error's type, never a path of the
+    server, and the worker's log holds the traceback."""
+
+    kind = "internal error"
+    permanent = True

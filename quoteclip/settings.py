@@ -682,6 +682,53 @@ DECLARED: tuple[Setting, ...] = (
         field="maintenance_interval",
         parse=_Number(1, whole=True),
     ),
+    Setting(
+        "QUOTECLIP_WORKER_LEASE",
+        "seconds a worker's lease in Redis lasts unrenewed (it renews it every third of that): a job whose worker's "
+        "lease lapsed goes back to the queue, taken by another worker",
+        group="workers",
+        field="worker_lease",
+        parse=_Number(3),
+    ),
+    Setting(
+        "QUOTECLIP_MAX_DEATHS",
+        "a clip's job fails when this many of its workers died running it (killed, out of memory: an input that "
+        "kills every worker it meets); until then it goes back to the queue, and these never spend an attempt",
+        group="workers",
+        field="max_deaths",
+        parse=_Number(1, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_MAX_HANDBACKS",
+        "a clip's job fails when this many workers' machines failed it (full disk, no memory, no working ffmpeg); "
+        "until then it goes back to the queue for another worker, and these never spend an attempt",
+        group="workers",
+        field="max_handbacks",
+        parse=_Number(1, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_MIN_FREE_MB",
+        "free space a worker needs on its temp folder and on its source cache folder to take a job (a job needs "
+        "room for its clips too)",
+        group="workers",
+        field="min_free_bytes",
+        parse=_Number(0, unit=1024**2, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_MIN_FREE_MEMORY_MB",
+        "memory a worker needs available (the machine's, or its container's) to take a job",
+        group="workers",
+        field="min_free_memory",
+        parse=_Number(0, unit=1024**2, whole=True),
+    ),
+    Setting(
+        "QUOTECLIP_SICK_PAUSE",
+        "seconds a worker takes no job after its machine failed one; then it takes jobs again once its disk, "
+        "memory and ffmpeg pass their checks",
+        group="workers",
+        field="sick_pause",
+        parse=_Number(0),
+    ),
     # logging
     Setting(
         "QUOTECLIP_LOG_FORMAT",
@@ -793,6 +840,12 @@ class Settings:
     webhook_concurrency: int = 16  # deliveries one webhook worker makes at once
     shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
     maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs
+    worker_lease: float = 15.0  # seconds a worker's lease lasts unrenewed; then its job goes back to the queue
+    max_deaths: int = 3  # workers a clip's job may lose (killed mid-job) before it fails
+    max_handbacks: int = 3  # hand-backs by workers whose machine failed the job before it fails
+    min_free_bytes: int = 512 * 1024**2  # on the temp and source cache folders, to take a job
+    min_free_memory: int = 256 * 1024**2  # available memory, to take a job
+    sick_pause: float = 30.0  # seconds a worker takes no job after its machine failed one
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import IO
 
-from quoteclip.errors import RenderFailed
+from quoteclip.errors import MachineFault, RenderFailed
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ def ffmpeg_binary(override: str | None = None) -> str:
     if override:
         found = shutil.which(override)
         if not found:
-            raise RenderFailed(f"FFMPEG_BINARY points at {override!r}, which is not an executable")
+            # this worker's set-up, not the request: another worker (or this one, mended) may render the clip
+            raise MachineFault(f"FFMPEG_BINARY points at {override!r}, which is not an executable", "ffmpeg")
         return found
     return _bundled_ffmpeg()
 
@@ -121,16 +122,21 @@ def run_ffmpeg(
     but went on after, such as frames its decoder refused)."""
     log.debug("ffmpeg: %s", subprocess.list2cmdline(argv))
     with tempfile.TemporaryFile(mode="w+b") as err:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            # its own process group (killed as one), but the worker's session: Linux's autogroup scheduling then
-            # weighs it against the other workers' ffmpeg by niceness (a batch render's is 10 steps nicer)
-            process_group=0,
-            preexec_fn=die_with_parent(),
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                # its own process group (killed as one), but the worker's session: Linux's autogroup scheduling
+                # then weighs it against the other workers' ffmpeg by niceness (a batch render's is 10 steps nicer)
+                process_group=0,
+                preexec_fn=die_with_parent(),
+            )
+        except OSError as exc:  # no binary there, not executable, not for this machine, or no memory to fork
+            raise MachineFault(
+                f"ffmpeg could not be started ({exc.strerror or type(exc).__name__})", _start_reason(exc.errno)
+            ) from None
         reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
         reader.start()
         # a blocking wait returns the moment ffmpeg exits (a wait with a timeout polls, up to 50 ms late);
@@ -153,12 +159,12 @@ def run_ffmpeg(
                 raise RenderFailed(f"ffmpeg took longer than {timeout:.0f} s and was stopped", argv, _tail(err))
             reader.join(timeout=5)
             if code != 0:
-                raise RenderFailed(
-                    f"ffmpeg exited with code {code}{_errno_hint(code)}",
-                    argv,
-                    _tail(err),
-                    permanent=_errno(code) not in MACHINE_ERRNOS,
-                )
+                said = _tail(err)
+                machine = machine_reason(code, said)
+                if machine is not None:
+                    log.info("ffmpeg failed on this machine (%s): %s", machine[1], said[-500:])
+                    raise MachineFault(f"ffmpeg exited with code {code} ({machine[1]})", machine[0])
+                raise RenderFailed(f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, said)
             return _tail(err)
         finally:
             if proc.poll() is None:
@@ -167,9 +173,40 @@ def run_ffmpeg(
                 proc.stdout.close()
 
 
-# System errors of this machine, not of the input: a full disk, a quota, no memory. Another try (on another
-# worker, or once space is freed) may pass, so the render failure is transient.
-MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
+# System errors of this machine, not of the input, by what they are about (MachineFault's reasons): a full disk
+# or quota, no memory, no file handles. Another worker (or this one, once space is freed) may render the clip.
+MACHINE_ERRNOS = {
+    errno.ENOSPC: "disk",
+    errno.EDQUOT: "disk",
+    errno.ENOMEM: "memory",
+    errno.EMFILE: "files",
+    errno.ENFILE: "files",
+}
+# Exit codes of a binary that could not run at all: 126 (found but not executable), 127 (not found, or a
+# library it needs is missing: the dynamic loader's code).
+BROKEN_BINARY_CODES = {126, 127}
+
+
+def machine_reason(code: int, stderr_tail: str = "") -> tuple[str, str] | None:
+    """Why an ffmpeg exit is this machine's fault, as (a MachineFault reason, the cause in words), or None when
+    it is the input's: a negated system errno of MACHINE_ERRNOS as the exit code, such an error in the last
+    lines it wrote (ffmpeg often exits with 1 after "No space left on device"), a binary that could not run, or
+    a SIGKILL that was not ours (the kernel's out-of-memory killer; a timeout's kill is told apart before)."""
+    if _errno(code) in MACHINE_ERRNOS:
+        return MACHINE_ERRNOS[_errno(code)], os.strerror(_errno(code))
+    if code in BROKEN_BINARY_CODES:
+        return "ffmpeg", "the binary could not run"
+    if code == -signal.SIGKILL:
+        return "memory", "killed: most likely by the kernel, out of memory"
+    last = "\n".join(stderr_tail.splitlines()[-5:])
+    for value, reason in MACHINE_ERRNOS.items():
+        if os.strerror(value) in last:
+            return reason, os.strerror(value)
+    return None
+
+
+def _start_reason(value: int | None) -> str:
+    return "memory" if value in (errno.ENOMEM, errno.EAGAIN) else "ffmpeg"
 
 
 def _errno(code: int) -> int:

@@ -332,19 +332,20 @@ def _ping(redis, url: str) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
-def test_full_disk_is_a_transient_render_failure(tmp_path) -> None:
-    """ffmpeg exiting with ENOSPC (as it does on a full disk: -28 as its exit code) is the machine's failure, so
-    the job is retried; another exit code is the input's, and final."""
-    from quoteclip.errors import RenderFailed
+def test_full_disk_is_a_machine_fault(tmp_path) -> None:
+    """ffmpeg exiting with ENOSPC (as it does on a full disk: -28 as its exit code) is the machine's failure (a
+    MachineFault: the job goes back to the queue for another worker, no attempt spent); another exit code is the
+    input's, and final."""
+    from quoteclip.errors import QuoteclipError
     from renderer.ffmpeg import run_ffmpeg
 
-    for code, permanent, says in ((228, False, "No space left on device"), (1, True, "code 1")):
+    for code, machine, says in ((228, True, "No space left on device"), (1, False, "code 1")):
         fake = tmp_path / f"ffmpeg-{code}"
         fake.write_text(f"#!/bin/sh\necho 'could not write' >&2\nexit {code}\n")
         fake.chmod(0o755)
-        with pytest.raises(RenderFailed) as info:
+        with pytest.raises(QuoteclipError) as info:
             run_ffmpeg([str(fake)], timeout=10)
-        assert info.value.permanent is permanent and says in str(info.value)
+        assert info.value.machine is machine and info.value.permanent is not machine and says in str(info.value)
 
 
 def test_full_disk_fails_cleanly(media, tmp_path) -> None:
@@ -368,7 +369,7 @@ def test_full_disk_fails_cleanly(media, tmp_path) -> None:
         pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 1, done.stderr
     line = done.stderr.strip().splitlines()[0]
-    assert line.startswith("quoteclip: render failed: ") and "No space left on device" in line, done.stderr
+    assert line.startswith("quoteclip: machine fault: ") and "No space left on device" in line, done.stderr
     assert "Traceback" not in done.stderr
     assert not (store.exists() and list(store.iterdir()))  # nothing stored
     assert not list(small.iterdir())  # (the namespace's tmpfs is gone; the folder under it was left empty)
@@ -439,8 +440,9 @@ def test_burst_of_requests_while_workers_render(media, queue_env, workers, ffmpe
 
 
 def test_killed_worker_job_is_picked_up_by_another(media, queue_env, workers) -> None:
-    """The whole worker (and its work-horse) killed mid-job: another worker requeues and renders it once the
-    job's heartbeat expires (70 s) at its next maintenance pass; the client never sees "started" forever."""
+    """The whole worker (and its work-horse) killed mid-job: another worker, started after the kill, sees the
+    dead worker's lease lapse (15 s) and hands the job back; it renders it, and the client never sees "started"
+    forever."""
     queue_env["QUOTECLIP_MAINTENANCE_INTERVAL"] = "5"
     workers.env = queue_env
     settings = Settings.from_env(queue_env)
@@ -459,9 +461,9 @@ def test_killed_worker_job_is_picked_up_by_another(media, queue_env, workers) ->
         second.communicate(timeout=60)
     took = time.monotonic() - began
     print(f"\nkilled worker's job finished by another worker after {took:.1f} s")  # RELIABILITY.md quotes it
-    # The bound RELIABILITY.md documents: heartbeat expiry (70 s) + one maintenance pass (5 s here) + the
-    # render again (~10 s) + slack for the 2-core machine.
-    assert took < 130, f"took {took:.1f} s, over the documented 130 s"
+    # The bound RELIABILITY.md documents: the lease (15 s) + a third of it until a live worker looks (5 s) + the
+    # second worker's start and the render again (~15 s) + slack for the 2-core machine.
+    assert took < 60, f"took {took:.1f} s, over the documented 60 s"
     assert not ffmpeg_running(queue_env["TMPDIR"])
 
 

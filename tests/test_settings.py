@@ -111,6 +111,12 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_WEBHOOK_CONCURRENCY": ("4", 4),
     "QUOTECLIP_SHUTDOWN_GRACE": ("5", 5.0),
     "QUOTECLIP_MAINTENANCE_INTERVAL": ("15", 15),
+    "QUOTECLIP_WORKER_LEASE": ("6", 6.0),
+    "QUOTECLIP_MAX_DEATHS": ("5", 5),
+    "QUOTECLIP_MAX_HANDBACKS": ("7", 7),
+    "QUOTECLIP_MIN_FREE_MB": ("0.5", 512 * 1024),
+    "QUOTECLIP_MIN_FREE_MEMORY_MB": ("64", 64 * 1024**2),
+    "QUOTECLIP_SICK_PAUSE": ("2.5", 2.5),
 }
 
 # Declared variables that take any text (paths, names, lists): nothing to refuse.

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from quoteclip.errors import BadInput, QuoteclipError, RenderFailed, SourceUnavailable
+from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
 from renderer.captions import write_track
@@ -33,18 +33,19 @@ from .lookup import POSTER, find, sidecar_stored
 from .manifest import sidecar_files
 from .results import ClipResult, PosterStored, stored_result
 from .stages import STAGE_START, Reporter, Stage
-from .tempdirs import TEMP_PREFIX, sweep_temp
+from .tempdirs import TEMP_PREFIX, clip_bytes, short_of_space, sweep_temp
 
 __all__ = [  # what other modules import from here
     "ClipResult",
     "PosterStored",
     "Stage",
     "captions_vtt",
+    "machine_fault",
     "produce_clip",
     "produce_clips",
     "produce_poster",
     "sweep_temp",
-]  # what other modules import from here
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def produce_clips(
         raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
 
     with (
-        _machine_errors(),
+        _machine_errors(settings, clip_bytes(spec.duration, len(missing))),
         tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp,
         ThreadPoolExecutor(max_workers=2) as ahead,
     ):
@@ -235,7 +236,10 @@ def produce_poster(
         return PosterStored(key, storage.link(key, POSTER), cached=True)
     if spec.quality == "instant":
         raise BadInput("quality: an instant preview has no poster (the page shows the video itself)")
-    with _machine_errors(), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+    with (
+        _machine_errors(settings, clip_bytes(1.0, 1)),
+        tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp,
+    ):
         say(Stage.FETCHING, STAGE_START[Stage.FETCHING])
         t0 = time.perf_counter()
         binary = ffmpeg_binary(settings.ffmpeg_binary)
@@ -354,12 +358,59 @@ def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_strea
 
 
 @contextmanager
-def _machine_errors() -> Iterator[None]:
-    """A full disk (or no memory) while writing the render's files is this machine's failure, not the request's:
-    a transient error, so the queue retries it (on this or another worker)."""
+def _machine_errors(settings: Settings, need: int) -> Iterator[None]:
+    """A full disk (or no memory) while the job runs is this machine's failure, not the request's: a MachineFault,
+    whatever error it came wrapped in. A job that failed otherwise on a machine whose temp or source cache
+    folder is left with less room than the job's clips ``need`` failed for that (a source read that died on a
+    full cache reaches ffmpeg as a cut-short file, which it calls invalid data)."""
     try:
         yield
-    except OSError as exc:
-        if exc.errno in MACHINE_ERRNOS:
-            raise RenderFailed(f"the render's temp folder failed: {exc.strerror}", permanent=False) from None
+    except MachineFault:
         raise
+    except Exception as exc:
+        fault = machine_fault(exc)
+        if fault is None and isinstance(exc, QuoteclipError):  # bad input too: another worker tells
+            short = short_of_space(
+                {"temp": Path(tempfile.gettempdir()), "source cache": settings.cache_dir},
+                {"temp": need, "source cache": need},
+            )
+            if short is not None:
+                fault = MachineFault(f"{f'{exc}'.splitlines()[0]} ({short})", "disk")
+        if fault is None:
+            raise
+        raise fault from exc
+
+
+_MACHINE_WORDS = {
+    "disk": "the render's temp folder failed",
+    "memory": "the worker ran out of memory",
+    "files": "the worker ran out of file handles",
+}
+
+
+def machine_fault(exc: BaseException) -> MachineFault | None:
+    """The MachineFault an error stands for, or None when it is not this machine's fault: MemoryError, an
+    OSError with a system error of the machine's (MACHINE_ERRNOS: no space, no memory, no file handles), or a
+    project error raised in place of one (``source could not be read ([Errno 28] No space left on device)``:
+    the OSError is its context, or its message names the system error)."""
+    if isinstance(exc, MachineFault):
+        return exc
+    if isinstance(exc, MemoryError):
+        return MachineFault("the worker ran out of memory", "memory")
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # the error, and the ones it was raised from or during
+        seen.add(id(cause))
+        if isinstance(cause, MemoryError):
+            return MachineFault("the worker ran out of memory", "memory")
+        if isinstance(cause, OSError) and cause.errno in MACHINE_ERRNOS:
+            what, reason = os.strerror(cause.errno), MACHINE_ERRNOS[cause.errno]
+            said = f"{exc}".splitlines()[0] if isinstance(exc, QuoteclipError) else f"{_MACHINE_WORDS[reason]}: {what}"
+            return MachineFault(said if what in said else f"{said} ({what})", reason)
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, QuoteclipError):
+        text = f"{exc}".splitlines()[0] if str(exc) else ""
+        for value, reason in MACHINE_ERRNOS.items():
+            if os.strerror(value) in text:
+                return MachineFault(text, reason)
+    return None

@@ -71,17 +71,31 @@ def up(
 
 @app.command("health")
 def health(as_json: JsonOpt = False) -> None:
-    """Check that Redis and the clip store answer (exit 0), or say which does not (exit 1); report what page
-    extraction needs (yt-dlp's version, the JavaScript runtime, the challenge solver), warning when one is missing.
+    """Check that Redis and the clip store answer and that this machine could render (free space on its temp and
+    source cache folders, available memory, a working ffmpeg): exit 0, or 1 naming what does not. Lists the render
+    workers that take no job and why; reports what page extraction needs (yt-dlp's version, the JavaScript
+    runtime, the challenge solver), warning when one is missing.
     """
 
     def go() -> None:
+        from jobs.maintenance import machine_health, worker_states
         from jobs.queue import connect, health
         from sources.ytdlp import readiness
         from storage import open_storage
 
         settings = Settings.from_env()
-        body: dict[str, Any] = dict(health(connect(settings), open_storage(settings)))
+        connection = connect(settings)
+        body: dict[str, Any] = dict(health(connection, open_storage(settings)))
+        fault = machine_health(settings, run_ffmpeg=True)
+        body["machine"] = "ok" if fault is None else f"{fault.reason}: {fault.detail}"
+        if fault is not None:
+            body["status"] = "degraded"
+        states = worker_states(connection) if body["redis"] == "ok" else []
+        sick = [s for s in states if s["state"] == "unhealthy"]
+        body["workers"] = {
+            "healthy": len(states) - len(sick),
+            "unhealthy": [{k: s[k] for k in ("name", "host", "reason", "detail")} for s in sick],
+        }
         body["extraction"] = readiness(settings.cookies_file, settings.extractor_args)
         for name, value in body["extraction"].items():
             if value.startswith(("missing", "bad")):
@@ -90,8 +104,15 @@ def health(as_json: JsonOpt = False) -> None:
                     "(yt-dlp falls back silently)",
                     err=True,
                 )
-        human = {k: v for k, v in body.items() if k != "extraction"} | body["extraction"]
-        emit(body, as_json, " ".join(f"{k}: {v}" for k, v in human.items()))
+        for state in sick:
+            typer.echo(
+                f"quoteclip: WARNING: worker {state['name']} on {state['host']} takes no job ({state['reason']}): "
+                f"{state['detail']}",
+                err=True,
+            )
+        workers = f"{len(states) - len(sick)} healthy, {len(sick)} unhealthy"
+        human = {k: v for k, v in body.items() if k not in ("extraction", "workers")} | {"workers": workers}
+        emit(body, as_json, " ".join(f"{k}: {v}" for k, v in (human | body["extraction"]).items()))
         if body["status"] != "ok":
             raise typer.Exit(1)
 

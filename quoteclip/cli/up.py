@@ -72,30 +72,50 @@ def start(settings: Settings, host: str, port: int, workers: int, choice: RedisC
         url = server.url
     env.update(QUOTECLIP_REDIS_URL=url, QUOTECLIP_STORAGE_DIR=str(settings.storage_dir.resolve()))
     python = [sys.executable, "-m", "quoteclip"]
-    children = [("api", subprocess.Popen([*python, "serve", "--host", host, "--port", str(port)], env=env))]
+
+    def child(*args: str) -> subprocess.Popen[bytes]:
+        # each in its own process group: a Ctrl-C in the terminal reaches ``up`` alone, which stops the children
+        # in order (``stop``); each gets SIGTERM if ``up`` itself dies
+        return subprocess.Popen([*python, *args], env=env, process_group=0, preexec_fn=embedded.stop_with_parent())
+
+    children = [("api", child("serve", "--host", host, "--port", str(port)))]
     for n in range(workers):
-        children.append((f"worker {n + 1}", subprocess.Popen([*python, "worker"], env=env)))
+        children.append((f"worker {n + 1}", child("worker")))
     # one more for clicks only: a click never waits for a batch render to end (batch renders run nicer, so the
     # click's render gets the cores first)
-    children.append(("click worker", subprocess.Popen([*python, "worker", "--clicks-only"], env=env)))
-    children.append(("webhook worker", subprocess.Popen([*python, "worker", "--webhooks"], env=env)))
+    children.append(("click worker", child("worker", "--clicks-only")))
+    children.append(("webhook worker", child("worker", "--webhooks")))
     return Running(url, server, children)
 
 
-def stop(running: Running, grace: float) -> None:
-    """SIGTERM to every child (workers let their render finish within ``grace``), then the embedded server."""
-    for _, proc in running.children:
+API_STOP = 3.0  # seconds the API has to stop (its open requests answered) before it is killed
+HAND_BACK = 4.0  # seconds workers told to stop at once (SIGINT) have to hand their jobs back and exit
+
+
+def stop(running: Running, grace: float, signum: int = signal.SIGTERM) -> None:
+    """Stop in order: the API (no new job comes in), then the workers, then the embedded server (the workers'
+    last writes, their jobs handed back, reach it). The workers get the signal ``up`` got: SIGINT (Ctrl-C) hands
+    their jobs back to the queue at once; SIGTERM lets a render that ends within ``grace`` finish."""
+    api = [proc for name, proc in running.children if name == "api"]
+    workers = [proc for name, proc in running.children if name != "api"]
+    _stop_all(api, signal.SIGTERM, API_STOP)
+    _stop_all(workers, signum, HAND_BACK if signum == signal.SIGINT else grace + 5)
+    if running.embedded is not None:
+        running.embedded.stop()
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]], signum: int, wait: float) -> None:
+    """Send ``signum`` to each process still running, wait up to ``wait`` seconds for them all, kill the rest."""
+    for proc in procs:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace + 5
-    for _, proc in running.children:
+            proc.send_signal(signum)
+    deadline = time.monotonic() + wait
+    for proc in procs:
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    if running.embedded is not None:
-        running.embedded.stop()
 
 
 def run(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice) -> int:
@@ -126,7 +146,7 @@ def run(settings: Settings, host: str, port: int, workers: int, choice: RedisCho
                 break
             time.sleep(0.2)
     finally:
-        stop(running, settings.shutdown_grace)
+        stop(running, settings.shutdown_grace, stopping[0] if stopping else signal.SIGTERM)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return code
