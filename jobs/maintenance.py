@@ -152,17 +152,9 @@ def available_memory() -> int | None:
 
 # ---- a worker's status and lease in Redis ----------------------------------------------------------------------
 
-# Set of the names of the render workers that keep a status (and a lease) in Redis.
-WORKERS = f"{redis_keys.PREFIX}:workers"
-# Held for a third of a lease by the worker looking for jobs whose worker's lease lapsed (one look at a time).
-RECLAIM_LOCK = f"{redis_keys.PREFIX}:reclaim-lock"
-
-
-def worker_key(name: str) -> str:
-    """Hash: a render worker's status (``state`` healthy or unhealthy, ``reason``, ``detail``, ``since``,
-    ``host``, ``pid``, ``beat``) and its pause after a machine fault (``paused_until``, ``fault_reason``,
-    ``fault_detail``). It expires a lease after the worker's last renewal: a worker without one is dead."""
-    return f"{redis_keys.PREFIX}:worker:{name}"
+WORKERS = redis_keys.WORKERS
+RECLAIM_LOCK = redis_keys.RECLAIM_LOCK
+worker_key = redis_keys.worker
 
 
 def renew_lease(connection: Redis, name: str, lease: float, fault: Fault | None, since: float) -> None:

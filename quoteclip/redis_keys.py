@@ -71,3 +71,15 @@ def extraction_lock(key: str) -> str:
 LINK_REQUESTS = f"{METRICS}:link_requests"  # hash: "site key|variant|outcome" → requests of signed links
 LINK_RENDERS = f"{METRICS}:link_renders"  # hash: site key id → renders its links started
 LINK_RENDER_LIMITS = "link-renders"  # the rate limiter's namespace for renders started through links, per key
+
+# Set of the names of the render workers that keep a status (and a lease) in Redis.
+WORKERS = f"{PREFIX}:workers"
+# Held for a third of a lease by the worker looking for jobs whose worker's lease lapsed (one look at a time).
+RECLAIM_LOCK = f"{PREFIX}:reclaim-lock"
+
+
+def worker(name: str) -> str:
+    """Hash: a render worker's status (``state`` healthy or unhealthy, ``reason``, ``detail``, ``since``,
+    ``host``, ``pid``, ``beat``) and its pause after a machine fault (``paused_until``, ``fault_reason``,
+    ``fault_detail``). It expires a lease after the worker's last renewal: a worker without one is dead."""
+    return f"{PREFIX}:worker:{name}"
