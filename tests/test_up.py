@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 from conftest import run_cli
 
 from quoteclip import embedded
@@ -120,3 +121,21 @@ def _status(base: str, job_id: str) -> str:
 def test_up_refuses_a_bad_worker_count(tmp_path: Path) -> None:
     done = run_cli("up", "--workers", "0", env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")})
     assert done.returncode == 2 and done.stderr.strip() == "quoteclip: bad input: workers must be at least 1, got 0"
+
+
+@pytest.mark.integration  # (asks the machine's Redis on 6379)
+def test_up_says_how_it_chose_its_redis(tmp_path) -> None:
+    """A Redis configured is "configured"; one merely found answering at the default address is said to be found,
+    with the database it shares; with none, an embedded one."""
+    from quoteclip.cli.up import FOUND, choose_redis
+    from quoteclip.settings import Settings
+
+    settings = Settings(storage_dir=tmp_path / "clips")
+    assert choose_redis({"QUOTECLIP_REDIS_URL": "redis://r:1/3"}, settings, "auto") == (
+        "redis://r:1/3",
+        False,
+        "configured",
+    )
+    assert choose_redis({}, settings, "embedded")[1:] == (True, "embedded")
+    url, embedded, how = choose_redis({}, settings, "auto")  # the machine's own Redis answers on 6379
+    assert (url, embedded, how) == (Settings.redis_url, False, FOUND) and "database 0" in how and "shared" in how

@@ -45,26 +45,35 @@ class Running:
     redis_url: str
     embedded: embedded.EmbeddedServer | None
     children: list[tuple[str, subprocess.Popen[bytes]]]
+    how: str = ""  # how the Redis was chosen, as the start line says it
 
 
-def choose_redis(env: Mapping[str, str], settings: Settings, choice: RedisChoice) -> tuple[str, bool]:
-    """(URL, whether an embedded server must be started)."""
+# How ``up`` says it found a Redis that answers at the default address while nothing was configured: its
+# database 0 is shared with whatever else uses that server, and the user may not know it is there.
+FOUND = (
+    "found running, nothing configured: database 0 of that server, shared with whatever else uses it; "
+    "set QUOTECLIP_REDIS_URL (or --redis embedded) to choose"
+)
+
+
+def choose_redis(env: Mapping[str, str], settings: Settings, choice: RedisChoice) -> tuple[str, bool, str]:
+    """(URL, whether an embedded server must be started, how it was chosen: configured, found running, embedded)."""
     configured = configured_redis_url(env)
     if choice == "embedded":
-        return "", True
+        return "", True, "embedded"
     if configured:
-        return configured, False
+        return configured, False, "configured"
     if _answers(Settings.redis_url):
-        return Settings.redis_url, False
+        return Settings.redis_url, False, FOUND
     recorded = embedded.recorded_url(settings.storage_dir)
     if recorded and _answers(recorded):
         raise BadInput(f"another quoteclip up is running with its embedded Redis at {recorded}; stop it first")
-    return "", True
+    return "", True, "embedded"
 
 
 def start(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice) -> Running:
     env = dict(os.environ)
-    url, start_embedded = choose_redis(env, settings, choice)
+    url, start_embedded, how = choose_redis(env, settings, choice)
     server = None
     if start_embedded:
         folder = embedded.data_dir(settings.storage_dir.resolve())
@@ -85,7 +94,7 @@ def start(settings: Settings, host: str, port: int, workers: int, choice: RedisC
     # click's render gets the cores first)
     children.append(("click worker", child("worker", "--clicks-only")))
     children.append(("webhook worker", child("worker", "--webhooks")))
-    return Running(url, server, children)
+    return Running(url, server, children, how)
 
 
 API_STOP = 3.0  # seconds the API has to stop (its open requests answered) before it is killed
@@ -129,7 +138,7 @@ def run(settings: Settings, host: str, port: int, workers: int, choice: RedisCho
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     running = start(settings, host, port, workers, choice)
-    where = f"embedded, data in {running.embedded.folder}" if running.embedded else "configured"
+    where = f"embedded, data in {running.embedded.folder}" if running.embedded else running.how
     print(
         f"quoteclip up: page and API at http://{host}:{port}/ · {workers} worker(s) · Redis {running.redis_url} "
         f"({where}) · clips in {settings.storage_dir.resolve()} · Ctrl-C stops",
