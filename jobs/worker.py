@@ -25,6 +25,7 @@ from rq import Queue, Worker
 from rq.job import Job, JobStatus
 
 from quoteclip import redis_keys
+from quoteclip.errors import InternalError, QuoteclipError
 from quoteclip.settings import Settings
 
 from .connection import bulk_queue_name, connect
@@ -51,9 +52,22 @@ ESTIMATE_MARGIN = 1.25  # a render's estimated time left is stretched by this mu
 
 
 class ClipWorker(Worker):
-    """An rq worker whose warm shutdown has a time limit."""
+    """An rq worker whose warm shutdown has a time limit, and whose log says a job's expected failure in one line."""
 
     shutdown_grace: float = 120.0
+
+    def handle_exception(self, job: Job, *exc_info: Any) -> None:
+        """A project error (bad input, a source refused, a render that failed) is the request's, already logged
+        in one line by the task with the reason the client sees: no traceback at ERROR for it. An unexpected
+        error (InternalError, or anything else) keeps rq's log line with its traceback, for whoever looks into
+        it."""
+        from rq.job_lifecycle import call_exception_handlers
+
+        raised = exc_info[1] if len(exc_info) > 1 else None
+        if isinstance(raised, QuoteclipError) and not isinstance(raised, InternalError):
+            call_exception_handlers(self._exc_handlers, job, *exc_info)
+            return
+        super().handle_exception(job, *exc_info)
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         if self.horse_pid and not getattr(self, "_grace_timer", None):

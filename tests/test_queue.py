@@ -123,10 +123,12 @@ def test_missing_source_fails_readably_and_is_not_retried(queue_env, workers, ht
     queue_env["QUOTECLIP_ALLOW_LOCAL_SOURCES"] = ""  # queue default: no local paths
     url = http_source.url("gone.mp4")
     queued = enqueue(queue_env, url)
-    workers.burst(1)
+    (log,) = workers.burst(1)
     status = cli(queue_env, "status", str(queued["job_id"]))
     assert status["status"] == "failed" and status["stage"] == "failed"
     assert status["error"] == f"source unavailable: source not found (HTTP 404): {url}"
+    # the worker's log says the request's failure in one line, with no traceback at ERROR
+    assert f"source not found (HTTP 404): {url}" in log and "Traceback" not in log and "exception raised" not in log
     job = Job.fetch(str(queued["job_id"]), connection=Redis.from_url(redis_url))
     assert job.retries_left == 0 and job.meta["permanent"] is True
     assert http_source.requests["gone.mp4"] == 1  # tried once, not retried
