@@ -5,6 +5,8 @@ worker without spending an attempt."""
 
 from __future__ import annotations
 
+import errno
+
 
 class QuoteclipError(Exception):
     """Base class. A clip job that fails with a ``permanent`` error is not retried; the others may succeed on a
@@ -122,6 +124,17 @@ class StorageFailed(QuoteclipError):
 
 # What a machine fault is about (its ``reason``): the label of the worker's health and of its metrics.
 MACHINE_REASONS = ("disk", "memory", "ffmpeg", "files")
+
+
+# System errors of this machine, not of the input, by what they are about (MachineFault's reasons): a full disk
+# or quota, no memory, no file handles. Another worker (or this one, once space is freed) may render the clip.
+MACHINE_ERRNOS = {
+    errno.ENOSPC: "disk",
+    errno.EDQUOT: "disk",
+    errno.ENOMEM: "memory",
+    errno.EMFILE: "files",
+    errno.ENFILE: "files",
+}
 
 
 class MachineFault(QuoteclipError):

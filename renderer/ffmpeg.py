@@ -17,6 +17,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import IO
 
+from quoteclip import errors
 from quoteclip.errors import MachineFault, RenderFailed
 
 log = logging.getLogger(__name__)
@@ -173,15 +174,7 @@ def run_ffmpeg(
                 proc.stdout.close()
 
 
-# System errors of this machine, not of the input, by what they are about (MachineFault's reasons): a full disk
-# or quota, no memory, no file handles. Another worker (or this one, once space is freed) may render the clip.
-MACHINE_ERRNOS = {
-    errno.ENOSPC: "disk",
-    errno.EDQUOT: "disk",
-    errno.ENOMEM: "memory",
-    errno.EMFILE: "files",
-    errno.ENFILE: "files",
-}
+MACHINE_ERRNOS = errors.MACHINE_ERRNOS  # (a system error of the machine, not of the input: quoteclip.errors)
 # Exit codes of a binary that could not run at all: 126 (found but not executable), 127 (not found, or a
 # library it needs is missing: the dynamic loader's code).
 BROKEN_BINARY_CODES = {126, 127}

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from quoteclip.errors import QuoteclipError, SourceLinkExpired, SourceUnavailable
+from quoteclip.errors import MACHINE_ERRNOS, MachineFault, QuoteclipError, SourceLinkExpired, SourceUnavailable
 
 from .cache import LOCK_WAIT, WHOLE, BlockCache
 from .http import Fetcher, LinkRefused, RangeResponse
@@ -87,6 +87,14 @@ class RemoteFile:
         except QuoteclipError as exc:
             self.error = self.error or exc
             raise
+        except OSError as exc:
+            if exc.errno not in MACHINE_ERRNOS:
+                raise
+            # the block cache could not be written (a full disk): this machine's fault, said as such, not a
+            # cut-short source that ffmpeg would call invalid data
+            fault = MachineFault(f"the source cache could not be written ({exc.strerror})", MACHINE_ERRNOS[exc.errno])
+            self.error = self.error or fault
+            raise fault from exc
 
     def _read(self, offset: int, length: int) -> bytes:
         if length <= 0 or (self.size is not None and offset >= self.size):

@@ -514,3 +514,50 @@ def test_links_good_for_one_request_end_at_the_jobs_bound_of_fresh_extractions(s
         clip(settings, site.url("ep1"), 120.9, 170.9)
     assert not failed.value.permanent
     assert site.page_loads["ep1"] == 1 + MAX_REEXTRACTIONS
+
+
+def test_a_full_source_cache_is_the_machines_fault(media, http_source, tmp_path) -> None:
+    """The block cache on a full disk (a 300 KB tmpfs in a private mount namespace): the read fails as this
+    machine's fault (a worker hands such a job back), and the file says so, not a cut-short source that ffmpeg
+    would call invalid data."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    src = media(size="640x360", fps=30, duration=6, gop=60)
+    (http_source.root / "ep.mp4").symlink_to(src)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    probe = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from quoteclip.errors import QuoteclipError\n"
+        "from sources.cache import BlockCache\n"
+        "from sources.http import Fetcher\n"
+        "from sources.remote import RemoteFile\n"
+        "fetcher = Fetcher(('127.0.0.1',), ('127.0.0.1/32',))\n"
+        "remote = RemoteFile(sys.argv[1], fetcher, BlockCache(Path(sys.argv[2]), 10**9))\n"
+        "try:\n"
+        "    remote.read(0, 2_000_000)\n"
+        "    print(json.dumps({'read': True}))\n"
+        "except QuoteclipError as exc:\n"
+        "    print(json.dumps({'kind': exc.kind, 'message': str(exc), 'error': remote.error is exc}))\n"
+    )
+    script = f'mount -t tmpfs -o size=300k tmpfs "{cache}" && exec "{sys.executable}" -c "$0" "$1" "$2"'
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, probe, http_source.url("ep.mp4"), str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if "mount" in done.stderr and done.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"could not mount a small tmpfs in a private namespace: {done.stderr}")
+        pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
+    answer = json.loads(done.stdout)
+    assert answer == {
+        "kind": "machine fault",
+        "message": "the source cache could not be written (No space left on device)",
+        "error": True,
+    }, done.stderr
