@@ -18,6 +18,7 @@ from .connection import bulk_queue_name
 from .maintenance import PENDING
 from .metrics import record_cache_hit, record_failure, record_render
 from .pipeline.produce import Stage, produce_clips, produce_poster
+from .relay import relaying
 from .status import announce
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,9 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
             os.nice(BULK_NICE)
     try:
         specs = [build_spec(data, max_seconds=settings.max_clip_seconds) for data in spec_data]
-        results = produce_clips(specs, settings, open_storage(settings), report=report)
+        # one clip's render is streamed to its viewers while it encodes (jobs/relay.py)
+        with relaying(settings, job.id if job is not None and len(specs) == 1 else None, specs[0].duration) as relay:
+            results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay)
     except QuoteclipError as exc:
         retrying = bool(job is not None and not exc.permanent and job.retries_left)
         if job is not None:
