@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 LIVE_MS = 3000  # a rendering clip's stream expires this long after its worker's last sign of life
 BEAT = 1.0  # seconds between the worker's signs of life
+# a rendering clip's stream whose worker has missed this much of its life is taken for dead: not joined, and its
+# viewers cut (its time to live, read in Redis, says so whatever the clocks of the machines)
+MISSED_MS = 1500
 LINGER = 30.0  # seconds an ended stream is kept past the clip's length (viewers still reading it)
 ABORTED_MS = 10_000  # an aborted stream is kept this long, for its viewers to read why
 READ_BLOCK_MS = 1000  # a viewer waits this long for the next pieces before asking whether the stream lives
@@ -268,8 +271,9 @@ async def begin(
         first = _entries(await redis.xrange(key, entry_id(0), entry_id(0)))
         if first:
             fields = first[0][1]
-            aborted = await redis.hexists(index, "abort")
-            if fields.get("k") == b"init" and not aborted:
+            state: Any = await redis.hmget(index, ["abort", "end"])
+            live = state[1] is not None or not await _missed(redis, key)
+            if fields.get("k") == b"init" and state[0] is None and live:
                 codecs = _bytes(await redis.hget(index, "codecs") or b"").decode()
                 return Begun(job_id, fields["a"].decode(), codecs, fields["d"])
         left = deadline - time.monotonic()
@@ -289,8 +293,8 @@ async def follow(redis: AsyncRedis, begun: Begun) -> AsyncIterator[bytes]:
     last, expected = entry_id(0), 1
     while True:
         got: Any = await redis.xread({key: last}, count=READ_COUNT, block=READ_BLOCK_MS)
-        if not got:
-            if not await redis.exists(key):
+        if not got:  # all read, and no end yet: is its worker still there?
+            if await _missed(redis, key):
                 raise StreamCut("the render stopped")
             continue
         for number, fields in _entries(got[0][1]):
@@ -305,6 +309,12 @@ async def follow(redis: AsyncRedis, begun: Begun) -> AsyncIterator[bytes]:
                 raise StreamCut(fields.get("r", b"the render stopped").decode() or "the render stopped")
             yield fields["d"]
             last, expected = entry_id(number), expected + 1
+
+
+async def _missed(redis: AsyncRedis, key: str) -> bool:
+    """Whether a rendering clip's stream is gone, or its worker has missed its signs of life (``MISSED_MS``)."""
+    left = await redis.pttl(key)
+    return bool(left < 0 or left < LIVE_MS - MISSED_MS)
 
 
 @dataclass(frozen=True)

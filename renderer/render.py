@@ -44,6 +44,8 @@ class RenderResult:
     captions: CaptionTrack | None = None
     poster: Path | None = None  # the clip's frame at poster_time(), written by the same ffmpeg pass
     ffmpeg_s: float = 0.0  # wall-clock seconds of the ffmpeg run
+    # a streamed render: (ffmpeg's start, its first fragment read), seconds since the epoch (time.time)
+    streamed: tuple[float, float] | None = None
 
 
 def poster_time(duration: float) -> float:
@@ -291,11 +293,18 @@ def render_clips(
         if on_progress is not None:
             on_progress(min(1.0, seconds / duration))
 
-    began = time.perf_counter()
+    began, started = time.perf_counter(), time.time()
+    relayed_at: list[float] = []
     if fifo is None or stream is None:
         said = run_ffmpeg(argv, timeout=timeout * len(specs), on_progress=progress)
     else:
-        said = _run_streamed(argv, timeout, progress, fifo, stream)
+
+        def relayed(piece: Piece) -> None:
+            if piece.kind == "fragment" and not relayed_at:
+                relayed_at.append(time.time())
+            stream(piece)
+
+        said = _run_streamed(argv, timeout, progress, fifo, relayed)
     ffmpeg_s = round(time.perf_counter() - began, 3)
     refused = OVERSIZE_FRAME.search(said)
     if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first
@@ -324,6 +333,7 @@ def render_clips(
                 track,
                 still if still.is_file() and still.stat().st_size > 0 else None,
                 ffmpeg_s,
+                (started, relayed_at[0]) if relayed_at else None,
             )
         )
     return results

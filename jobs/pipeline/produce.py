@@ -208,12 +208,14 @@ def _produce(
         "ffmpeg_s": rendered[0].ffmpeg_s,
         "store_s": round(time.perf_counter() - t2, 3),
     }
+    if rendered[0].streamed is not None:  # when ffmpeg started and its first fragment came (the epoch's seconds)
+        timings["ffmpeg_started_at"], timings["first_fragment_at"] = rendered[0].streamed
     keys = ",".join(looked[n][1] for n in missing)
     log.info(
         "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s (ffmpeg %.2f s), store %.2f s, %s source bytes",
         keys,
         rendered[0].duration,
-        *timings.values(),
+        *(timings[name] for name in ("open_probe_s", "render_s", "ffmpeg_s", "store_s")),
         fetched if fetched is not None else "local",
         extra={
             "fields": {
