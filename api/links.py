@@ -374,8 +374,11 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
     from the clip's start, as they come (api/streams.py), once its stream begins (before ``deadline``). None, and the
     request is held until the clip is stored (``_hold``), for a download (the finished MP4, never a half-made one), a
     poster, a ``HEAD``, with streaming off, or when the render ends without a stream."""
-    if pending.linked.variant != "clip" or request.method != "GET":
+    if pending.linked.variant != "clip" or request.method != "GET" or not svc.settings.stream:
         return None
+    if streams.resumed(request):  # a player resuming a stream that was cut: the clip is rendered anew
+        _count(svc.connection, pending.linked.site.id, pending.linked.variant, "unavailable")
+        return _error(503, streams.RESUMED, {"Retry-After": RETRY_AFTER})
     found = await streams.joined(svc, pending.job_id, deadline)
     if found is None:
         return None

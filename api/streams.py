@@ -107,6 +107,19 @@ class RelayResponse(StreamingResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+RESUMED = "this clip's stream stopped, and its render starts again: play it from its start"
+RANGE_FROM = re.compile(r"\A\s*bytes\s*=\s*([0-9]+)\s*-")
+
+
+def resumed(request: Request) -> bool:
+    """Whether a request for a clip not stored asks for its bytes past the first (``Range: bytes=N-``, N > 0): a player
+    resuming a stream that was cut. Its render starts again, its new stream from the clip's start (and the stored clip
+    is not the stream's bytes), so no answer can continue it: it is refused, and the player shows an error (a player
+    first asks from byte 0, or for the whole)."""
+    found = RANGE_FROM.match(request.headers.get("range", ""))
+    return found is not None and int(found.group(1)) > 0
+
+
 def playlist(index: relay.Index) -> str:
     """An HLS event playlist of the stream's fragments so far (CMAF: the init segment as its map, each fragment a
     segment of its own), ended once the stream has ended; it starts at the clip's start."""

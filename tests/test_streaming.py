@@ -286,9 +286,8 @@ def worker_settings() -> dict[str, str]:
     return {}
 
 
-@pytest.fixture
-def stream_api(workers, api_settings) -> Iterator[str]:
-    """``quoteclip serve`` with a site key, answering on loopback."""
+def serving(workers, api_settings: dict[str, str]) -> Iterator[str]:
+    """``quoteclip serve`` with a site key, answering on loopback (its address), until the generator is closed."""
     port = free_port()
     workers.env.update({"QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}", "QUOTECLIP_LINK_HOLD": "60"})
     api = subprocess.Popen(
@@ -314,9 +313,8 @@ def stream_api(workers, api_settings) -> Iterator[str]:
         api.wait(timeout=30)
 
 
-@pytest.fixture
-def worker(workers, stream_api, worker_settings, redis_url) -> Iterator[subprocess.Popen[str]]:
-    """A ``quoteclip worker`` waiting for jobs (registered and idle)."""
+def working(workers, worker_settings: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """A ``quoteclip worker`` waiting for jobs (registered and idle), until the generator is closed."""
     from rq import Worker
 
     from jobs.queue import connect
@@ -324,12 +322,12 @@ def worker(workers, stream_api, worker_settings, redis_url) -> Iterator[subproce
     workers.env.update(worker_settings)
     proc = workers.start(burst=False)
     connection = connect(Settings.from_env(workers.full_env()))
+
+    def idle() -> bool:
+        return [w.get_state() for w in Worker.all(connection=connection) if w.pid == proc.pid] == ["idle"]
+
     try:
-        wait_for(
-            lambda: [w.get_state() for w in Worker.all(connection=connection) if w.pid == proc.pid] == ["idle"],
-            60,
-            "the worker",
-        )
+        wait_for(idle, 60, "the worker")
         yield proc
     finally:
         proc.terminate()
@@ -337,6 +335,16 @@ def worker(workers, stream_api, worker_settings, redis_url) -> Iterator[subproce
         if proc.stdout:
             proc.stdout.close()
         connection.close()
+
+
+@pytest.fixture
+def stream_api(workers, api_settings) -> Iterator[str]:
+    yield from serving(workers, api_settings)
+
+
+@pytest.fixture
+def worker(workers, stream_api, worker_settings, redis_url) -> Iterator[subprocess.Popen[str]]:
+    yield from working(workers, worker_settings)
 
 
 class Viewer(threading.Thread):
@@ -514,6 +522,11 @@ def test_a_killed_worker_cuts_the_stream_and_the_retried_render_serves_the_clip(
     viewer.join(30)
     assert not viewer.is_alive() and isinstance(viewer.cut, httpx.RemoteProtocolError), viewer.cut
     assert time.monotonic() - killed < 10
+    # a player resuming the cut stream (its bytes past those it got) is refused: the render starts again, from the
+    # clip's start, and no answer can continue the stream it had
+    resumed = httpx.get(url, headers={"Range": f"bytes={len(viewer.body)}-"}, timeout=60)
+    assert resumed.status_code == 503 and resumed.headers["retry-after"] == "2", resumed.text
+    assert "play it from its start" in resumed.json()["detail"]
     again = Viewer(url)
     again.start()
     again.join(180)
