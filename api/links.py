@@ -163,6 +163,8 @@ async def signed_link_part(request: Request, key_id: str, name: str, part: str, 
     (the stream's init segment and fragments). The link's signature covers them: the link is verified as a whole,
     its sub-resource named after it. Not streaming (stored, streaming off, the render ended): 404, and the player
     plays the link itself (docs/websites.md)."""
+    if not streams.is_part(part):  # nothing else is behind a link
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
     path = _raw_path(request).rsplit("/", 1)[0]
     try:
         linked = _verified(request, svc.settings, path)

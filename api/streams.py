@@ -40,6 +40,7 @@ NO_STORE = "no-store"
 CODECS = "X-Stream-Codecs"  # a streamed answer's codecs (avc1.…,mp4a.40.2), for a MediaSource (the page's player)
 PLAYLIST = "application/vnd.apple.mpegurl"
 PLAYLIST_NAME = "index.m3u8"  # a clip link's HLS playlist: …/l/{key}/{link}/index.m3u8
+INIT_NAME = "init.mp4"  # its init segment (the playlist's map); its fragments are N.m4s
 PLAYLIST_STEP = 0.02  # seconds between looks for a joined stream's first fragment
 SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 
@@ -107,6 +108,11 @@ class RelayResponse(StreamingResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+def is_part(name: str) -> bool:
+    """Whether ``name`` is one of a link's HLS parts: its playlist, its init segment or a fragment."""
+    return name in (PLAYLIST_NAME, INIT_NAME) or SEGMENT.match(name) is not None
+
+
 RESUMED = "this clip's stream stopped, and its render starts again: play it from its start"
 RANGE_FROM = re.compile(r"\A\s*bytes\s*=\s*([0-9]+)\s*-")
 
@@ -131,7 +137,7 @@ def playlist(index: relay.Index) -> str:
         "#EXT-X-PLAYLIST-TYPE:EVENT",
         "#EXT-X-START:TIME-OFFSET=0,PRECISE=YES",
         "#EXT-X-MEDIA-SEQUENCE:1",
-        '#EXT-X-MAP:URI="init.mp4"',
+        f'#EXT-X-MAP:URI="{INIT_NAME}"',
     ]
     for number, _, seconds in index.fragments:
         lines += [f"#EXTINF:{seconds:.6f},", f"{number}.m4s"]
@@ -144,7 +150,7 @@ async def part_answer(svc: Services, job_id: str, part: str, cors: dict[str, str
     """A stream's init segment (``init.mp4``) or fragment (``N.m4s``) from the relay, 404 when it is not there (not
     relayed yet, dropped, or gone once the clip is stored)."""
     found = SEGMENT.match(part)
-    number = 0 if part == "init.mp4" else int(found.group(1)) if found else None
+    number = 0 if part == INIT_NAME else int(found.group(1)) if found else None
     if number is None or not svc.settings.stream:
         return not_streamed(cors)
     redis = relay_client(svc)
