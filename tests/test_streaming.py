@@ -521,7 +521,9 @@ def test_a_killed_worker_cuts_the_stream_and_the_retried_render_serves_the_clip(
     killed = time.monotonic()
     viewer.join(30)
     assert not viewer.is_alive() and isinstance(viewer.cut, httpx.RemoteProtocolError), viewer.cut
-    assert time.monotonic() - killed < 10
+    cut = time.monotonic() - killed
+    print(f"the stream was cut {cut:.1f} s after its work-horse was killed, {len(viewer.body)} bytes in")
+    assert cut < 10
     # a player resuming the cut stream (its bytes past those it got) is refused: the render starts again, from the
     # clip's start, and no answer can continue the stream it had
     resumed = httpx.get(url, headers={"Range": f"bytes={len(viewer.body)}-"}, timeout=60)
