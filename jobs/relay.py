@@ -32,10 +32,14 @@ from typing import Any
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
+from rq.job import Job
 
 from quoteclip import redis_keys
 from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec
 from renderer.fragments import Piece
+
+from .connection import bulk_queue_name
 
 log = logging.getLogger(__name__)
 
@@ -212,14 +216,15 @@ class Relay:
 
 
 @contextmanager
-def relaying(settings: Settings, job_id: str | None, duration: float) -> Iterator[Relay | None]:
-    """The relay of one clip's render by the job ``job_id`` (None with streaming off, or without a job), closed
-    when the render ends however it ends."""
-    if not settings.stream or job_id is None:
+def relaying(settings: Settings, job: Job | None, specs: list[ClipSpec]) -> Iterator[Relay | None]:
+    """The relay of a job's render, closed when the render ends however it ends; None (nothing relayed) with
+    streaming off, without a job, for a batch's job (the bulk queue: nobody plays its clips while they render) and
+    for several profiles rendered together."""
+    if not settings.stream or job is None or len(specs) != 1 or job.origin == bulk_queue_name(settings):
         yield None
         return
     connection = Redis.from_url(relay_url(settings), socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
-    relay = Relay(connection, job_id, duration, settings.stream_max_bytes)
+    relay = Relay(connection, job.id, specs[0].duration, settings.stream_max_bytes)
     try:
         yield relay
     finally:

@@ -61,8 +61,7 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]]:
             os.nice(BULK_NICE)
     try:
         specs = [build_spec(data, max_seconds=settings.max_clip_seconds) for data in spec_data]
-        # one clip's render is streamed to its viewers while it encodes (jobs/relay.py)
-        with relaying(settings, job.id if job is not None and len(specs) == 1 else None, specs[0].duration) as relay:
+        with relaying(settings, job, specs) as relay:  # a click's clip, streamed while it renders (jobs/relay.py)
             results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay)
     except QuoteclipError as exc:
         retrying = bool(job is not None and not exc.permanent and job.retries_left)

@@ -575,3 +575,31 @@ def test_a_links_hls_playlist_plays_in_ffmpegs_hls_demuxer(
     poster = links.sign(clip, SITE, SECRET, variant="poster")
     assert httpx.get(f"{stream_api}{poster}/index.m3u8").status_code == 404
     assert httpx.get(f"{stream_api}{link[:-8]}AAAAAAAA.mp4/index.m3u8").status_code == 403
+
+
+@pytest.mark.slow
+def test_a_clicks_clip_is_relayed_and_a_batchs_is_not(workers, queue_env, media, http_source) -> None:
+    """Only a click's clip is relayed while it renders (someone may be waiting to play it); a batch's clips, on the
+    bulk queue, and a quote's profiles rendered together are not (nobody plays them while they render), and
+    neither is anything with streaming off."""
+    from redis import Redis
+
+    from jobs.queue import enqueue_clip, enqueue_profiles
+    from quoteclip import redis_keys
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+    )
+    settings = Settings.from_env(workers.full_env())
+    click = enqueue_clip(build_spec(quote(http_source.url("lv.mp4"))), settings).job_id
+    batch = enqueue_clip(build_spec(quote(http_source.url("lv.mp4"), 2, 4)), settings, bulk=True).job_id
+    profiles = enqueue_profiles(
+        [build_spec({**quote(http_source.url("lv.mp4"), 3, 4), "profile": p}) for p in ("landscape", "square")],
+        settings,
+    )
+    workers.burst(1)
+    relay = Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
+    assert relay.exists(redis_keys.stream(click)) == 1  # (kept for the clip's length and 30 s past its end)
+    assert relay.exists(redis_keys.stream(batch)) == 0
+    assert all(relay.exists(redis_keys.stream(p.job_id)) == 0 for p in profiles)
+    relay.close()
