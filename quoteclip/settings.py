@@ -639,8 +639,9 @@ DECLARED: tuple[Setting, ...] = (
     ),
     Setting(
         "QUOTECLIP_LINK_HOLD",
-        "seconds a signed link's request for a clip or poster not yet stored is held while it renders (under a "
-        "CDN's origin timeout), then answered `503` with `Retry-After`",
+        "seconds a signed link's request for a clip or poster not yet stored waits while it renders (under a "
+        "CDN's origin timeout): for the clip's stream to begin, or for a download, a poster (or anything, with "
+        "streaming off) to be stored; then it is answered `503` with `Retry-After`",
         group="signed links",
         field="link_hold",
         parse=_Number(0.0),
