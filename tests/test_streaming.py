@@ -603,3 +603,43 @@ def test_a_clicks_clip_is_relayed_and_a_batchs_is_not(workers, queue_env, media,
     assert relay.exists(redis_keys.stream(batch)) == 0
     assert all(relay.exists(redis_keys.stream(p.job_id)) == 0 for p in profiles)
     relay.close()
+
+
+@pytest.mark.slow
+def test_a_worker_told_to_stop_cuts_the_stream_and_another_renders_the_clip(
+    stream_api, workers, media, http_source, redis_url
+) -> None:
+    """A worker told to stop (SIGTERM, no grace left) while it streams a clip: its render is stopped and its job
+    handed back, the viewer's answer is cut without its last chunk, and another worker renders the clip again from
+    its start; asking again gets it whole."""
+    import httpx2 as httpx
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    first = working(workers, {"QUOTECLIP_SHUTDOWN_GRACE": "0"})
+    stopping = next(first)
+    try:
+        viewer = Viewer(url)
+        viewer.start()
+        assert viewer.first.wait(60) and viewer.status == 200
+        stopping.send_signal(signal.SIGTERM)
+        told = time.monotonic()
+        viewer.join(30)
+        assert isinstance(viewer.cut, httpx.RemoteProtocolError), viewer.cut
+        print(f"the stream was cut {time.monotonic() - told:.1f} s after its worker was told to stop")
+        stopping.wait(60)
+    finally:
+        first.close()
+    second = working(workers, {"QUOTECLIP_SHUTDOWN_GRACE": "120"})
+    next(second)
+    try:
+        again = Viewer(url)
+        again.start()
+        again.join(180)
+        assert again.status == 200 and again.cut is None
+        assert decoded(again.body) == decoded(stored_clip(workers, clip_key(workers, clip)))
+    finally:
+        second.close()
