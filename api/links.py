@@ -30,7 +30,8 @@ from prometheus_client.registry import Collector
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs.pipeline.assets import check_allowed
+from jobs.pipeline.assets import check_allowed, identities
+from jobs.pipeline.keys import clip_key
 from jobs.pipeline.lookup import POSTER, find_poster
 from jobs.pipeline.produce import captions_vtt
 from jobs.pipeline.stages import Stage
@@ -52,6 +53,7 @@ from sources import allowed_hosts, resolve_source
 from sources.safety import host_allowed
 from storage import LocalStorage
 
+from . import streams
 from .clips import RETRY_AFTER
 from .deps import Services, ServicesDep, link_renders_allowed
 
@@ -65,7 +67,9 @@ EMBED_MAX_AGE = 3600  # seconds /embed.js may be cached (it changes with the ser
 # Signed content is public by design: any page may read it (progress, frames drawn on a canvas).
 CORS = {
     "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "Accept-Ranges, Content-Length, Content-Range, ETag, Retry-After",
+    "Access-Control-Expose-Headers": (
+        f"Accept-Ranges, Content-Length, Content-Range, ETag, Retry-After, {streams.CODECS}"
+    ),
 }
 MEDIA = {"clip": "video/mp4", "download": "video/mp4", "poster": "image/jpeg", "captions": "text/vtt; charset=utf-8"}
 REQUESTS = redis_keys.LINK_REQUESTS
@@ -73,7 +77,9 @@ RENDERS = redis_keys.LINK_RENDERS
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    """The link routes and their metrics, when the service has site keys (without them the routes do not exist)."""
+    """The link routes and their metrics, when the service has site keys (without them the routes do not exist);
+    and, keys or none, the page's stream of a clip being rendered (``GET /clips/{id}/stream``, api/streams.py)."""
+    app.include_router(streams.router)
     sites = settings.sites()
     if not sites:
         return
@@ -142,11 +148,50 @@ async def signed_link(request: Request, key_id: str, name: str, svc: ServicesDep
     first = await run_in_threadpool(_first_answer, request, svc)
     if isinstance(first, Response):
         return first
-    early = await answer_while_rendering(request, svc, first)
+    deadline = time.monotonic() + svc.settings.link_hold
+    early = await answer_while_rendering(request, svc, first, deadline)
     if early is not None:
         return early
-    found = await _hold(svc, first)
+    found = await _hold(svc, first, deadline)
     return await run_in_threadpool(_after_hold, request, svc, first, found)
+
+
+@router.get("/l/{key_id}/{name}/{part}", include_in_schema=False)
+async def signed_link_part(request: Request, key_id: str, name: str, part: str, svc: ServicesDep) -> Response:
+    """A clip link's HLS stream while it renders: ``…/index.m3u8`` (an event playlist of the fragments so far; asked
+    for a clip not stored, it starts or joins the render as the link itself does), ``…/init.mp4`` and ``…/N.m4s``
+    (the stream's init segment and fragments). The link's signature covers them: the link is verified as a whole,
+    its sub-resource named after it. Not streaming (stored, streaming off, the render ended): 404, and the player
+    plays the link itself (docs/websites.md)."""
+    if not streams.is_part(part):  # nothing else is behind a link
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
+    path = _raw_path(request).rsplit("/", 1)[0]
+    try:
+        linked = _verified(request, svc.settings, path)
+    except Refused as refused:
+        return _error(refused.status, refused.detail, refused.headers)
+    if linked.variant != "clip":
+        return streams.not_streamed(CORS, "only a clip link streams")
+    job_id = await run_in_threadpool(_job_id, svc, linked)
+    if part != streams.PLAYLIST_NAME:
+        return await streams.part_answer(svc, job_id, part, CORS)
+    playing = await streams.playlist_answer(svc, job_id, CORS)  # a player's reload, or a render's stream underway
+    if playing is not None:
+        return playing
+    first = await run_in_threadpool(_first_answer, request, svc, path)  # start (or join) the render, as the link does
+    if isinstance(first, Response):  # refused, or stored (then the link itself plays it)
+        return first if first.status_code >= 400 else streams.not_streamed(CORS)
+    deadline = time.monotonic() + svc.settings.link_hold
+    found = await streams.joined(svc, first.job_id, deadline)
+    if found is not None:
+        await found[0].aclose()
+        playing = await streams.playlist_answer(svc, first.job_id, CORS, wait=max(0.0, deadline - time.monotonic()))
+        if playing is not None:
+            _count(svc.connection, linked.site.id, linked.variant, "streamed")
+            return playing
+    if time.monotonic() >= deadline:
+        return await run_in_threadpool(_after_hold, request, svc, first, None)
+    return streams.not_streamed(CORS)
 
 
 @router.get("/embed.js", include_in_schema=False)
@@ -168,14 +213,15 @@ def _embed() -> tuple[bytes, str]:
 # ---- the first answer: refused, stored, made, or a render started ----------------------------------------------
 
 
-def _first_answer(request: Request, svc: Services) -> Response | Pending:
-    """Everything up to the hold, in one worker thread: the link verified, its key's scopes, the clip's spec; the
-    answer when the link is refused, its captions (made from the spec), or its clip or poster is stored; else the
-    render started (or joined) that the request then waits for."""
+def _first_answer(request: Request, svc: Services, path: str | None = None) -> Response | Pending:
+    """Everything up to the hold, in one worker thread: the link verified (``path``: the link, when the request is
+    for a sub-resource of it), its key's scopes, the clip's spec; the answer when the link is refused, its captions
+    (made from the spec), or its clip or poster is stored; else the render started (or joined) that the request then
+    waits for."""
     head = request.method == "HEAD"
     site, variant = "unknown", "-"
     try:
-        linked = _verified(request, svc.settings)
+        linked = _verified(request, svc.settings, path)
         site, variant = linked.site.id, linked.variant
         if variant == "captions":
             vtt = captions_vtt(linked.spec)
@@ -224,12 +270,16 @@ def _first_answer(request: Request, svc: Services) -> Response | Pending:
         return _error(503, f"{exc.kind}: {exc}".splitlines()[0], {"Retry-After": RETRY_AFTER})
 
 
-def _verified(request: Request, settings: Settings) -> Linked:
+def _raw_path(request: Request) -> str:
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    return raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def _verified(request: Request, settings: Settings, path: str | None = None) -> Linked:
     """The link's clip, or Refused: 403 for a link that is not one of ours as it stands (any byte changed, another
     key's signature, a removed key, a payload not in canonical form, an extension not its variant's) or that breaks
-    its key's scopes, 410 past its expiry."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    path = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+    its key's scopes, 410 past its expiry. ``path``: the link (else the request's own path)."""
+    path = path if path is not None else _raw_path(request)
     now = time.time()
     try:
         clip = links.verify(path, request.app.state.link_secrets, now=now)
@@ -305,6 +355,12 @@ def _look(svc: Services, linked: Linked) -> tuple[Stored | None, list[str]]:
     return None, [job_id_for(key)]
 
 
+def _job_id(svc: Services, linked: Linked) -> str:
+    """The job that renders a link's clip, from its spec alone (the store is not asked)."""
+    source = resolve_source(linked.spec.source, allow_local=svc.settings.allow_local_sources is True)
+    return job_id_for(clip_key(linked.spec, source.identity, identities(svc.settings), svc.settings.key_secret))
+
+
 def _start(svc: Services, linked: Linked) -> Enqueued:
     """The render that stores what the link names (the queue's source rules checked as for ``POST /clips``)."""
     if linked.variant == "poster":
@@ -315,19 +371,28 @@ def _start(svc: Services, linked: Linked) -> Enqueued:
 # ---- held until stored ----------------------------------------------------------------------------------------
 
 
-async def answer_while_rendering(request: Request, svc: Services, pending: Pending) -> Response | None:
-    """The one place where a request for a clip being rendered could be answered with the clip as it renders (a
-    fragmented MP4 streamed from the worker, so that a ``<video>`` starts before the render ends). Today no such
-    answer is made: the request is held until the clip is stored (``_hold``)."""
-    return None
+async def answer_while_rendering(request: Request, svc: Services, pending: Pending, deadline: float) -> Response | None:
+    """A request for a clip being rendered, answered with the clip as it renders: the fragments its worker relays,
+    from the clip's start, as they come (api/streams.py), once its stream begins (before ``deadline``). None, and the
+    request is held until the clip is stored (``_hold``), for a download (the finished MP4, never a half-made one), a
+    poster, a ``HEAD``, with streaming off, or when the render ends without a stream."""
+    if pending.linked.variant != "clip" or request.method != "GET" or not svc.settings.stream:
+        return None
+    if streams.resumed(request):  # a player resuming a stream that was cut: the clip is rendered anew
+        _count(svc.connection, pending.linked.site.id, pending.linked.variant, "unavailable")
+        return _error(503, streams.RESUMED, {"Retry-After": RETRY_AFTER})
+    found = await streams.joined(svc, pending.job_id, deadline)
+    if found is None:
+        return None
+    _count(svc.connection, pending.linked.site.id, pending.linked.variant, "streamed")
+    return streams.RelayResponse(*found, CORS)
 
 
-async def _hold(svc: Services, pending: Pending) -> Stored | RenderState | None:
+async def _hold(svc: Services, pending: Pending, deadline: float) -> Stored | RenderState | None:
     """Wait for the clip (or poster) to be stored, woken by the worker's announcements on its job: the stored
-    clip, the job's failure, or None once ``QUOTECLIP_LINK_HOLD`` seconds have passed. Each look reads the job
-    (Redis); the store is asked only once the job says it has stored its work (the store is written before the
-    job says so), so a thousand held requests do not ask the bucket at every look."""
-    deadline = time.monotonic() + svc.settings.link_hold
+    clip, the job's failure, or None once ``deadline`` (``QUOTECLIP_LINK_HOLD`` seconds from the request) has
+    passed. Each look reads the job (Redis); the store is asked only once the job says it has stored its work (the
+    store is written before the job says so), so a thousand held requests do not ask the bucket at every look."""
     async with svc.events.watch(pending.job_id) as watch:  # registered before the first look: no change missed
         while True:
             state = await run_in_threadpool(render_state, pending.job_id, svc.connection)

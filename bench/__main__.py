@@ -10,7 +10,7 @@ from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary
 
-from . import cli, creators, links, previews, queue, render
+from . import cli, creators, firstframe, links, previews, queue, render
 from .config import RunConfig
 from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
@@ -25,6 +25,7 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
         stack.start_api()
         rows += queue.figures(run, ffmpeg, source, work, stack)
         rows += links.figures(run, stack)
+        rows += firstframe.figures(run, ffmpeg, stack)
         rows += cli.figures(run, ffmpeg, source, work, stack)
         rows += previews.figures(run, ffmpeg, source, work, stack)
     rows += creators.figures(run, ffmpeg, source, work)

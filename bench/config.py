@@ -39,6 +39,10 @@ class RunConfig:
     page_quotes: int  # figure 11a's quotes from the page
     page_first: float  # figure 11a's first quote starts here, seconds into the episode
     hls_first: float  # figure 11b's first clip starts here
+    first_frame_lengths: tuple[float, ...]  # figure 13's clip lengths, seconds
+    first_frames: int  # figure 13's clicks per length (the source's bytes cached)
+    cold_first_frames: int  # figure 13's clicks per length from a cold source cache
+    stream_cost_reps: int  # figure 13f's renders of each length with and without a stream
 
     @classmethod
     def full(cls) -> RunConfig:
@@ -63,6 +67,10 @@ class RunConfig:
             page_quotes=10,
             page_first=200.0,
             hls_first=300.0,
+            first_frame_lengths=(7.0, 30.0, 120.0),
+            first_frames=20,
+            cold_first_frames=9,
+            stream_cost_reps=3,
         )
 
     @classmethod
@@ -88,6 +96,10 @@ class RunConfig:
             page_quotes=2,
             page_first=20.0,
             hls_first=30.0,
+            first_frame_lengths=(2.0, 7.0),
+            first_frames=2,
+            cold_first_frames=1,
+            stream_cost_reps=1,
         )
 
     def describe(self) -> str:

@@ -34,7 +34,7 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     rows.append(
         Comparison.of(
             f"12b. new clip, {q:g} s quote, cold source cache: its signed link, request → last byte (one request, "
-            "held while the worker renders, then the 302 followed) vs POST /clips → long-poll → download to the "
+            "answered with the clip's stream while the worker renders) vs POST /clips → long-poll → download to the "
             "last byte",
             by_link,
             by_post,
@@ -95,8 +95,8 @@ def link(stack: Stack, start: float, length: float, variant: str = "clip") -> st
 
 
 def to_last_byte(stack: Stack, path: str) -> float:
-    """A link asked for as a page does: the request (held while the clip renders), then the redirect to the
-    bucket followed to the last byte; seconds."""
+    """A link asked for as a page does, to the last byte: a clip's stream while it renders, a stored clip's redirect
+    to the bucket followed, a poster held until stored; seconds."""
     t = time.perf_counter()
     status, headers, body = stack.request("GET", path)
     if status == 302:

@@ -17,11 +17,19 @@ def source_1080p(ffmpeg: str, minutes: float) -> Path:
     return episode(ffmpeg, minutes, 1080, "4M")
 
 
-def episode(ffmpeg: str, minutes: float, height: int, bitrate: str) -> Path:
-    """The same episode at another height (a page's lower-resolution format: 360p at 0.7 Mb/s)."""
+def source_1080p_gop5(ffmpeg: str, minutes: float) -> Path:
+    """The 1080p episode with a keyframe every 5 s (figure 13: a stream's first frame waits on the decode from the
+    keyframe before the quote's start)."""
+    return episode(ffmpeg, minutes, 1080, "4M", gop=150)
+
+
+def episode(ffmpeg: str, minutes: float, height: int, bitrate: str, gop: int = 240) -> Path:
+    """The same episode at another height (a page's lower-resolution format: 360p at 0.7 Mb/s), or with keyframes
+    ``gop`` frames apart."""
     CACHE.mkdir(exist_ok=True)
     width = height * 16 // 9
-    base = CACHE / f"base-{height}p-20s.mp4"
+    tag = "" if gop == 240 else f"-gop{gop}"
+    base = CACHE / f"base-{height}p{tag}-20s.mp4"
     if not base.exists():
         _run(
             [
@@ -45,7 +53,7 @@ def episode(ffmpeg: str, minutes: float, height: int, bitrate: str) -> Path:
                 "-b:v",
                 bitrate,
                 "-g",
-                "240",
+                str(gop),
                 "-pix_fmt",
                 "yuv420p",
                 "-c:a",
@@ -56,7 +64,7 @@ def episode(ffmpeg: str, minutes: float, height: int, bitrate: str) -> Path:
         )
         base.with_suffix(".part.mp4").replace(base)
     loops = max(1, round(minutes * 3))
-    out = CACHE / f"episode-{height}p-{loops * 20}s.mp4"
+    out = CACHE / f"episode-{height}p{tag}-{loops * 20}s.mp4"
     if not out.exists():
         _run(
             [

@@ -26,6 +26,7 @@ from .maintenance import PENDING, Fault, machine_health, mark_pending, pause_wor
 from .metrics import record_cache_hit, record_failure, record_handback, record_render
 from .pipeline.produce import Stage, machine_fault, produce_clips, produce_poster
 from .pipeline.tempdirs import clip_bytes, hide_paths
+from .relay import relaying
 from .status import announce
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]] | Retry:
             fault = machine_health(settings, clip_bytes(specs[0].duration, len(specs)))
             if fault is not None:
                 raise MachineFault(fault.detail, fault.reason)
-        results = produce_clips(specs, settings, open_storage(settings), report=report)
+        with relaying(settings, job, specs) as relay:  # a click's clip, streamed while it renders (jobs/relay.py)
+            results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay)
     except Exception as raised:
         keep = [s.source for s in specs] + [str(d.get("source", "")) for d in spec_data if isinstance(d, dict)]
         return _failed(job, raised, keep, settings)

@@ -39,6 +39,19 @@ def events(job_id: str) -> str:
 EVENTS = events("*")  # the pattern the API subscribes to
 
 
+def stream(job_id: str) -> str:
+    """Redis stream, in the relay's Redis (``QUOTECLIP_STREAM_REDIS_URL``): a rendering clip's fragmented copy, piece by
+    piece, from its worker to the API (jobs/relay.py); it lives seconds past its writer's last sign of life, and the
+    clip's length and a little more past its end."""
+    return f"{PREFIX}:stream:{job_id}"
+
+
+def stream_index(job_id: str) -> str:
+    """Hash beside ``stream(job_id)``: each fragment's number → its entry, start and length (an HLS playlist's
+    lines, without reading the fragments)."""
+    return f"{PREFIX}:stream-index:{job_id}"
+
+
 def job_id(key: str) -> str:
     return f"clip-{key}"
 

@@ -36,6 +36,7 @@ GROUPS = (
     "rendering",
     "API and security",
     "signed links",
+    "streaming",
     "webhooks",
     "workers",
     "logging",
@@ -88,6 +89,13 @@ def _service_url(text: str, name: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
         raise BadInput(f"{name} must be an http(s) address like https://clips.example.com, got {text[:80]!r}")
     return text.rstrip("/")
+
+
+def _redis_url(text: str, name: str) -> str:
+    """A Redis URL: ``redis://``, ``rediss://`` or ``unix://``."""
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise BadInput(f"{name} must be a Redis URL like redis://relay.internal:6379/0, got {text[:80]!r}")
+    return text
 
 
 def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[str, ...]:
@@ -631,8 +639,9 @@ DECLARED: tuple[Setting, ...] = (
     ),
     Setting(
         "QUOTECLIP_LINK_HOLD",
-        "seconds a signed link's request for a clip or poster not yet stored is held while it renders (under a "
-        "CDN's origin timeout), then answered `503` with `Retry-After`",
+        "seconds a signed link's request for a clip or poster not yet stored waits while it renders (under a "
+        "CDN's origin timeout): for the clip's stream to begin, or for a download, a poster (or anything, with "
+        "streaming off) to be stored; then it is answered `503` with `Retry-After`",
         group="signed links",
         field="link_hold",
         parse=_Number(0.0),
@@ -644,6 +653,34 @@ DECLARED: tuple[Setting, ...] = (
         group="signed links",
         field="link_renders_per_minute",
         parse=_Number(1, whole=True),
+    ),
+    # streaming
+    Setting(
+        "QUOTECLIP_STREAM",
+        "stream a clip while it renders: a signed link's (and the page's) request for a clip not yet stored is "
+        "answered with the clip's fragments as the worker encodes them, instead of being held until it is stored "
+        "(`true` or `false`; read by the workers, which relay the fragments, and by the API, which answers with them)",
+        group="streaming",
+        field="stream",
+        parse=_flag,
+        default="`true`",
+    ),
+    Setting(
+        "QUOTECLIP_STREAM_REDIS_URL",
+        "the Redis the workers relay a rendering clip's fragments through to the API: one without persistence, "
+        "with a `maxmemory`, apart from the queue's (see the streaming page)",
+        group="streaming",
+        field="stream_redis_url",
+        parse=_redis_url,
+        default="the queue's (`QUOTECLIP_REDIS_URL`)",
+    ),
+    Setting(
+        "QUOTECLIP_STREAM_MAX_MB",
+        "most of one clip's fragments the relay holds at once, MB; past it the oldest are dropped: viewers already "
+        "streaming go on, later ones wait for the stored clip",
+        group="streaming",
+        field="stream_max_bytes",
+        parse=_Number(1, unit=1024**2, whole=True),
     ),
     # webhooks
     Setting(
@@ -835,6 +872,9 @@ class Settings:
     link_base_url: str | None = None
     link_hold: float = 25.0  # seconds a link's request waits for its render (a CDN's origin timeout is about 30 s)
     link_renders_per_minute: int = 60  # renders a site key's links may start a minute
+    stream: bool = True  # a clip not yet stored is streamed to its viewers while it renders (jobs/relay.py)
+    stream_redis_url: str | None = None  # the relay's Redis; None: the queue's
+    stream_max_bytes: int = 96 * 1024**2  # most of one clip's fragments the relay holds
     webhook_secret: str | None = field(default=None, repr=False)
     webhook_timeout: float = 10.0  # seconds a delivery may take in all (connect, send, status line and headers)
     webhook_concurrency: int = 16  # deliveries one webhook worker makes at once

@@ -9,6 +9,7 @@ import ffmpeg
 
 from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
+from .fragments import FRAGMENT_SECONDS, STREAM_MOVFLAGS
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
@@ -29,8 +30,9 @@ HTTP_INITIAL_REQUEST = 64 * 1024
 HTTP_REQUEST = 256 * 1024
 # A final render decodes a source of up to this many pixels a frame in one thread: x264 (veryfast, 720p) is the
 # slower stage, so the decoder's frame threads only add their own CPU cost (with the same wall time and the same
-# output bytes). Larger sources, and previews (whose encoder is faster than the decoder), keep ffmpeg's automatic
-# threads.
+# output bytes). Larger sources, previews (whose encoder is faster than the decoder) and streamed renders keep
+# ffmpeg's automatic threads: a streamed render's first fragment waits on the decode from the keyframe before the
+# cut (up to a GOP of the source) before the first frame is encoded, and frame threads get through it sooner.
 SINGLE_THREAD_DECODE_PIXELS = 1920 * 1088
 POSTER_QSCALE = 3  # MJPEG quality of the poster (2 best … 31 worst)
 DEFAULT_BACKGROUND = "#14181f"  # an audiogram's background when there is no artwork and no brand background
@@ -113,6 +115,8 @@ class Target:
     crop_x: str | None = None
     poster: tuple[str, float] | None = None
     background: str = DEFAULT_BACKGROUND  # audio-only sources: an image path, or a colour (#rrggbb)
+    # a fragmented copy of the same encode, written while it encodes (a FIFO a relay reads: renderer/fragments.py)
+    stream: str | None = None
 
 
 def build_outputs(
@@ -130,7 +134,10 @@ def build_outputs(
     first = targets[0].spec
     start, duration = cut if cut is not None else (first.cut_start, first.duration)
     preview = first.quality == "preview"
-    one_thread = not preview and not info.audio_only and info.width * info.height <= SINGLE_THREAD_DECODE_PIXELS
+    streamed = any(t.stream is not None for t in targets)
+    one_thread = (
+        not preview and not streamed and not info.audio_only and info.width * info.height <= SINGLE_THREAD_DECODE_PIXELS
+    )
     src = source_input(source, start - info.timeline_offset, duration, preview, max_pixels, 1 if one_thread else None)
     if audio_source is not None:
         audio = source_input(audio_source, start - info.audio_offset, duration).audio
@@ -202,7 +209,7 @@ def _output(
     out = ffmpeg.output(
         video,
         audio,
-        target.output,
+        target.output if target.stream is None else _tee(target.output, target.stream),
         vcodec="libx264",
         preset=PREVIEW_PRESET if preview else spec.encoder_preset or PRESET,
         crf=PREVIEW_CRF if preview else CRF,
@@ -213,11 +220,33 @@ def _output(
         t=_seconds(duration),
         vframes=output_frames(info, start, duration),
         ar=AUDIO_RATE,
-        movflags="+faststart",
         map_metadata=-1,
-        f="mp4",
+        **(
+            {"movflags": "+faststart", "f": "mp4"}
+            if target.stream is None
+            # the tee muxer: one encode into two MP4 muxers. The encoders are told to keep their headers out of the
+            # bitstream, as an MP4 output alone has them do, so the stored clip is the one a render without a
+            # stream writes, byte for byte
+            else {"f": "tee", "flags:v": "+global_header", "flags:a": "+global_header"}
+        ),
     )
     return [out] if still is None else [out, still]
+
+
+def _tee(output: str, stream: str) -> str:
+    """The tee muxer's outputs: the stored clip (a faststart MP4, as without a stream) and its fragmented copy, cut
+    every ``FRAGMENT_SECONDS`` whatever the frame (the keyframes stay the encoder's). A copy whose reader has gone is
+    dropped (``onfail=ignore``) and the clip is still written."""
+    fragment_us = round(FRAGMENT_SECONDS * 1_000_000)
+    return (
+        f"[f=mp4:movflags=+faststart]{_tee_escape(output)}"
+        f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={fragment_us}:onfail=ignore]{_tee_escape(stream)}"
+    )
+
+
+def _tee_escape(path: str) -> str:
+    """A path as the tee muxer reads an output's name: its special characters escaped with a backslash."""
+    return "".join(f"\\{c}" if c in "\\'[]|:;" else c for c in path)
 
 
 def _fade(duration: float) -> tuple[float, float]:

@@ -4,11 +4,13 @@ results."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quoteclip.errors import BadInput, QuoteclipError, RenderFailed
@@ -18,6 +20,7 @@ from watermarks import watermark_image
 
 from .captions import CaptionTrack, caption_track, write_pam, write_track
 from .ffmpeg import run_ffmpeg
+from .fragments import Piece, read_fragments, unblock
 from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs, build_poster
 from .probe import FORMATS, MediaInfo, Readable, probe
 from .timing import clip_words
@@ -41,6 +44,8 @@ class RenderResult:
     captions: CaptionTrack | None = None
     poster: Path | None = None  # the clip's frame at poster_time(), written by the same ffmpeg pass
     ffmpeg_s: float = 0.0  # wall-clock seconds of the ffmpeg run
+    # a streamed render: (ffmpeg's start, its first fragment read), seconds since the epoch (time.time)
+    streamed: tuple[float, float] | None = None
 
 
 def poster_time(duration: float) -> float:
@@ -180,6 +185,25 @@ def _targets(
     return targets
 
 
+def _run_streamed(
+    argv: list[str], timeout: float, progress: Callable[[float], None], fifo: Path, stream: Callable[[Piece], None]
+) -> str:
+    """ffmpeg with its fragmented copy read from ``fifo`` by a thread of this process as it is written. The thread
+    ends with ffmpeg (its end of the FIFO closed), or is let go when ffmpeg failed before opening it."""
+    opened = threading.Event()
+    reader = threading.Thread(target=read_fragments, args=(fifo, stream, opened), name="fragments", daemon=True)
+    reader.start()
+    try:
+        return run_ffmpeg(argv, timeout=timeout, on_progress=progress)
+    finally:
+        while not opened.is_set() and reader.is_alive():  # ffmpeg never opened its end: the reader reads an end
+            unblock(fifo)
+            reader.join(timeout=0.05)
+        reader.join(timeout=30)  # (the copy's last pieces relayed)
+        if reader.is_alive():
+            log.warning("the clip's fragmented copy was still being read 30 s after ffmpeg ended")
+
+
 @dataclass(frozen=True)
 class PosterResult:
     """A clip's poster rendered alone: the JPEG of the frame the clip's own poster shows."""
@@ -241,11 +265,14 @@ def render_clips(
     probe_source: Readable | None = None,
     max_pixels: int | None = None,
     drawn: Drawn | None = None,
+    stream: Callable[[Piece], None] | None = None,
 ) -> list[RenderResult]:
     """Render ``specs`` (one cut in one or several profiles) from ``source`` (already probed as ``info``) in one
     ffmpeg run: the source decoded once, one encoder per output, each in its own folder under ``workdir`` (one
     spec: ``workdir/clip.mp4``). ``on_progress`` receives the fraction done, 0.0–1.0. ``drawn``: the overlays,
-    drawn ahead by ``draw_overlays`` for the cut the quote asks for (drawn again if the video's end shortens it)."""
+    drawn ahead by ``draw_overlays`` for the cut the quote asks for (drawn again if the video's end shortens it).
+    ``stream`` (one spec only): handed the clip's fragmented copy while ffmpeg encodes it, piece by piece, from a
+    thread of this process (``renderer/fragments.py``); the clip written is the same either way."""
     first = specs[0]
     if any((s.cut_start, s.cut_end, s.quality) != (first.cut_start, first.cut_end, first.quality) for s in specs):
         raise BadInput("profiles rendered together must share the cut and the quality")
@@ -255,14 +282,29 @@ def render_clips(
     if drawn is None or drawn.cut != cut:
         drawn = draw_overlays(specs, workdir, cut)
     targets = _targets(specs, drawn, info, source, workdir, probe_source)
+    fifo = None
+    if stream is not None and len(targets) == 1:
+        fifo = Path(targets[0].output).with_name("stream.mp4")
+        os.mkfifo(fifo, 0o600)
+        targets = [replace(targets[0], stream=str(fifo))]
     argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
 
     def progress(seconds: float) -> None:
         if on_progress is not None:
             on_progress(min(1.0, seconds / duration))
 
-    began = time.perf_counter()
-    said = run_ffmpeg(argv, timeout=timeout * len(specs), on_progress=progress)
+    began, started = time.perf_counter(), time.time()
+    relayed_at: list[float] = []
+    if fifo is None or stream is None:
+        said = run_ffmpeg(argv, timeout=timeout * len(specs), on_progress=progress)
+    else:
+
+        def relayed(piece: Piece) -> None:
+            if piece.kind == "fragment" and not relayed_at:
+                relayed_at.append(time.time())
+            stream(piece)
+
+        said = _run_streamed(argv, timeout, progress, fifo, relayed)
     ffmpeg_s = round(time.perf_counter() - began, 3)
     refused = OVERSIZE_FRAME.search(said)
     if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first
@@ -291,6 +333,7 @@ def render_clips(
                 track,
                 still if still.is_file() and still.stat().st_size > 0 else None,
                 ffmpeg_s,
+                (started, relayed_at[0]) if relayed_at else None,
             )
         )
     return results

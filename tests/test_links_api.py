@@ -46,6 +46,7 @@ def link_env(queue_env: dict[str, str], tmp_path: Path, ffmpeg_bin: str, ffmpeg_
         {
             "QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET},{OTHER}:{OTHER_SECRET}",
             "QUOTECLIP_LINK_HOLD": "30",
+            "QUOTECLIP_STREAM": "false",  # a held answer, then the stored clip (streaming: tests/test_streaming.py)
             "FFMPEG_BINARY": str(wrapper),
         }
     )

@@ -24,6 +24,7 @@ from renderer.plan import source_rate
 from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
 from renderer.render import RenderResult, caption_layout, cut_for, draw_overlays, render_clips, render_poster
 from renderer.sidecars import to_vtt
+from sources import SourceRef
 from sources.opener import OpenedSource, open_source
 from storage import Storage
 
@@ -32,7 +33,7 @@ from .keys import download_name
 from .lookup import POSTER, find, sidecar_stored
 from .manifest import sidecar_files
 from .results import ClipResult, PosterStored, stored_result
-from .stages import STAGE_START, Reporter, Stage
+from .stages import STAGE_START, ClipStream, Reporter, Stage
 from .tempdirs import TEMP_PREFIX, clip_bytes, short_of_space, sweep_temp
 
 __all__ = [  # what other modules import from here
@@ -68,10 +69,14 @@ def produce_clips(
     settings: Settings,
     storage: Storage,
     report: Reporter | None = None,
+    stream: ClipStream | None = None,
 ) -> list[ClipResult]:
     """The stored clips of one quote in several profiles (specs that differ only in profile), in order. Each is
     looked up on its own; the missing ones are rendered together, from one read and one decode of the source
-    (one ffmpeg run, one encoder per profile), and stored one by one, each with its own key and sidecars."""
+    (one ffmpeg run, one encoder per profile), and stored one by one, each with its own key and sidecars.
+
+    ``stream``: where one clip's render (not an instant copy, not several profiles) sends its fragmented copy while
+    it encodes; told ``finished`` once the render is checked, before the clip is stored, or ``failed``."""
 
     def say(stage: Stage, percent: int) -> None:
         if report is not None:
@@ -83,10 +88,30 @@ def produce_clips(
     if not missing:
         say(Stage.FINISHED, 100)
         return [r for r in results if r is not None]
-    spec, (source, _, _) = specs[missing[0]], looked[missing[0]]
+    spec = specs[missing[0]]
     if spec.quality == "instant" and len(missing) > 1:
         raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
+    streaming = stream if len(missing) == 1 and spec.quality != "instant" else None
+    try:
+        return _produce(specs, settings, storage, say, looked, results, missing, streaming)
+    except BaseException as exc:
+        if streaming is not None:
+            streaming.failed(f"{exc}".splitlines()[0] if f"{exc}" else type(exc).__name__)
+        raise
 
+
+def _produce(
+    specs: list[ClipSpec],
+    settings: Settings,
+    storage: Storage,
+    say: Reporter,
+    looked: list[tuple[SourceRef, str, ClipResult | None]],
+    results: list[ClipResult | None],
+    missing: list[int],
+    streaming: ClipStream | None,
+) -> list[ClipResult]:
+    """The render and store of ``produce_clips`` (the clips ``missing`` from the store)."""
+    spec, (source, _, _) = specs[missing[0]], looked[missing[0]]
     with (
         _machine_errors(settings, clip_bytes(spec.duration, len(missing))),
         tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp,
@@ -153,6 +178,7 @@ def produce_clips(
                         probe_source=opened.probe_video,
                         max_pixels=settings.max_frame_pixels,
                         drawn=ready,
+                        stream=streaming.piece if streaming is not None else None,
                     )
             except QuoteclipError as failed:
                 source_error = opened.error()
@@ -166,6 +192,8 @@ def produce_clips(
                 raise source_error
             fetched = opened.fetched_bytes if source.remote else None
             title, extractions = opened.title, opened.extractions
+        if streaming is not None:  # checked: the viewers' stream is whole (the clip is stored next)
+            streaming.finished()
         t2 = time.perf_counter()
         say(Stage.UPLOADING, STAGE_START[Stage.UPLOADING])
         cut_start, cut_length = cut_for(spec, info)
@@ -181,12 +209,14 @@ def produce_clips(
         "ffmpeg_s": rendered[0].ffmpeg_s,
         "store_s": round(time.perf_counter() - t2, 3),
     }
+    if rendered[0].streamed is not None:  # when ffmpeg started and its first fragment came (the epoch's seconds)
+        timings["ffmpeg_started_at"], timings["first_fragment_at"] = rendered[0].streamed
     keys = ",".join(looked[n][1] for n in missing)
     log.info(
         "stored clip %s (%.3f s): open+probe %.2f s, render %.2f s (ffmpeg %.2f s), store %.2f s, %s source bytes",
         keys,
         rendered[0].duration,
-        *timings.values(),
+        *(timings[name] for name in ("open_probe_s", "render_s", "ffmpeg_s", "store_s")),
         fetched if fetched is not None else "local",
         extra={
             "fields": {

@@ -1,0 +1,211 @@
+"""A clip answered while it renders: the fragments its worker relays (jobs/relay.py), streamed to the viewer as they
+come, for a signed link's ``<video src>`` (api/links.py), its HLS playlist (a progressive fragmented MP4 is not
+played by Safari without ranges) and the page at ``/`` (``GET /clips/{id}/stream``, read by the page's player through
+Media Source Extensions with the key it signed in with).
+
+A streamed answer is the clip as it is made: ``Cache-Control: no-store``, no ``ETag``, no length (chunked). A viewer
+joins from the clip's start; the answer ends with the stream's end, or is cut without its last chunk when the render
+stops (the worker killed, or told to stop and the job handed back): the player shows an error, and asking again
+joins the next render or gets the stored clip. Viewers that come once the clip is stored get the stored clip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
+from starlette.types import Send
+
+from jobs import relay
+from jobs.pipeline.stages import Stage
+from jobs.queue import JOB_ID, render_state
+from renderer.fragments import FRAGMENT_SECONDS
+
+from .deps import Services, ServicesDep
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+NO_STORE = "no-store"
+CODECS = "X-Stream-Codecs"  # a streamed answer's codecs (avc1.…,mp4a.40.2), for a MediaSource (the page's player)
+PLAYLIST = "application/vnd.apple.mpegurl"
+PLAYLIST_NAME = "index.m3u8"  # a clip link's HLS playlist: …/l/{key}/{link}/index.m3u8
+INIT_NAME = "init.mp4"  # its init segment (the playlist's map); its fragments are N.m4s
+PLAYLIST_STEP = 0.02  # seconds between looks for a joined stream's first fragment
+SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
+
+
+def relay_client(svc: Services) -> AsyncRedis:
+    """A client of the relay's Redis for one answer (closed with it)."""
+    return AsyncRedis.from_url(relay.relay_url(svc.settings), socket_connect_timeout=5)
+
+
+async def joined(svc: Services, job_id: str, deadline: float) -> tuple[AsyncRedis, relay.Begun] | None:
+    """The job's stream once it can be joined from its start (with the client reading it), or None: streaming is off,
+    the render ended without one (stored, failed, or its worker does not stream), or ``deadline`` passed."""
+    if not svc.settings.stream:
+        return None
+
+    async def rendering() -> bool:
+        state = await run_in_threadpool(render_state, job_id, svc.connection)
+        return state.state == "active" and state.stage != Stage.FINISHED.value
+
+    redis = relay_client(svc)
+    try:
+        begun = await relay.begin(redis, job_id, deadline, rendering)
+    except RedisError as exc:
+        log.warning("the relay's Redis did not answer (%s): the request waits for the stored clip", exc)
+        begun = None
+    except BaseException:
+        await redis.aclose()
+        raise
+    if begun is None:
+        await redis.aclose()
+        return None
+    return redis, begun
+
+
+class RelayResponse(StreamingResponse):
+    """A streamed answer that can end without its last chunk: when the stream is cut, the connection is closed with
+    the body incomplete (a player then shows an error, never a clip that ends early as if whole)."""
+
+    def __init__(self, redis: AsyncRedis, begun: relay.Begun, headers: dict[str, str]) -> None:
+        self.redis, self.begun = redis, begun
+        super().__init__(
+            self._chunks(),
+            media_type="video/mp4",
+            headers={"Cache-Control": NO_STORE, CODECS: begun.codecs, **headers},
+        )
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in relay.follow(self.redis, self.begun):
+                yield chunk
+        finally:
+            await self.redis.aclose()
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except (relay.StreamCut, RedisError) as cut:
+            log.warning(
+                "the stream of %s was cut (%s): its viewer's player stops with an error", self.begun.job_id, cut
+            )
+            return  # the last chunk never sent: the server closes the connection
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def is_part(name: str) -> bool:
+    """Whether ``name`` is one of a link's HLS parts: its playlist, its init segment or a fragment."""
+    return name in (PLAYLIST_NAME, INIT_NAME) or SEGMENT.match(name) is not None
+
+
+RESUMED = "this clip's stream stopped, and its render starts again: play it from its start"
+RANGE_FROM = re.compile(r"\A\s*bytes\s*=\s*([0-9]+)\s*-")
+
+
+def resumed(request: Request) -> bool:
+    """Whether a request for a clip not stored asks for its bytes past the first (``Range: bytes=N-``, N > 0): a player
+    resuming a stream that was cut. Its render starts again, its new stream from the clip's start (and the stored clip
+    is not the stream's bytes), so no answer can continue it: it is refused, and the player shows an error (a player
+    first asks from byte 0, or for the whole)."""
+    found = RANGE_FROM.match(request.headers.get("range", ""))
+    return found is not None and int(found.group(1)) > 0
+
+
+def playlist(index: relay.Index) -> str:
+    """An HLS event playlist of the stream's fragments so far (CMAF: the init segment as its map, each fragment a
+    segment of its own), ended once the stream has ended; it starts at the clip's start."""
+    longest = max((seconds for _, _, seconds in index.fragments), default=FRAGMENT_SECONDS)
+    lines = [
+        "#EXTM3U",
+        "#EXT-X-VERSION:7",
+        f"#EXT-X-TARGETDURATION:{max(1, math.ceil(longest))}",
+        "#EXT-X-PLAYLIST-TYPE:EVENT",
+        "#EXT-X-START:TIME-OFFSET=0,PRECISE=YES",
+        "#EXT-X-MEDIA-SEQUENCE:1",
+        f'#EXT-X-MAP:URI="{INIT_NAME}"',
+    ]
+    for number, _, seconds in index.fragments:
+        lines += [f"#EXTINF:{seconds:.6f},", f"{number}.m4s"]
+    if index.ended:
+        lines.append("#EXT-X-ENDLIST")
+    return "\n".join(lines) + "\n"
+
+
+async def part_answer(svc: Services, job_id: str, part: str, cors: dict[str, str]) -> Response:
+    """A stream's init segment (``init.mp4``) or fragment (``N.m4s``) from the relay, 404 when it is not there (not
+    relayed yet, dropped, or gone once the clip is stored)."""
+    found = SEGMENT.match(part)
+    number = 0 if part == INIT_NAME else int(found.group(1)) if found else None
+    if number is None or not svc.settings.stream:
+        return not_streamed(cors)
+    redis = relay_client(svc)
+    try:
+        index = await relay.index(redis, job_id)
+        data = await relay.segment(redis, job_id, number, index.attempt) if index is not None else None
+    except RedisError:
+        data = None
+    finally:
+        await redis.aclose()
+    if data is None:
+        return not_streamed(cors)
+    return Response(data, media_type="video/mp4", headers={"Cache-Control": NO_STORE, **cors})
+
+
+async def playlist_answer(svc: Services, job_id: str, cors: dict[str, str], wait: float = 0.0) -> Response | None:
+    """The stream's playlist when it can be joined from its start and has a fragment (waiting up to ``wait``
+    seconds for its first), else None."""
+    if not svc.settings.stream:
+        return None
+    redis = relay_client(svc)
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            index = await relay.index(redis, job_id)
+            if index is None or index.aborted or not index.whole:
+                return None
+            if index.fragments:
+                return Response(playlist(index), media_type=PLAYLIST, headers={"Cache-Control": NO_STORE, **cors})
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(PLAYLIST_STEP)
+    except RedisError:
+        return None
+    finally:
+        await redis.aclose()
+
+
+def not_streamed(cors: dict[str, str], detail: str = "this clip is not streaming: play its link") -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=404, headers={"Cache-Control": NO_STORE, **cors})
+
+
+# ---- the page's player: a clip posted with POST /clips, streamed by its id --------------------------------------
+
+
+@router.get("/clips/{clip_id}/stream", include_in_schema=False, responses={404: {}})
+async def clip_stream(clip_id: str, request: Request, svc: ServicesDep) -> Response:
+    """A clip being rendered (``POST /clips`` answered 202), streamed while it renders, for the page's player (Media
+    Source Extensions: a fetch with the page's key, the fragments appended as they come). 404 when it is not
+    streaming (stored already, streaming off, or its render ended without a stream): the page then waits for the
+    stored clip as before. Needs the API key as every clip route does (a ``fetch`` sends it; a ``<video src>``
+    cannot: links that play in a ``<video src>`` are the signed links)."""
+    if not JOB_ID.match(clip_id):
+        return not_streamed({}, f"no such clip: {clip_id[:80]!r}")
+    found = await joined(svc, clip_id, time.monotonic() + svc.settings.link_hold)
+    if found is None:
+        return not_streamed({})
+    return RelayResponse(*found, {})

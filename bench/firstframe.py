@@ -1,0 +1,367 @@
+"""Figures 13a–13f: a clip not stored, played while it renders. From the request (a signed link given to an autoplaying
+muted ``<video>`` in Chromium, on a page of another origin; or the ``/`` page's Play button) to the first frame
+Chromium presents (``requestVideoFrameCallback``), for 7, 30 and 120 s clips of a Range-served 1080p source with a
+keyframe every 5 s, its bytes in the block cache (and again from a cold cache), with its parts, the stalls while the
+render goes on, and the relay's cost; beside today's click → link → first byte of the same kind of clip; and the
+whole render with its stream against the same render without one."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from rq import Worker
+from rq.job import Job
+
+from jobs.queue import connect
+from quoteclip import links as signed
+from quoteclip import redis_keys
+from quoteclip.spec import build_spec
+
+from .config import BRAND, SITE_KEY, RunConfig
+from .media import source_1080p_gop5
+from .report import Comparison, Reading, Row
+from .stack import Stack
+from .timing import pair_ratio, percentile
+
+SOURCE = "episode-gop5.mp4"
+CAPTION = "An exact quote, on one line."  # figure 13's one-line caption
+FIRST_START = 20.0  # the first quote's start; each next one 2.37 s later (its keyframe 0–5 s before it)
+STEP = 2.37
+TARGET = "p50 ≤ 1.0 s, p95 ≤ 1.5 s"
+# The page on another origin: a muted autoplaying <video>; given a link, what it presents first and when.
+WATCH = """(src) => {
+  const v = document.getElementById("v");
+  const seen = {events: [], waits: 0, first: null, playing: null, origin: performance.timeOrigin};
+  window.seen = seen;
+  for (const name of ["playing", "waiting", "error"]) v.addEventListener(name, () => {
+    seen.events.push(name);
+    if (name === "playing" && seen.playing === null) seen.playing = performance.now();
+    if (name === "waiting" && seen.playing !== null) seen.waits++;
+  });
+  v.requestVideoFrameCallback((now, frame) => {
+    seen.first = frame.presentationTime;
+    seen.mediaTime = frame.mediaTime;
+  });
+  seen.t0 = performance.now();
+  v.src = src;
+}"""
+STOP = """() => { const v = document.getElementById("v") || document.getElementById("player");
+  v.pause(); v.removeAttribute("src"); v.load(); }"""
+
+
+def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
+    """Run with the API and the one worker of the figures before (S3 store)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        chromium = None
+    if chromium is None:
+        return [
+            Reading("13. first frame presented in Chromium", "not measured: no Chromium (or Playwright)", TARGET, None)
+        ]
+    clicks = run.first_frames + 2 * run.cold_first_frames + run.reps  # (quotes of one length: each a new clip)
+    seconds = FIRST_START + STEP * (clicks + 1) + max(run.first_frame_lengths)
+    source = source_1080p_gop5(ffmpeg, math.ceil(seconds / 60))
+    (stack.http.root / SOURCE).unlink(missing_ok=True)
+    (stack.http.root / SOURCE).symlink_to(source.resolve())
+    rows: list[Row] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--autoplay-policy=no-user-gesture-required"],
+        )
+        try:
+            page = browser.new_page()
+            (stack.http.root / "first-frame.html").write_text(
+                '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">'
+                '<video id="v" muted autoplay playsinline width="640"></video>'
+            )
+            page.goto(stack.http.url("first-frame.html"))
+            relay_bytes: dict[float, list[int]] = {}
+            for letter, length in zip("abc", run.first_frame_lengths, strict=False):
+                starts = iter(FIRST_START + STEP * i for i in range(clicks + 1))
+                cached(stack)  # every block of the source in the cache
+                warm = [first_frame(stack, page, next(starts), length, relay_bytes) for _ in range(run.first_frames)]
+                today = [today_click(stack, next(starts), length) for _ in range(run.cold_first_frames)]
+                cold = []
+                for _ in range(run.cold_first_frames):
+                    stack.clear_source_cache()
+                    cold.append(first_frame(stack, page, next(starts), length, relay_bytes))
+                rows.append(reading(f"13{letter}.", length, warm, cold, today))
+            page.close()
+            cached(stack)
+            starts = iter(FIRST_START + 0.5 + STEP * i for i in range(run.reps))
+            played = [page_play(stack, browser, next(starts), run.first_frame_lengths[0]) for _ in range(run.reps)]
+            rows.append(page_reading(run.first_frame_lengths[0], played))
+        finally:
+            browser.close()
+    rows.append(relay_reading(relay_bytes))
+    rows += stream_cost(run, source, stack.work)
+    return rows
+
+
+# ---- one click ------------------------------------------------------------------------------------------------
+
+
+def clip(stack: Stack, start: float, length: float) -> dict[str, Any]:
+    return {
+        "source": stack.http.url(SOURCE),
+        "start": start,
+        "end": start + length,
+        "caption": CAPTION,
+        "watermark": BRAND,
+    }
+
+
+def job_of(stack: Stack, body: dict[str, Any]) -> str:
+    """The job id of a clip (its content key), as the API and the worker compute it."""
+    from jobs.queue import lookup
+    from storage import open_storage
+
+    settings = stack.settings().for_queue()
+    spec = build_spec({**body, "watermark": {"text": body["watermark"]}})
+    return f"clip-{lookup(spec, settings, open_storage(settings))[0]}"
+
+
+def finished(stack: Stack, job_id: str, timeout: float = 900) -> Job:
+    """Wait for the job's end (and the worker back to idle): the job."""
+    connection = connect(stack.settings())
+    deadline = time.monotonic() + timeout
+    while True:
+        job = Job.fetch(job_id, connection=connection)
+        status = job.get_status(refresh=False)
+        if status is not None and status.value in ("finished", "failed"):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: {job_id} did not finish within {timeout:g} s")
+        time.sleep(0.05)
+    if status.value != "finished":
+        raise SystemExit(f"bench: {job_id} failed: {job.meta.get('error')}")
+    while any(w.get_state() != "idle" for w in Worker.all(connection=connection)):
+        time.sleep(0.05)
+    return job
+
+
+def epoch(moment: Any) -> float:
+    return float((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
+
+
+def first_frame(
+    stack: Stack, page: Any, start: float, length: float, relay_bytes: dict[float, list[int]]
+) -> dict[str, float]:
+    """A new clip's signed link given to the <video>: seconds from the request to the first frame presented, to
+    "playing", the stalls until the render ended, and the parts (from the browser's clock, its network timing and the
+    job's own timings)."""
+    body = clip(stack, start, length)
+    link = f"http://127.0.0.1:{stack.port}" + signed.sign(body, SITE_KEY[0], SITE_KEY[1])
+    job_id = job_of(stack, body)
+    timing: dict[str, Any] = {}
+
+    def answered(response: Any) -> None:
+        if response.url == link:
+            timing.update(response.request.timing)
+
+    page.on("response", answered)
+    page.evaluate(WATCH, link)
+    page.wait_for_function("window.seen.first !== null || window.seen.events.includes('error')", timeout=600_000)
+    job = finished(stack, job_id)
+    key = redis_keys.stream(job_id)
+    held = connect(stack.settings()).memory_usage(key, samples=0)
+    time.sleep(0.5)
+    seen = page.evaluate("window.seen")
+    page.evaluate(STOP)
+    page.remove_listener("response", answered)
+    if seen["first"] is None:
+        raise SystemExit(f"bench: the <video> failed: {seen['events']}")
+    relay_bytes.setdefault(length, []).append(int(held or 0))
+    t0 = (seen["origin"] + seen["t0"]) / 1000
+    shown = (seen["origin"] + seen["first"]) / 1000
+    first_byte = (
+        (timing["startTime"] + timing["responseStart"]) / 1000 if timing.get("responseStart", -1) >= 0 else shown
+    )
+    timings = job.meta.get("timings") or {}
+    started = epoch(job.started_at) if job.started_at else t0
+    ffmpeg = float(timings.get("ffmpeg_started_at", started))
+    fragment = float(timings.get("first_fragment_at", ffmpeg))
+    out = {
+        "total": shown - t0,
+        "playing": (seen["playing"] - seen["t0"]) / 1000 if seen["playing"] is not None else float("nan"),
+        "stalls": float(seen["waits"]),
+        "media_time": float(seen.get("mediaTime") or 0.0),
+        "request → job picked up": started - t0,
+        "picked up → ffmpeg started (fetch, probe, overlays)": ffmpeg - started,
+        "ffmpeg → first fragment (preroll decode, first fragment encode)": fragment - ffmpeg,
+        "first fragment → first byte in the browser (relay, API)": first_byte - fragment,
+        "first byte → first frame presented (Chromium)": shown - first_byte,
+    }
+    print(f"bench: first frame {length:g} s clip at {start:.2f}: {out['total']:.3f} s", file=sys.stderr)
+    return out
+
+
+def today_click(stack: Stack, start: float, length: float) -> float:
+    """Today's path for the same kind of clip, the source's bytes cached: POST /clips → long-poll → the link's first
+    byte (as figure 3a times it)."""
+    body = clip(stack, start, length)
+    t = time.perf_counter()
+    status, answer = stack.call("POST", "/clips", body)
+    if status not in (200, 202):
+        raise SystemExit(f"bench: POST /clips answered {status}: {answer}")
+    job_id = answer["id"]
+    while answer.get("status") not in ("finished", "failed"):
+        _, answer = stack.call("GET", f"/clips/{job_id}?wait=20")
+    if answer["status"] != "finished":
+        raise SystemExit(f"bench: job failed: {answer['error']}")
+    import urllib.request
+
+    with urllib.request.urlopen(str(answer["link"])) as resp:
+        resp.read(1)
+    finished(stack, job_id)
+    return time.perf_counter() - t
+
+
+def page_play(stack: Stack, browser: Any, start: float, length: float) -> float:
+    """The / page's Play button for a new clip: seconds from the click to the first frame presented."""
+    page = browser.new_page()
+    try:
+        query = f"source={stack.http.url(SOURCE)}&start={start:.3f}&end={start + length:.3f}&brand={BRAND}"
+        page.goto(f"http://127.0.0.1:{stack.port}/?{query}")
+        page.evaluate(
+            """() => { const v = document.getElementById("player"); window.seen = {first: null};
+              v.requestVideoFrameCallback((now, frame) => { window.seen.first = frame.presentationTime; });
+              window.seen.t0 = performance.now(); document.getElementById("play").click(); }"""
+        )
+        page.wait_for_function("window.seen.first !== null", timeout=600_000)
+        seen = page.evaluate("window.seen")
+        page.wait_for_function("!document.getElementById('play').disabled", timeout=900_000)  # (its render's end)
+        while any(w.get_state() != "idle" for w in Worker.all(connection=connect(stack.settings()))):
+            time.sleep(0.05)
+        return float(seen["first"] - seen["t0"]) / 1000
+    finally:
+        page.close()
+
+
+# ---- the rows -------------------------------------------------------------------------------------------------
+
+
+def reading(
+    label: str, length: float, warm: list[dict[str, float]], cold: list[dict[str, float]], today: list[float]
+) -> Reading:
+    totals = [c["total"] for c in warm]
+    p50, p95 = statistics.median(totals), percentile(totals, 0.95)
+    parts = [name for name in warm[0] if "→" in name]
+    cold_totals = [c["total"] for c in cold]
+    return Reading(
+        f"{label} first frame presented in Chromium, {length:g} s clip not stored (a new quote), its signed link in "
+        "an autoplaying muted <video> on another origin, from the request; a 1080p source served by range, a "
+        "keyframe every 5 s, its bytes in the block cache",
+        f"p50 {p50:.2f} s, p95 {p95:.2f} s over {len(totals)} clicks ('playing' p50 "
+        f"{statistics.median(c['playing'] for c in warm):.2f} s; stalls while it rendered: "
+        f"{int(sum(c['stalls'] for c in warm))}); parts (medians): "
+        + ", ".join(f"{name} {statistics.median(c[name] for c in warm):.2f}" for name in parts)
+        + f"; cold source cache: p50 {statistics.median(cold_totals):.2f} s over {len(cold_totals)}; "
+        f"today, click → link → first byte: p50 {statistics.median(today):.2f} s over {len(today)}",
+        TARGET,
+        p50 <= 1.0 and p95 <= 1.5,
+    )
+
+
+def page_reading(length: float, played: list[float]) -> Reading:
+    return Reading(
+        f"13d. first frame presented in Chromium from the / page's Play button (POST /clips, then its stream through "
+        f"Media Source Extensions), {length:g} s clip not stored, the source's bytes cached",
+        f"p50 {statistics.median(played):.2f} s, p95 {percentile(played, 0.95):.2f} s over {len(played)} clicks",
+        "report",
+        None,
+    )
+
+
+def relay_reading(held: dict[float, list[int]]) -> Reading:
+    return Reading(
+        "13e. what a streamed clip holds in the relay's Redis once rendered (MEMORY USAGE of its stream: the whole "
+        "clip's fragments, kept for the clip's length and 30 s more)",
+        ", ".join(f"{length:g} s clip: {statistics.median(sizes) / 1024**2:.1f} MB" for length, sizes in held.items()),
+        "report",
+        None,
+    )
+
+
+def cached(stack: Stack) -> None:
+    """Every block of figure 13's source in the workers' block cache (read through it once, as a render reads)."""
+    from sources import resolve_source
+    from sources.opener import open_source
+
+    settings = stack.settings().for_queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = resolve_source(stack.http.url(SOURCE), allow_local=False)
+        with open_source(ref, settings, Path(tmp), "ffmpeg") as opened:
+            remote = opened.remotes[0]
+            size = remote.ensure_size()
+            for offset in range(0, size, 8 * 1024**2):
+                remote.read(offset, min(8 * 1024**2, size - offset))
+
+
+def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
+    """Figure 13f: the same quote rendered in this process with its stream (the fragmented copy read and kept) and
+    without, alternating: the whole render's wall time, and the ratio."""
+    from jobs.pipeline.produce import produce_clips
+    from quoteclip.settings import Settings
+    from storage import LocalStorage
+
+    class Kept:
+        def __init__(self) -> None:
+            self.size = 0
+
+        def piece(self, piece: Any) -> None:
+            self.size += len(piece.data)
+
+        def finished(self) -> None:
+            pass
+
+        def failed(self, reason: str) -> None:
+            pass
+
+    rows: list[Row] = []
+    for length in run.first_frame_lengths:
+        with_stream: list[float] = []
+        without: list[float] = []
+        for n in range(run.stream_cost_reps):
+            start = FIRST_START + STEP * n
+            for side, times in (("stream", with_stream), ("plain", without)):
+                folder = work / f"cost-{side}"
+                shutil.rmtree(folder, ignore_errors=True)
+                settings = Settings(storage_dir=folder, allow_local_sources=True, cache_dir=work / "cost-cache")
+                spec = build_spec(
+                    {
+                        "source": str(source),
+                        "start": start,
+                        "end": start + length,
+                        "caption": CAPTION,
+                        "watermark": {"text": BRAND},
+                    }
+                )
+                t = time.perf_counter()
+                produce_clips(
+                    [spec], settings.for_cli(), LocalStorage(folder), stream=Kept() if side == "stream" else None
+                )
+                times.append(time.perf_counter() - t)
+        rows.append(
+            Comparison.of(
+                f"13f. the whole render of a {length:g} s clip with its stream (a fragmented copy of the same encode, "
+                "decoded on automatic threads) vs without (in-process, the same quote, alternating)",
+                with_stream,
+                without,
+                pair_ratio(with_stream, without),
+                "≤ 1.05×",
+                pair_ratio(with_stream, without) <= 1.05,
+            )
+        )
+    return rows

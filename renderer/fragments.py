@@ -1,0 +1,261 @@
+"""A render's fragmented copy, read while ffmpeg writes it: the byte stream split into its init segment (``ftyp`` and
+``moov``) and its fragments (``moof`` and ``mdat``), each fragment with its time and length, for a relay to hand to
+viewers while the clip renders.
+
+ffmpeg writes the fragmented copy beside the stored clip from the same encode (``plan.build_outputs``: a ``tee`` of
+one encoder into two MP4 muxers), into a FIFO named ``stream.mp4`` in the render's folder; ``read_fragments`` reads
+it in a thread of the rendering process. Nothing here parses more than box headers and the few fields that time a
+fragment (``mdhd``, ``hdlr``, ``tkhd``, ``trex``, ``tfhd``, ``tfdt``, ``trun``) and name its codecs (``avcC``,
+``esds``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Fragments are cut by duration (``frag_duration``), not at keyframes: the encoder's keyframes stay where a render
+# without a stream puts them, and the first fragment, the one a player waits for, holds half a second.
+FRAGMENT_SECONDS = 0.5
+# empty_moov: the init segment before any sample; default_base_moof: fragments that stand alone (CMAF, HLS);
+# delay_moov: the init written with the first fragment, once the muxer knows where each track starts, so it carries
+# the same edit lists as the stored clip (the B-frames' composition delay, the AAC encoder's priming): the streamed
+# picture and sound start at 0 and decode to the stored clip's frames and samples; skip_trailer: no ``mfra`` index
+# after the last fragment (a stream is read once, from the start).
+STREAM_MOVFLAGS = "+empty_moov+default_base_moof+delay_moov+skip_trailer"
+READ_SIZE = 1 << 16
+INIT_BOXES = {b"ftyp", b"moov"}
+CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsd", b"mvex", b"moof", b"traf", b"avc1", b"mp4a"}
+# sample entries hold fixed fields before their child boxes: (the entry, the bytes before its children)
+SAMPLE_ENTRY = {b"avc1": 78, b"mp4a": 28, b"stsd": 8}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of the fragmented copy: its ``init`` segment (with the ``codecs`` a MediaSource asks for), or a
+    ``fragment`` with where it starts in the clip and how long it lasts (seconds, by its video track)."""
+
+    kind: str  # "init" or "fragment"
+    data: bytes
+    start: float = 0.0
+    seconds: float = 0.0
+    codecs: str = ""
+
+
+@dataclass
+class _Track:
+    timescale: int = 0
+    handler: bytes = b""
+    default_duration: int = 0
+
+
+@dataclass
+class Splitter:
+    """Bytes in, pieces out: ``feed`` takes the copy's bytes as they come (any split), and returns the pieces they
+    complete. Boxes other than the init's and the fragments' (``free``, ``mfra``, …) are left out."""
+
+    _buffer: bytearray = field(default_factory=bytearray)
+    _init: list[bytes] = field(default_factory=list)
+    _fragment: list[bytes] = field(default_factory=list)
+    _tracks: dict[int, _Track] = field(default_factory=dict)
+    initialized: bool = False
+
+    def feed(self, data: bytes) -> list[Piece]:
+        self._buffer += data
+        pieces = []
+        for kind, box in self._boxes():
+            if kind in INIT_BOXES and not self.initialized:
+                self._init.append(box)
+                if kind == b"moov":
+                    self._tracks = _tracks(box)
+                    self.initialized = True
+                    init = b"".join(self._init)
+                    pieces.append(Piece("init", init, codecs=codecs(init)))
+            elif kind == b"moof" and self.initialized:
+                self._fragment = [box]
+            elif kind == b"mdat" and self._fragment:
+                moof = self._fragment[0]
+                start, seconds = _timing(moof, self._tracks)
+                pieces.append(Piece("fragment", moof + box, start, seconds))
+                self._fragment = []
+        return pieces
+
+    def _boxes(self) -> Iterator[tuple[bytes, bytes]]:
+        while len(self._buffer) >= 8:
+            size, kind = struct.unpack(">I4s", self._buffer[:8])
+            if size == 1:
+                if len(self._buffer) < 16:
+                    return
+                size = struct.unpack(">Q", self._buffer[8:16])[0]
+            if size < 8:
+                raise ValueError(f"a box of {size} bytes in the fragmented copy")
+            if len(self._buffer) < size:
+                return
+            box = bytes(self._buffer[:size])
+            del self._buffer[:size]
+            yield kind, box
+
+
+def read_fragments(path: Path, sink: Callable[[Piece], None], ready: threading.Event) -> None:
+    """Read the FIFO ``path`` to its end (ffmpeg closing it, or ``unblock``), handing each piece to ``sink`` in order.
+    ``ready`` is set once the FIFO is open for reading. A sink that fails is told nothing more, but the FIFO is read
+    to its end all the same: ffmpeg, writing into it, must never wait on a relay that stopped."""
+    splitter = Splitter()
+    relaying = True
+    fd = os.open(path, os.O_RDONLY)  # (waits for ffmpeg, or ``unblock``, to open it for writing)
+    ready.set()
+    try:
+        while chunk := os.read(fd, READ_SIZE):
+            if not relaying:
+                continue
+            try:
+                for piece in splitter.feed(chunk):
+                    sink(piece)
+            except Exception as exc:  # noqa: BLE001  (the stream stops; the render, and its stored clip, go on)
+                log.warning("the clip's stream stopped relaying: %s", exc)
+                relaying = False
+    finally:
+        os.close(fd)
+
+
+def unblock(path: Path) -> None:
+    """Open ``path`` for writing and close it at once, so a reader still waiting for ffmpeg to open it (ffmpeg
+    failed before its outputs opened) reads the end of the stream. No reader waiting: nothing happens."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno not in (errno.ENXIO, errno.ENOENT):  # ENXIO: no reader is waiting
+            raise
+        return
+    os.close(fd)
+
+
+# ---- the few fields a relay needs ------------------------------------------------------------------------------
+
+
+def _children(box: bytes, start: int = 8) -> Iterator[tuple[bytes, bytes]]:
+    """The boxes inside ``box`` (from ``start``: past its header, and past a sample entry's fixed fields)."""
+    at = start
+    while at + 8 <= len(box):
+        size, kind = struct.unpack(">I4s", box[at : at + 8])
+        if size == 1:
+            size = struct.unpack(">Q", box[at + 8 : at + 16])[0]
+        if size < 8 or at + size > len(box):
+            return
+        yield kind, box[at : at + size]
+        at += size
+
+
+def _find(box: bytes, *path: bytes) -> Iterator[bytes]:
+    """Every box at ``path`` below ``box`` (each step a child of the one before)."""
+    if not path:
+        yield box
+        return
+    kind = box[4:8]
+    for child_kind, child in _children(box, 8 + SAMPLE_ENTRY.get(kind, 0)):
+        if child_kind == path[0]:
+            yield from _find(child, *path[1:])
+
+
+def _tracks(moov: bytes) -> dict[int, _Track]:
+    tracks: dict[int, _Track] = {}
+    for trak in _find(moov, b"trak"):
+        tkhd = next(_find(trak, b"tkhd"))
+        track_id = struct.unpack(">I", tkhd[20:24] if tkhd[8] == 0 else tkhd[28:32])[0]
+        mdhd = next(_find(trak, b"mdia", b"mdhd"))
+        timescale = struct.unpack(">I", mdhd[20:24] if mdhd[8] == 0 else mdhd[28:32])[0]
+        hdlr = next(_find(trak, b"mdia", b"hdlr"))
+        tracks[track_id] = _Track(timescale, hdlr[16:20])
+    for trex in _find(moov, b"mvex", b"trex"):
+        track_id, _, duration = struct.unpack(">III", trex[12:24])
+        if track_id in tracks:
+            tracks[track_id].default_duration = duration
+    return tracks
+
+
+def _timing(moof: bytes, tracks: dict[int, _Track]) -> tuple[float, float]:
+    """(start, length) of a fragment in seconds, by its video track (its first track when it has none)."""
+    timed = []
+    for traf in _find(moof, b"traf"):
+        tfhd = next(_find(traf, b"tfhd"))
+        flags = int.from_bytes(tfhd[9:12], "big")
+        track_id = struct.unpack(">I", tfhd[12:16])[0]
+        track = tracks.get(track_id, _Track())
+        default = track.default_duration
+        at = 16 + (8 if flags & 0x1 else 0) + (4 if flags & 0x2 else 0)
+        if flags & 0x8:
+            default = struct.unpack(">I", tfhd[at : at + 4])[0]
+        tfdt = next(_find(traf, b"tfdt"), None)
+        base = 0
+        if tfdt is not None:
+            base = struct.unpack(">Q", tfdt[12:20])[0] if tfdt[8] == 1 else struct.unpack(">I", tfdt[12:16])[0]
+        total = 0
+        for trun in _find(traf, b"trun"):
+            total += _trun_duration(trun, default)
+        if track.timescale:
+            timed.append((track.handler == b"vide", base / track.timescale, total / track.timescale))
+    if not timed:
+        return 0.0, 0.0
+    timed.sort(key=lambda t: not t[0])  # the video track first
+    return timed[0][1], timed[0][2]
+
+
+def _trun_duration(trun: bytes, default: int) -> int:
+    flags = int.from_bytes(trun[9:12], "big")
+    count = struct.unpack(">I", trun[12:16])[0]
+    if not flags & 0x100:
+        return count * default
+    at = 16 + (4 if flags & 0x1 else 0) + (4 if flags & 0x4 else 0)
+    per = 4 * sum(1 for bit in (0x100, 0x200, 0x400, 0x800) if flags & bit)
+    return sum(struct.unpack(">I", trun[at + n * per : at + n * per + 4])[0] for n in range(count))
+
+
+def codecs(init: bytes) -> str:
+    """The RFC 6381 codecs of an init segment (``avc1.64001f,mp4a.40.2``), as a MediaSource or an HLS playlist names
+    them; empty when it names none this reads (H.264 and AAC only)."""
+    found = []
+    for kind, box in _children(init, 0):
+        if kind != b"moov":
+            continue
+        for stsd in _find(box, b"trak", b"mdia", b"minf", b"stbl", b"stsd"):
+            for avcc in _find(stsd, b"avc1", b"avcC"):
+                found.append(f"avc1.{avcc[9:12].hex()}")
+            for esds in _find(stsd, b"mp4a", b"esds"):
+                found.append(f"mp4a.40.{_audio_object_type(esds[12:])}")
+    return ",".join(found)
+
+
+def _audio_object_type(data: bytes) -> int:
+    """The AAC audio object type in an ``esds``' descriptors (its DecoderSpecificInfo's first five bits: ES_Descriptor
+    → DecoderConfigDescriptor → DecoderSpecificInfo); 2 (AAC LC) when they cannot be read."""
+
+    def descriptor(at: int) -> tuple[int, int, int]:  # (tag, where its body starts, its size)
+        tag, size, at = data[at], 0, at + 1
+        for _ in range(4):
+            size = size << 7 | data[at] & 0x7F
+            at += 1
+            if not data[at - 1] & 0x80:
+                break
+        return tag, at, size
+
+    try:
+        tag, at, _ = descriptor(0)
+        if tag != 0x03:
+            return 2
+        flags = data[at + 2]
+        at += 3 + (2 if flags & 0x80 else 0) + (1 + data[at + 3] if flags & 0x40 else 0) + (2 if flags & 0x20 else 0)
+        tag, at, _ = descriptor(at)
+        if tag != 0x04:
+            return 2
+        tag, at, _ = descriptor(at + 13)
+        return data[at] >> 3 if tag == 0x05 else 2
+    except IndexError:
+        return 2

@@ -1,0 +1,645 @@
+"""A clip streamed while it renders: the render's fragmented copy (one encode, two muxers), its pieces, the relay
+through Redis, and the answers of ``quoteclip serve`` to a signed link's viewers (progressive and HLS) against real
+workers, checked by decoding what was streamed and what was stored."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import psutil
+import pytest
+from mediacheck import frame_index, level, top_level_atoms
+
+from jobs.pipeline.produce import produce_clips
+from quoteclip import links
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from renderer import plan, render
+from renderer.fragments import FRAGMENT_SECONDS, STREAM_MOVFLAGS, Piece, Splitter, codecs
+from renderer.frames import first_frame_at
+from renderer.probe import probe
+from storage import LocalStorage
+from testkit.services import free_port, wait_for
+
+RATE = Fraction(30000, 1001)
+SITE, SECRET = "site", "site-secret-0123456789"
+
+
+@pytest.fixture
+def one_encoder_thread_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renders (streamed or not) encode on one thread, so two of them are compared byte for byte (as conftest's
+    ``one_encoder_thread``, whose renders have no fragmented copy: a streamed render's output is the tee muxer's)."""
+    threaded = plan.build_outputs
+
+    def build(targets: list[plan.Target], *args: Any, **kwargs: Any) -> list[str]:
+        argv = threaded(targets, *args, **kwargs)
+        for target in targets:
+            at = next(n for n, arg in enumerate(argv) if target.output in arg)  # (the clip, or the tee of it)
+            argv[at:at] = ["-threads", "1"]
+        return argv
+
+    monkeypatch.setattr(plan, "build_outputs", build)
+    monkeypatch.setattr(render, "build_outputs", build)
+
+
+class Collected:
+    """A ClipStream that keeps what it is handed (the relay's place in the pipeline, without Redis)."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.pieces: list[Piece] = []
+        self.ended: str | None = None
+        self.fail_after = fail_after
+
+    def piece(self, piece: Piece) -> None:
+        if self.fail_after is not None and len(self.pieces) >= self.fail_after:
+            raise ConnectionError("the relay went away")
+        self.pieces.append(piece)
+
+    def finished(self) -> None:
+        self.ended = "finished"
+
+    def failed(self, reason: str) -> None:
+        self.ended = f"failed: {reason}"
+
+    def data(self) -> bytes:
+        return b"".join(p.data for p in self.pieces)
+
+
+def decoded(data: bytes | Path, times: bool = True) -> dict[str, str]:
+    """Per stream, a digest of every decoded frame's time and samples: what a player shows and plays (``decoded_digest``
+    stream by stream: a fragmented file interleaves its video and sound by the fragment, a faststart one finer).
+    Without ``times``: the frames and samples in their order, whatever their times."""
+    import hashlib
+
+    digests: dict[str, Any] = {}
+    with av.open(io.BytesIO(data) if isinstance(data, bytes) else str(data)) as container:
+        for frame in container.decode(*container.streams):
+            digest = digests.setdefault("video" if isinstance(frame, av.VideoFrame) else "audio", hashlib.sha256())
+            digest.update(f"{frame.time}".encode() if times else b"")
+            for plane in frame.planes:
+                digest.update(bytes(plane))
+    return {name: digest.hexdigest() for name, digest in digests.items()}
+
+
+def first_frames(data: bytes) -> dict[str, Any]:
+    """What a player meets first in an MP4: its first video and audio frames' times, the first picture's gray mean
+    (the top-left part, clear of the captions and the watermark) and the picture itself."""
+    out: dict[str, Any] = {}
+    with av.open(io.BytesIO(data)) as container:
+        for frame in container.decode(*container.streams):
+            if isinstance(frame, av.VideoFrame) and "video" not in out:
+                gray = frame.to_ndarray(format="gray")
+                out["video"] = float(frame.time or 0.0)
+                out["corner"] = float(gray[: gray.shape[0] * 2 // 5, : gray.shape[1] * 2 // 5].mean())
+                out["picture"] = frame.to_ndarray(format="rgb24").astype(np.int16)
+            elif isinstance(frame, av.AudioFrame) and "audio" not in out:
+                out["audio"] = float(frame.time or 0.0)
+            if "video" in out and "audio" in out:
+                return out
+    return out
+
+
+def quote(source: str, start: float = 1.068, end: float = 3.5) -> dict[str, Any]:
+    return {"source": source, "start": start, "end": end, "caption": "one two three", "watermark": "StarZero"}
+
+
+# ---- the render's fragmented copy (no services) -----------------------------------------------------------------
+
+
+def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_copy(media) -> None:
+    """The command as data: one output through the tee muxer, the stored clip a faststart MP4 as without a stream
+    and the copy fragmented every half second (not at keyframes: no keyframe option) with the stored clip's edit
+    lists, dropped if its reader goes; the encoders keep their headers out of the bitstream as an MP4 output alone
+    has them do; the source's decoder is left its automatic threads. A render without a stream is unchanged."""
+    src = media(size="320x180", duration=4, gop=60)
+    info = probe(str(src), first_frame=False)
+    spec = build_spec({"source": str(src), "start": 1, "end": 2})
+    alone = plan.build_command(spec, info, str(src), [], "/w/clip.mp4")
+    target = plan.Target(spec, [], "/w/clip.mp4", stream="/w/str|eam.mp4")
+    teed = plan.build_outputs([target], info, str(src))
+    assert "tee" not in alone and "-movflags" in alone and "/w/clip.mp4" in alone
+    assert alone[alone.index("-threads") + 1] == "1"  # (a final render of a small source: one decoder thread)
+    assert teed[teed.index("-f", teed.index("-map")) + 1] == "tee" and "-movflags" not in teed
+    outputs = teed[teed.index("-vframes") + 2]
+    clip, copy = outputs.split("|[")
+    assert clip == "[f=mp4:movflags=+faststart]/w/clip.mp4"
+    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration=500000:onfail=ignore]/w/str\\|eam.mp4"
+    assert "+delay_moov" in STREAM_MOVFLAGS and "frag_keyframe" not in STREAM_MOVFLAGS and FRAGMENT_SECONDS == 0.5
+    assert teed[teed.index("-flags:v") + 1] == "+global_header" and teed[teed.index("-flags:a") + 1] == "+global_header"
+    assert "-threads" not in teed[: teed.index("-i")]
+
+
+def test_the_splitter_cuts_a_fragmented_mp4_into_its_init_and_timed_fragments(media, ffmpeg_bin, tmp_path) -> None:
+    """Fed in any split, the splitter gives the init segment (with its codecs) and each fragment whole, in order,
+    each timed by its video track: together they are the file less what a player does not need."""
+    src = media(size="320x180", fps="30000/1001", duration=4, gop=45)
+    fragmented = tmp_path / "fragmented.mp4"
+    subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-i", str(src), "-c:v", "libx264", "-c:a", "aac"]
+        + ["-movflags", STREAM_MOVFLAGS, "-frag_duration", "500000", "-f", "mp4", str(fragmented)],
+        check=True,
+    )
+    data = fragmented.read_bytes()
+    for step in (1, 7777, len(data)):
+        splitter, pieces = Splitter(), []
+        for at in range(0, len(data), step):
+            pieces += splitter.feed(data[at : at + step])
+        assert b"".join(p.data for p in pieces) == data  # (ffmpeg wrote no box a player can do without)
+        assert [p.kind for p in pieces] == ["init"] + ["fragment"] * (len(pieces) - 1) and len(pieces) >= 9
+        assert pieces[0].data[4:8] == b"ftyp" and pieces[1].data[4:8] == b"moof"
+        assert pieces[0].codecs.startswith("avc1.") and pieces[0].codecs.endswith(",mp4a.40.2")
+        timed = pieces[1:-1]  # (the last fragment may hold the sound's last samples only)
+        assert timed[0].start == 0
+        assert all(b.start == pytest.approx(a.start + a.seconds) for a, b in zip(timed, timed[1:], strict=False))
+        assert all(p.seconds == pytest.approx(0.5, abs=0.04) for p in timed)
+        assert sum(p.seconds for p in pieces[1:]) == pytest.approx(4, abs=0.05)
+    assert codecs(pieces[0].data) == pieces[0].codecs
+
+
+def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(
+    media, settings, tmp_path, one_encoder_thread_too
+) -> None:
+    """The stored clip of a streamed render is byte for byte the clip rendered without a stream (so its key, frames
+    and sound are today's); the stream decodes to the same frames and samples; its first frame is the source's
+    frame at the quote's start with the caption and the watermark on it, and its picture and sound start at 0."""
+    src = media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels", bframes=True)
+    spec = build_spec(quote(str(src)) | {"watermark": {"text": "StarZero"}})
+    plain = produce_clips([spec], settings, LocalStorage(settings.storage_dir))[0]
+    stream = Collected()
+    streamed = produce_clips([spec], settings, LocalStorage(tmp_path / "streamed"), stream=stream)[0]
+    assert not streamed.cached and streamed.key == plain.key and stream.ended == "finished"
+    stored = Path(str(streamed.path)).read_bytes()
+    assert stored == Path(str(plain.path)).read_bytes()
+    assert top_level_atoms(Path(str(streamed.path)))[:3] == ["ftyp", "moov", "free"]  # faststart, as without
+    assert decoded(stream.data()) == decoded(stored) and set(decoded(stored)) == {"video", "audio"}
+    first, whole = first_frames(stream.data()), first_frames(stored)
+    assert first["video"] == 0 and first["audio"] == 0
+    assert frame_index(first["corner"], 32) == first_frame_at(1.068, RATE) == 32
+    assert np.array_equal(first["picture"], whole["picture"])
+    caption, mark = first["picture"][560:700, 200:1080], first["picture"][0:90, 1000:1280]
+    flat = level(32)  # the source frame's gray everywhere the overlays are not
+    assert float(np.abs(caption.mean(axis=2) - flat).mean()) > 10 and float(np.abs(mark.mean(axis=2) - flat).mean()) > 3
+    timings = streamed.timings or {}
+    assert timings["first_fragment_at"] >= timings["ffmpeg_started_at"]
+
+
+def test_a_stream_that_fails_leaves_the_render_and_its_clip_alone(media, settings, tmp_path) -> None:
+    """A relay that fails mid-render is told nothing more, the copy is read to its end all the same (ffmpeg never
+    waits on it) and the clip is stored; a render that fails tells its stream why."""
+    src = media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+    spec = build_spec(quote(str(src)))
+    broken = Collected(fail_after=2)
+    result = produce_clips([spec], settings, LocalStorage(settings.storage_dir), stream=broken)[0]
+    assert len(broken.pieces) == 2 and result.path is not None and not result.cached
+    assert probe(str(result.path), first_frame=False).duration == pytest.approx(2.432, abs=0.05)
+    past = Collected()
+    with pytest.raises(BadInput, match="after the end of the video"):
+        produce_clips([build_spec(quote(str(src), 8, 9))], settings, LocalStorage(tmp_path / "x"), stream=past)
+    assert past.pieces == [] and past.ended is not None and "after the end of the video" in past.ended
+
+
+# ---- the relay (Redis) -----------------------------------------------------------------------------------------
+
+
+def test_the_relay_holds_at_most_its_cap_of_a_long_clip(redis_url) -> None:
+    """A 180 s clip's fragments (360 of 150 KB: 54 MB) relayed with QUOTECLIP_STREAM_MAX_MB at 8: the stream never
+    holds much more than 8 MB in Redis; a viewer that keeps up reads every byte in order; a viewer that comes once
+    the start is dropped is not let in (it waits for the stored clip); the stream ends with the clip's length and
+    30 s more to live."""
+    import asyncio
+
+    from redis import Redis
+    from redis.asyncio import Redis as AsyncRedis
+
+    from jobs import relay
+    from quoteclip import redis_keys
+
+    job_id = "clip-" + "0" * 32
+    connection = Redis.from_url(redis_url)
+    cap = 8 * 1024**2
+    writer = relay.Relay(connection, job_id, 180.0, cap)
+    sent: list[bytes] = []
+    peaks: list[int] = []
+
+    async def still_rendering() -> bool:
+        return True
+
+    async def viewers() -> tuple[bytes, relay.Begun | None]:
+        async with AsyncRedis.from_url(redis_url) as redis:
+            begun = await relay.begin(redis, job_id, time.monotonic() + 30, still_rendering)
+            assert begun is not None
+            read = b"".join([chunk async for chunk in relay.follow(redis, begun)])
+            late = await relay.begin(redis, job_id, time.monotonic() + 0.5, still_rendering)
+            return read, late
+
+    def write() -> None:
+        init = Piece("init", b"\x00\x00\x00\x08ftyp", codecs="avc1.64001f,mp4a.40.2")
+        writer.piece(init)
+        sent.append(init.data)
+        for n in range(360):
+            data = os.urandom(150_000)
+            writer.piece(Piece("fragment", data, n * 0.5, 0.5))
+            sent.append(data)
+            peaks.append(int(connection.memory_usage(redis_keys.stream(job_id), samples=0) or 0))
+            time.sleep(0.002)  # (a render's pace, much faster than real time)
+        writer.finished()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    read, late = asyncio.run(viewers())
+    thread.join()
+    writer.close()
+    assert read == b"".join(sent) and len(read) > 50 * 1024**2
+    print(f"relay: {len(read) / 1024**2:.1f} MB relayed, at most {max(peaks) / 1024**2:.2f} MB held (cap 8 MB)")
+    assert max(peaks) <= cap * 1.1, f"the relay held {max(peaks) / 1024**2:.1f} MB"  # (the allocator's rounding)
+    assert late is None
+    assert 200_000 <= connection.pttl(redis_keys.stream(job_id)) <= 210_000
+    connection.close()
+
+
+# ---- a signed link's viewers, against `quoteclip serve` and real workers ---------------------------------------
+
+
+@pytest.fixture
+def api_settings() -> dict[str, str]:
+    """More settings for the API (a test parametrizes it)."""
+    return {}
+
+
+@pytest.fixture
+def worker_settings() -> dict[str, str]:
+    """More settings for the worker (a test parametrizes it)."""
+    return {}
+
+
+def serving(workers, api_settings: dict[str, str]) -> Iterator[str]:
+    """``quoteclip serve`` with a site key, answering on loopback (its address), until the generator is closed."""
+    port = free_port()
+    workers.env.update({"QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}", "QUOTECLIP_LINK_HOLD": "60"})
+    api = subprocess.Popen(
+        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        env=workers.full_env(api_settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(base + "/healthz", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, 30, "quoteclip serve")
+        yield base
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
+
+
+def working(workers, worker_settings: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """A ``quoteclip worker`` waiting for jobs (registered and idle), until the generator is closed."""
+    from rq import Worker
+
+    from jobs.queue import connect
+
+    workers.env.update(worker_settings)
+    proc = workers.start(burst=False)
+    connection = connect(Settings.from_env(workers.full_env()))
+
+    def idle() -> bool:
+        return [w.get_state() for w in Worker.all(connection=connection) if w.pid == proc.pid] == ["idle"]
+
+    try:
+        wait_for(idle, 60, "the worker")
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
+        connection.close()
+
+
+@pytest.fixture
+def stream_api(workers, api_settings) -> Iterator[str]:
+    yield from serving(workers, api_settings)
+
+
+@pytest.fixture
+def worker(workers, stream_api, worker_settings, redis_url) -> Iterator[subprocess.Popen[str]]:
+    yield from working(workers, worker_settings)
+
+
+class Viewer(threading.Thread):
+    """A player's request for a link, read as it comes: its status, headers, chunks, when its first chunk came,
+    and how it ended (None: whole; else the error that cut it)."""
+
+    def __init__(self, url: str, after: threading.Event | None = None) -> None:
+        super().__init__(daemon=True)
+        self.url, self.after = url, after
+        self.first = threading.Event()
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.cut: Exception | None = None
+
+    def run(self) -> None:
+        import httpx2 as httpx
+
+        if self.after is not None:
+            self.after.wait(120)
+        try:
+            with httpx.stream("GET", self.url, timeout=120) as response:
+                self.status, self.headers = response.status_code, dict(response.headers)
+                for chunk in response.iter_raw():
+                    self.chunks.append(chunk)
+                    self.first.set()
+        except httpx.HTTPError as exc:
+            self.cut = exc
+        finally:
+            self.first.set()
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def stored_clip(workers, key: str) -> bytes:
+    """The stored clip (a stream ends once its render is checked, a moment before the clip is stored)."""
+    path = Path(workers.env["QUOTECLIP_STORAGE_DIR"]) / f"{key}.mp4"
+    wait_for(path.exists, 30, f"the clip {key} stored")
+    return path.read_bytes()
+
+
+def clip_key(workers, clip: dict[str, Any]) -> str:
+    """The stored clip's key of a link's clip (the link's spec, as the API builds it)."""
+    from jobs.queue import lookup
+
+    spec = build_spec({**clip, "watermark": {"text": clip["watermark"]}})
+    settings = Settings.from_env(workers.full_env()).for_queue()
+    return lookup(spec, settings, LocalStorage(settings.storage_dir))[0]
+
+
+def rendered_a_third(workers, clip: dict[str, Any]) -> None:
+    """Until the render of ``clip`` is a third done (its job's progress), and still going."""
+    from jobs.queue import connect, render_state
+
+    connection = connect(Settings.from_env(workers.full_env()))
+    job_id = f"clip-{clip_key(workers, clip)}"
+    try:
+        wait_for(lambda: render_state(job_id, connection).progress >= 35, 60, "a third of the render")
+        assert render_state(job_id, connection).state == "active"
+    finally:
+        connection.close()
+
+
+@pytest.mark.slow
+def test_viewers_of_a_rendering_clip_join_its_stream_from_the_start(
+    stream_api, worker, workers, media, http_source
+) -> None:
+    """Two viewers of a clip being rendered, the second joining once the first is playing: both get the stream from
+    the clip's start, the same bytes, as a stream (no-store, no ETag, no length), and it decodes to the stored
+    clip's frames and samples, from the source's frame at the start with picture and sound at 0. Once stored, the
+    link answers the stored clip (ETag, a year's cache); a download asked while its clip renders gets the finished
+    faststart MP4, never a stream."""
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    first = Viewer(url)
+    first.start()
+    assert first.first.wait(60) and first.status == 200, first.headers
+    rendered_a_third(workers, clip)  # the second comes once the stream is well under way
+    second = Viewer(url)
+    second.start()
+    for viewer in (first, second):
+        viewer.join(120)
+        assert viewer.cut is None and viewer.status == 200, viewer.cut
+        assert viewer.headers["cache-control"] == "no-store" and viewer.headers["transfer-encoding"] == "chunked"
+        assert "etag" not in viewer.headers and "content-length" not in viewer.headers
+        assert viewer.headers["x-stream-codecs"].startswith("avc1.") and viewer.headers["content-type"] == "video/mp4"
+        assert viewer.headers["access-control-allow-origin"] == "*"
+    assert first.body == second.body and len(second.chunks) > 3
+    key = clip_key(workers, clip)
+    stored = stored_clip(workers, key)
+    assert decoded(first.body) == decoded(stored)
+    shown = first_frames(first.body)
+    assert shown["video"] == 0 and shown["audio"] == 0 and frame_index(shown["corner"], 32) == 32
+    import httpx2 as httpx
+
+    after = httpx.get(url)
+    assert after.status_code == 200 and after.content == stored and after.headers["etag"] == f'"{key}"'
+    assert after.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert after.headers["content-length"] == str(len(stored))
+
+    other = quote(http_source.url("lv.mp4"), 2.002, 12.0)
+    download = Viewer(stream_api + links.sign(other, SITE, SECRET, variant="download"))
+    download.start()
+    download.join(120)
+    assert download.status == 200 and download.headers["content-disposition"].startswith("attachment")
+    assert download.headers["etag"] == f'"{clip_key(workers, other)}"'
+    assert download.body == stored_clip(workers, clip_key(workers, other))
+    saved = Path(workers.tmp) / "download.mp4"
+    saved.write_bytes(download.body)
+    assert top_level_atoms(saved)[:2] == ["ftyp", "moov"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("api_settings", "worker_settings"),
+    [({"QUOTECLIP_STREAM": "false"}, {}), ({}, {"QUOTECLIP_STREAM": "false"})],
+    ids=["api", "worker"],
+)
+def test_with_streaming_off_a_link_is_held_until_its_clip_is_stored(
+    stream_api, worker, workers, media, http_source
+) -> None:
+    """QUOTECLIP_STREAM=false, for the API (its workers relaying) or for the workers (nothing relayed): the first
+    request is held while the clip renders and answered with the stored clip, as a link was before streaming."""
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"))
+    viewer = Viewer(stream_api + links.sign(clip, SITE, SECRET))
+    viewer.start()
+    viewer.join(120)
+    key = clip_key(workers, clip)
+    assert viewer.status == 200 and viewer.headers["etag"] == f'"{key}"' and viewer.cut is None
+    assert viewer.headers["content-length"] == str(len(stored_clip(workers, key)))
+    assert viewer.body == stored_clip(workers, key)
+
+
+def horse_of(worker: subprocess.Popen[str], timeout: float = 30) -> psutil.Process:
+    """The worker's work-horse rendering a clip: its child running ffmpeg (not its scheduler, a child too)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(worker.pid).children():
+            try:
+                if any("ffmpeg" in " ".join(p.cmdline()) for p in child.children(recursive=True)):
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("the worker has no work-horse running ffmpeg")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_cuts_the_stream_and_the_retried_render_serves_the_clip(
+    stream_api, worker, workers, media, http_source
+) -> None:
+    """The work-horse streaming a clip is killed outright: its viewer's answer is cut within seconds, without its
+    last chunk (a player shows an error, not a clip ending early as if whole). The job is tried again from the
+    start; asking again gets the clip whole (its new stream, or the stored clip), the stored clip's frames."""
+    import httpx2 as httpx
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    viewer = Viewer(url)
+    viewer.start()
+    assert viewer.first.wait(60) and viewer.status == 200
+    horse_of(worker).send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    viewer.join(30)
+    assert not viewer.is_alive() and isinstance(viewer.cut, httpx.RemoteProtocolError), viewer.cut
+    cut = time.monotonic() - killed
+    print(f"the stream was cut {cut:.1f} s after its work-horse was killed, {len(viewer.body)} bytes in")
+    assert cut < 10
+    # a player resuming the cut stream (its bytes past those it got) is refused: the render starts again, from the
+    # clip's start, and no answer can continue the stream it had
+    resumed = httpx.get(url, headers={"Range": f"bytes={len(viewer.body)}-"}, timeout=60)
+    assert resumed.status_code == 503 and resumed.headers["retry-after"] == "2", resumed.text
+    assert "play it from its start" in resumed.json()["detail"]
+    again = Viewer(url)
+    again.start()
+    again.join(180)
+    assert again.status == 200 and again.cut is None
+    stored = stored_clip(workers, clip_key(workers, clip))
+    assert decoded(again.body) == decoded(stored)
+
+
+@pytest.mark.slow
+def test_a_links_hls_playlist_plays_in_ffmpegs_hls_demuxer(
+    stream_api, worker, workers, media, http_source, ffmpeg_bin, tmp_path
+) -> None:
+    """``…/index.m3u8`` of a clip being rendered: an event playlist of its fragments (no-store), read by ffmpeg's
+    HLS demuxer while it grows until it ends; what it reads decodes to the stored clip's frames and samples. Once
+    stored, the playlist is not there (404: the player plays the link itself); another variant has none."""
+    import httpx2 as httpx
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
+    link = links.sign(clip, SITE, SECRET)
+    playlist = f"{stream_api}{link}/index.m3u8"
+    first = httpx.get(playlist, timeout=120)
+    assert first.status_code == 200 and first.headers["content-type"] == "application/vnd.apple.mpegurl"
+    assert first.headers["cache-control"] == "no-store"
+    lines = first.text.splitlines()
+    assert "#EXT-X-PLAYLIST-TYPE:EVENT" in lines and '#EXT-X-MAP:URI="init.mp4"' in lines and "1.m4s" in lines
+    assert "#EXT-X-ENDLIST" not in lines  # (the render goes on)
+    out = tmp_path / "from-hls.mp4"
+    read = subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-i", playlist, "-c", "copy", "-f", "mp4", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert read.returncode == 0, read.stderr
+    stored = stored_clip(workers, clip_key(workers, clip))
+    # (ffmpeg's HLS demuxer leaves the init segment's edit lists out of the times it gives: its copy starts the
+    # picture at the B-frames' delay and the sound with the encoder's priming; the frames and samples are the same)
+    assert decoded(out, times=False)["video"] == decoded(stored, times=False)["video"]
+    assert httpx.get(playlist).status_code == 404 or "#EXT-X-ENDLIST" in httpx.get(playlist).text
+    assert httpx.get(f"{stream_api}{link}/999.m4s").status_code == 404
+    poster = links.sign(clip, SITE, SECRET, variant="poster")
+    assert httpx.get(f"{stream_api}{poster}/index.m3u8").status_code == 404
+    assert httpx.get(f"{stream_api}{link[:-8]}AAAAAAAA.mp4/index.m3u8").status_code == 403
+
+
+@pytest.mark.slow
+def test_a_clicks_clip_is_relayed_and_a_batchs_is_not(workers, queue_env, media, http_source) -> None:
+    """Only a click's clip is relayed while it renders (someone may be waiting to play it); a batch's clips, on the
+    bulk queue, and a quote's profiles rendered together are not (nobody plays them while they render), and
+    neither is anything with streaming off."""
+    from redis import Redis
+
+    from jobs.queue import enqueue_clip, enqueue_profiles
+    from quoteclip import redis_keys
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
+    )
+    settings = Settings.from_env(workers.full_env())
+    click = enqueue_clip(build_spec(quote(http_source.url("lv.mp4"))), settings).job_id
+    batch = enqueue_clip(build_spec(quote(http_source.url("lv.mp4"), 2, 4)), settings, bulk=True).job_id
+    profiles = enqueue_profiles(
+        [build_spec({**quote(http_source.url("lv.mp4"), 3, 4), "profile": p}) for p in ("landscape", "square")],
+        settings,
+    )
+    workers.burst(1)
+    relay = Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
+    assert relay.exists(redis_keys.stream(click)) == 1  # (kept for the clip's length and 30 s past its end)
+    assert relay.exists(redis_keys.stream(batch)) == 0
+    assert all(relay.exists(redis_keys.stream(p.job_id)) == 0 for p in profiles)
+    relay.close()
+
+
+@pytest.mark.slow
+def test_a_worker_told_to_stop_cuts_the_stream_and_another_renders_the_clip(
+    stream_api, workers, media, http_source, redis_url
+) -> None:
+    """A worker told to stop (SIGTERM, no grace left) while it streams a clip: its render is stopped and its job
+    handed back, the viewer's answer is cut without its last chunk, and another worker renders the clip again from
+    its start; asking again gets it whole."""
+    import httpx2 as httpx
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    first = working(workers, {"QUOTECLIP_SHUTDOWN_GRACE": "0"})
+    stopping = next(first)
+    try:
+        viewer = Viewer(url)
+        viewer.start()
+        assert viewer.first.wait(60) and viewer.status == 200
+        stopping.send_signal(signal.SIGTERM)
+        told = time.monotonic()
+        viewer.join(30)
+        assert isinstance(viewer.cut, httpx.RemoteProtocolError), viewer.cut
+        print(f"the stream was cut {time.monotonic() - told:.1f} s after its worker was told to stop")
+        stopping.wait(60)
+    finally:
+        first.close()
+    second = working(workers, {"QUOTECLIP_SHUTDOWN_GRACE": "120"})
+    next(second)
+    try:
+        again = Viewer(url)
+        again.start()
+        again.join(180)
+        assert again.status == 200 and again.cut is None
+        assert decoded(again.body) == decoded(stored_clip(workers, clip_key(workers, clip)))
+    finally:
+        second.close()

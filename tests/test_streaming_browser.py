@@ -1,0 +1,189 @@
+"""A clip played in Chromium while it renders: a signed link's ``<video>`` on another origin (its progressive stream,
+and its HLS playlist), the page at ``/`` (its Play button), and a worker killed mid-stream. Headless Chromium
+(Debian's package) driven by Playwright, against ``quoteclip serve`` and a worker. The source's frames are each one
+gray level, so the first frame Chromium presents names itself."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import CHROMIUM_FLAGS
+from mediacheck import frame_index
+from test_streaming import SECRET, SITE, horse_of, quote, serving, working
+
+from quoteclip import links
+from renderer.frames import first_frame_at
+
+pytestmark = pytest.mark.slow
+
+# What a <video> does once given its source: the first frame Chromium presents (requestVideoFrameCallback: its media
+# time, and its gray level, top left, clear of the caption and the watermark), and its events (waiting after it
+# played: a stall), until it ends or fails.
+WATCH = """(v) => {
+  const seen = {events: [], waits: 0, first: null};
+  window.seen = seen;
+  const t0 = performance.now();
+  for (const name of ["playing", "waiting", "ended", "error"]) v.addEventListener(name, () => {
+    seen.events.push(name);
+    if (name === "waiting" && seen.events.includes("playing")) seen.waits++;
+    if (name === "ended") seen.end = v.currentTime;
+  });
+  v.requestVideoFrameCallback((now, frame) => {
+    const c = document.createElement("canvas");
+    c.width = 32; c.height = 18;
+    const g = c.getContext("2d");
+    g.drawImage(v, 0, 0, v.videoWidth * 0.4, v.videoHeight * 0.4, 0, 0, 32, 18);
+    const d = g.getImageData(0, 0, 32, 18).data;
+    let sum = 0;
+    for (let i = 0; i < d.length; i += 4) sum += 0.299 * d[i] + 0.587 * d[i + 1] + 0.114 * d[i + 2];
+    seen.first = {gray: sum / (d.length / 4), mediaTime: frame.mediaTime, after: (frame.presentationTime - t0) / 1000};
+  });
+}"""
+START = 1.068  # source frame 32 at 30000/1001 fps
+
+
+@pytest.fixture
+def stream_api(workers) -> Iterator[str]:
+    yield from serving(workers, {})
+
+
+@pytest.fixture
+def worker(workers, stream_api, redis_url) -> Iterator[subprocess.Popen[str]]:
+    yield from working(workers, {})
+
+
+@pytest.fixture
+def browser(chromium) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def levels(media, http_source) -> str:
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    return http_source.url("lv.mp4")
+
+
+def page_with_video(browser: Any, http_source: Any, answers: dict[str, dict[str, str]]) -> Any:
+    """A page on another origin (the source server's) with a muted, autoplaying <video>; each answer's headers kept
+    by its URL."""
+    (http_source.root / "page.html").write_text(
+        '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">'
+        '<video id="v" muted autoplay playsinline crossorigin="anonymous" width="320"></video>'
+    )
+    page = browser.new_page()
+    page.on("response", lambda response: answers.__setitem__(response.url, response.headers))
+    page.goto(http_source.url("page.html"))
+    return page
+
+
+def played(page: Any, src: str, timeout: float = 90) -> dict[str, Any]:
+    """Give the <video> its source and watch it to its end (or its error)."""
+    video = page.locator("#v")
+    video.evaluate(WATCH)
+    video.evaluate("(v, src) => { v.src = src; }", src)
+    page.wait_for_function(
+        "window.seen.events.includes('ended') || window.seen.events.includes('error')", timeout=timeout * 1000
+    )
+    return dict(page.evaluate("window.seen"))
+
+
+def test_a_link_plays_from_its_stream_while_it_renders(browser, stream_api, worker, levels, http_source) -> None:
+    """A <video src> of a clip not stored plays its stream (no-store, no ETag): the first frame Chromium presents is
+    the source's frame at the quote's start, at media time 0, and it plays through to the clip's end without a
+    stall (the render runs faster than real time)."""
+    clip = quote(levels, START, 9.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    answers: dict[str, dict[str, str]] = {}
+    seen = played(page_with_video(browser, http_source, answers), url)
+    assert seen["events"][-1] == "ended", seen
+    assert answers[url]["cache-control"] == "no-store" and "etag" not in answers[url], answers[url]
+    first = seen["first"]
+    assert first is not None and first["mediaTime"] == 0
+    assert frame_index(first["gray"], 32) == first_frame_at(START, frame_rate()) == 32, first
+    assert seen["waits"] == 0 and seen["end"] == pytest.approx(9.0 - START, abs=0.1), seen
+
+
+def test_a_links_hls_playlist_plays_in_chromium(browser, stream_api, worker, levels, http_source) -> None:
+    """Chromium (Debian's build plays HLS itself) plays a clip's HLS playlist, as its stream left it once ended
+    (Chromium's own HLS player does not follow an event playlist that grows: it stops at the last segment it was
+    given, or fails; ffmpeg's HLS demuxer follows it while it grows, tests/test_streaming.py): the first frame is the
+    source's frame at the quote's start, and it plays to the end."""
+    import httpx2 as httpx
+
+    clip = quote(levels, START, 9.0)
+    link = stream_api + links.sign(clip, SITE, SECRET)
+    streamed = httpx.get(link, timeout=120)  # the clip rendered, and streamed, once
+    assert streamed.status_code == 200 and streamed.headers["cache-control"] == "no-store"
+    playlist = link + "/index.m3u8"
+    answers: dict[str, dict[str, str]] = {}
+    page = page_with_video(browser, http_source, answers)
+    assert page.evaluate("document.createElement('video').canPlayType('application/vnd.apple.mpegurl')") != ""
+    seen = played(page, playlist)
+    assert seen["events"][-1] == "ended", seen
+    assert answers[playlist]["content-type"] == "application/vnd.apple.mpegurl"
+    assert frame_index(seen["first"]["gray"], 32) == 32, seen
+    assert seen["end"] == pytest.approx(9.0 - START, abs=0.15), seen
+
+
+def test_the_pages_play_button_plays_the_stream(browser, stream_api, worker, levels) -> None:
+    """The page at / (no API key needed here): Play posts the clip and plays it while it renders, from its stream
+    (GET /clips/{id}/stream, through Media Source Extensions): the first frame is the source's frame at the quote's
+    start, and it plays to the end."""
+    page = browser.new_page()
+    asked: list[tuple[str, int]] = []
+    page.on("response", lambda response: asked.append((response.url, response.status)))
+    page.goto(f"{stream_api}/?source={levels}&start={START}&end=9&brand=StarZero")
+    page.locator("#player").evaluate(WATCH)
+    page.click("#play")
+    page.wait_for_function(
+        "window.seen.events.includes('ended') || window.seen.events.includes('error')", timeout=90_000
+    )
+    seen = page.evaluate("window.seen")
+    assert seen["events"][-1] == "ended", seen
+    streams = [
+        status for url, status in asked if url.startswith(f"{stream_api}/clips/clip-") and url.endswith("/stream")
+    ]
+    assert streams == [200], asked
+    assert frame_index(seen["first"]["gray"], 32) == 32 and seen["first"]["mediaTime"] == 0, seen
+    assert page.inner_text("#stage") == "finished" and not page.locator("#play").is_disabled()
+
+
+def test_a_killed_worker_stops_the_player_with_an_error(browser, stream_api, worker, levels, http_source) -> None:
+    """The work-horse streaming a clip to a <video> is killed: the player ends with an error within seconds,
+    rather than waiting for more (its answer was cut without its last chunk)."""
+    clip = quote(levels, START, 21.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    answers: dict[str, dict[str, str]] = {}
+    page = page_with_video(browser, http_source, answers)
+    video = page.locator("#v")
+    video.evaluate(WATCH)
+    video.evaluate("(v, src) => { v.src = src; }", url)
+    page.wait_for_function("window.seen.first !== null", timeout=60_000)
+    horse_of(worker).kill()
+    killed = time.monotonic()
+    page.wait_for_function(
+        "window.seen.events.includes('ended') || window.seen.events.includes('error')", timeout=60_000
+    )
+    seen = page.evaluate("window.seen")
+    assert seen["events"][-1] == "error", seen
+    print(f"the player stopped with an error {time.monotonic() - killed:.1f} s after the work-horse was killed")
+    assert time.monotonic() - killed < 30
+
+
+def frame_rate() -> Any:
+    from fractions import Fraction
+
+    return Fraction(30000, 1001)
