@@ -126,7 +126,10 @@
 
     labels() {
       const v = this.video;
-      const quote = Number.isFinite(v.duration) && v.duration > 0 ? v.duration : ((this.clip.b || 0) - (this.clip.a || 0)) / 1000;
+      // The quote's length is the link's own (its end less its start): a clip played from its stream while it
+      // renders has a duration that grows with what has come so far.
+      const signed = ((this.clip.b || 0) - (this.clip.a || 0)) / 1000;
+      const quote = signed > 0 ? signed : Number.isFinite(v.duration) && v.duration > 0 ? v.duration : 0;
       const [w, h] = SIZES[this.clip.p || "landscape"] || SIZES.landscape;
       const half = this.clip.q === "preview" ? 2 : 1;
       const lines = v.videoHeight ? Math.min(v.videoWidth, v.videoHeight) : Math.min(w, h) / half;

@@ -7,6 +7,7 @@ exist into warnings, and `strict` makes any warning fail the build: one build ch
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +34,14 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
 def test_the_readme_is_a_short_front_door() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, over {README_MAX_LINES}"
+
+
+def test_every_test_the_records_name_exists() -> None:
+    """RELIABILITY.md, BENCHMARKS.md and the docs pages name the tests behind what they promise; a renamed or
+    removed test must not leave a promise pointing at nothing."""
+    defined = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.MULTILINE))
+    for record in [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")]:
+        named = set(re.findall(r"`(test_\w+)`", record.read_text(encoding="utf-8")))
+        assert named - defined == set(), f"{record.name} names tests that do not exist: {sorted(named - defined)}"
