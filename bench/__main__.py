@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,17 +19,24 @@ from .stack import Stack
 
 
 def run_all(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
-    """Every figure, in the table's order."""
+    """Every figure, in the table's order. Each group's rows go to stderr as soon as it ends, so a run stopped
+    part-way still shows what it measured (the table on stdout comes at the end)."""
+    rows: list[Row] = []
+
+    def done(group: list[Row]) -> None:
+        print(table(group), file=sys.stderr, flush=True)
+        rows.extend(group)
+
     source = source_1080p(ffmpeg, run.minutes)
-    rows = render.figures(run, ffmpeg, source, work)
+    done(render.figures(run, ffmpeg, source, work))
     with Stack(work, source, ffmpeg) as stack:
         stack.start_api()
-        rows += queue.figures(run, ffmpeg, source, work, stack)
-        rows += links.figures(run, stack)
-        rows += firstframe.figures(run, ffmpeg, stack)
-        rows += cli.figures(run, ffmpeg, source, work, stack)
-        rows += previews.figures(run, ffmpeg, source, work, stack)
-    rows += creators.figures(run, ffmpeg, source, work)
+        done(queue.figures(run, ffmpeg, source, work, stack))
+        done(links.figures(run, stack))
+        done(firstframe.figures(run, ffmpeg, stack))
+        done(cli.figures(run, ffmpeg, source, work, stack))
+        done(previews.figures(run, ffmpeg, source, work, stack))
+    done(creators.figures(run, ffmpeg, source, work))
     return rows
 
 
