@@ -234,6 +234,7 @@ def test_the_relay_holds_at_most_its_cap_of_a_long_clip(redis_url) -> None:
     writer = relay.Relay(connection, job_id, 180.0, cap)
     sent: list[bytes] = []
     peaks: list[int] = []
+    joined = threading.Event()  # the first viewer is in before the fragments come (as a click's viewer is)
 
     async def still_rendering() -> bool:
         return True
@@ -241,6 +242,7 @@ def test_the_relay_holds_at_most_its_cap_of_a_long_clip(redis_url) -> None:
     async def viewers() -> tuple[bytes, relay.Begun | None]:
         async with AsyncRedis.from_url(redis_url) as redis:
             begun = await relay.begin(redis, job_id, time.monotonic() + 30, still_rendering)
+            joined.set()
             assert begun is not None
             read = b"".join([chunk async for chunk in relay.follow(redis, begun)])
             late = await relay.begin(redis, job_id, time.monotonic() + 0.5, still_rendering)
@@ -250,6 +252,7 @@ def test_the_relay_holds_at_most_its_cap_of_a_long_clip(redis_url) -> None:
         init = Piece("init", b"\x00\x00\x00\x08ftyp", codecs="avc1.64001f,mp4a.40.2")
         writer.piece(init)
         sent.append(init.data)
+        joined.wait(30)
         for n in range(360):
             data = os.urandom(150_000)
             writer.piece(Piece("fragment", data, n * 0.5, 0.5))
