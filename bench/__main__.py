@@ -1,4 +1,4 @@
-"""Run the benchmark: ``python -m bench [--quick] [--json FILE]``. Prints a markdown table on stdout."""
+"""Run the benchmark: ``python -m bench [--quick] [--json FILE] [--only GROUPS]``. Prints a markdown table on stdout."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
 from .stack import Stack
 
+GROUPS = ("render", "queue", "links", "firstframe", "cli", "previews", "creators")  # the modules, in the table's order
 
-def run_all(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
-    """Every figure, in the table's order. Each group's rows go to stderr as soon as it ends, so a run stopped
-    part-way still shows what it measured (the table on stdout comes at the end)."""
+
+def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = frozenset(GROUPS)) -> list[Row]:
+    """Every figure of the groups asked for, in the table's order. Each group's rows go to stderr as soon as it
+    ends, so a run stopped part-way still shows what it measured (the table on stdout comes at the end)."""
     rows: list[Row] = []
 
     def done(group: list[Row]) -> None:
@@ -28,15 +30,23 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
         rows.extend(group)
 
     source = source_1080p(ffmpeg, run.minutes)
-    done(render.figures(run, ffmpeg, source, work))
-    with Stack(work, source, ffmpeg) as stack:
-        stack.start_api()
-        done(queue.figures(run, ffmpeg, source, work, stack))
-        done(links.figures(run, stack))
-        done(firstframe.figures(run, ffmpeg, stack))
-        done(cli.figures(run, ffmpeg, source, work, stack))
-        done(previews.figures(run, ffmpeg, source, work, stack))
-    done(creators.figures(run, ffmpeg, source, work))
+    if "render" in only:
+        done(render.figures(run, ffmpeg, source, work))
+    if only & {"queue", "links", "firstframe", "cli", "previews"}:
+        with Stack(work, source, ffmpeg) as stack:
+            stack.start_api()
+            if "queue" in only:
+                done(queue.figures(run, ffmpeg, source, work, stack))
+            if "links" in only:
+                done(links.figures(run, stack))
+            if "firstframe" in only:
+                done(firstframe.figures(run, ffmpeg, stack))
+            if "cli" in only:
+                done(cli.figures(run, ffmpeg, source, work, stack))
+            if "previews" in only:
+                done(previews.figures(run, ffmpeg, source, work, stack))
+    if "creators" in only:
+        done(creators.figures(run, ffmpeg, source, work))
     return rows
 
 
@@ -48,12 +58,20 @@ def main() -> None:
         help="a reduced run (CI): a 2-minute source, 2 s quotes, 1 repetition without a warm-up, the smallest batches",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--only",
+        default=",".join(GROUPS),
+        help=f"the figures' groups to run, comma-separated (default: all of {', '.join(GROUPS)})",
+    )
     args = parser.parse_args()
+    only = frozenset(name.strip() for name in args.only.split(",") if name.strip())
+    if not only or only - set(GROUPS):
+        parser.error(f"--only takes groups of {', '.join(GROUPS)}; got {args.only!r}")
     run = RunConfig.quick_check() if args.quick else RunConfig.full()
     ffmpeg = ffmpeg_binary(os.environ.get("FFMPEG_BINARY"))
     work = Path(tempfile.mkdtemp(prefix="quoteclip-bench-"))
     try:
-        rows = run_all(run, ffmpeg, work)
+        rows = run_all(run, ffmpeg, work, only)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = Machine.this()

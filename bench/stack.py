@@ -45,7 +45,8 @@ class Stack:
                 raise SystemExit("bench: no Redis (set QUOTECLIP_REDIS_URL or put redis-server on PATH)")
             self.redis, url = started
         try:
-            self.s3 = start_seaweedfs(Path(tempfile.mkdtemp(dir=work, prefix="s3-")))
+            # (a full run stores a few GB: 120 s clips of figure 13 among them; 1.3 GB filled up on 2026-12-02)
+            self.s3 = start_seaweedfs(Path(tempfile.mkdtemp(dir=work, prefix="s3-")), volumes=200)
         except BaseException:
             if self.redis is not None:
                 self.redis.terminate()

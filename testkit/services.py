@@ -125,8 +125,10 @@ def weed_binary() -> str:
     return found
 
 
-def start_seaweedfs(folder: Path) -> S3Server:
-    """``weed server -filer -s3`` on loopback ports with an S3 identity file; a bucket created."""
+def start_seaweedfs(folder: Path, volumes: int = 20) -> S3Server:
+    """``weed server -filer -s3`` on loopback ports with an S3 identity file; a bucket created. It holds ``volumes``
+    volumes of 64 MB (objects and the filer's own records): past them an upload answers InternalError, so a run
+    that stores more (the full benchmark) asks for more."""
     access, secret = "quoteclip-test", "quoteclip-test-secret"
     config = folder / "s3.json"
     config.write_text(
@@ -161,7 +163,7 @@ def start_seaweedfs(folder: Path) -> S3Server:
         "-s3.port.lance=0",
         f"-s3.config={config}",
         "-master.volumeSizeLimitMB=64",
-        "-volume.max=20",
+        f"-volume.max={volumes}",
         "-metricsPort=0",
     ]
     with open(folder / "weed.log", "wb") as log:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from quoteclip import embedded
 from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 from testkit import add_plugins_to_path, with_plugins
-from testkit.services import HttpSource, S3Server, start_private_redis, start_seaweedfs
+from testkit.services import HttpSource, S3Server, free_port, start_private_redis, start_seaweedfs, wait_for
 
 # The test video site's yt-dlp extractor is a plugin (testkit/plugins/yt_dlp_plugins), found on the Python path as
 # yt-dlp finds any plugin: here, and in every CLI and worker process the tests start.
@@ -359,6 +361,32 @@ class Workers:
         return subprocess.Popen(
             args, env=self.full_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.tmp
         )
+
+    @contextlib.contextmanager
+    def serve(self, extra: dict[str, str] | None = None) -> Iterator[str]:
+        """``quoteclip serve`` with the workers' environment (and ``extra``), answering on loopback: its address."""
+        port = free_port()
+        api = subprocess.Popen(
+            [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+            env=self.full_env(extra),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(base + "/healthz", timeout=1) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        try:
+            wait_for(answers, 30, "quoteclip serve")
+            yield base
+        finally:
+            api.terminate()
+            api.wait(timeout=30)
 
     def burst(self, count: int = 1, timeout: float = 180, webhooks: bool = False) -> list[str]:
         """Run ``count`` burst workers side by side until the queue is empty; return their logs."""

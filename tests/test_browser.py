@@ -3,11 +3,6 @@ API and a worker on loopback. Click "Download clip", see progress, get a playabl
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,39 +15,16 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def served(workers, queue_env, tmp_path) -> Iterator[str]:
     """``quoteclip serve`` and ``quoteclip worker`` as real processes on loopback."""
-    port = _free_port()
-    env = workers.full_env()
-    api = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     worker = workers.start(burst=False)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(base + "/healthz", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.2)
     try:
-        yield base
+        with workers.serve() as base:
+            yield base
     finally:
-        for proc in (api, worker):
-            proc.terminate()
-        for proc in (api, worker):
-            proc.wait(timeout=30)
+        worker.terminate()
+        worker.wait(timeout=30)
         if worker.stdout:
             worker.stdout.close()
 
@@ -328,54 +300,38 @@ def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
     from playwright.sync_api import sync_playwright
 
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=45))
-    port = _free_port()
-    env = workers.full_env({"QUOTECLIP_API_KEYS": "k-secret"})
-    api = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
+    workers.env["QUOTECLIP_API_KEYS"] = "k-secret"
+    worker = workers.start(burst=False)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.2)
-        for shell in ("/", "/edit", "/batch", "/pages.js"):
-            assert urllib.request.urlopen(base + shell).status == 200, shell  # no key needed
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(base + "/previews", data=b"{}", method="POST"))
-        assert refused.value.code == 401  # the data routes still need one
-        query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.5"})
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-            try:
-                page = browser.new_page()
-                page.goto(f"{base}/edit?{query}")
-                page.wait_for_selector("#sign-in", timeout=30_000)
-                page.fill("#api-key", "not-the-key")
-                page.click("#sign-in button")
-                page.wait_for_selector("#sign-in", timeout=30_000)  # refused: asked again
-                again = page.inner_text("#sign-in")
-                page.fill("#api-key", "k-secret")
-                page.click("#sign-in button")
-                page.wait_for_function("window.previews >= 1", timeout=60_000)
-                page.click("#render")
-                page.wait_for_function("window.finalShown === true", timeout=120_000)
-                stored = page.evaluate("sessionStorage.getItem('quoteclip.key')")
-                address = page.url
-            finally:
-                browser.close()
+        with workers.serve() as base:
+            for shell in ("/", "/edit", "/batch", "/pages.js"):
+                assert urllib.request.urlopen(base + shell).status == 200, shell  # no key needed
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(base + "/previews", data=b"{}", method="POST"))
+            assert refused.value.code == 401  # the data routes still need one
+            query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.5"})
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+                try:
+                    page = browser.new_page()
+                    page.goto(f"{base}/edit?{query}")
+                    page.wait_for_selector("#sign-in", timeout=30_000)
+                    page.fill("#api-key", "not-the-key")
+                    page.click("#sign-in button")
+                    page.wait_for_selector("#sign-in", timeout=30_000)  # refused: asked again
+                    again = page.inner_text("#sign-in")
+                    page.fill("#api-key", "k-secret")
+                    page.click("#sign-in button")
+                    page.wait_for_function("window.previews >= 1", timeout=60_000)
+                    page.click("#render")
+                    page.wait_for_function("window.finalShown === true", timeout=120_000)
+                    stored = page.evaluate("sessionStorage.getItem('quoteclip.key')")
+                    address = page.url
+                finally:
+                    browser.close()
     finally:
-        for proc in (api, worker):
-            proc.terminate()
-        for proc in (api, worker):
-            proc.wait(timeout=30)
+        worker.terminate()
+        worker.wait(timeout=30)
+        if worker.stdout:
+            worker.stdout.close()
     assert "not accepted" in again and stored == "k-secret" and "k-secret" not in address

@@ -8,10 +8,7 @@ from __future__ import annotations
 import io
 import math
 import re
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -23,7 +20,6 @@ from test_browser import ARTIFACTS, GRAB
 from quoteclip import links
 from renderer.frames import first_frame_at
 from renderer.render import poster_time
-from testkit.services import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,30 +38,10 @@ def api_settings() -> dict[str, str]:
 @pytest.fixture
 def link_api(workers, api_settings, tmp_path) -> Iterator[str]:
     """``quoteclip serve`` with a site key, and API keys (a page holds none: anything but a link would be 401)."""
-    port = free_port()
     workers.env.update({"QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}", "QUOTECLIP_API_KEYS": "k-never-in-a-page"})
     workers.env.update(api_settings)
-    api = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
-        env=workers.full_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(base + "/healthz", timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    try:
-        wait_for(answers, 30, "quoteclip serve")
+    with workers.serve() as base:
         yield base
-    finally:
-        api.terminate()
-        api.wait(timeout=30)
 
 
 def gray(png: bytes, corner: float = 0.4) -> float:

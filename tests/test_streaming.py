@@ -8,10 +8,8 @@ import io
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -33,7 +31,7 @@ from renderer.fragments import FRAGMENT_SECONDS, STREAM_MOVFLAGS, Piece, Splitte
 from renderer.frames import first_frame_at
 from renderer.probe import probe
 from storage import LocalStorage
-from testkit.services import free_port, wait_for
+from testkit.services import wait_for
 
 RATE = Fraction(30000, 1001)
 SITE, SECRET = "site", "site-secret-0123456789"
@@ -291,29 +289,9 @@ def worker_settings() -> dict[str, str]:
 
 def serving(workers, api_settings: dict[str, str]) -> Iterator[str]:
     """``quoteclip serve`` with a site key, answering on loopback (its address), until the generator is closed."""
-    port = free_port()
     workers.env.update({"QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}", "QUOTECLIP_LINK_HOLD": "60"})
-    api = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
-        env=workers.full_env(api_settings),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(base + "/healthz", timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    try:
-        wait_for(answers, 30, "quoteclip serve")
+    with workers.serve(api_settings) as base:
         yield base
-    finally:
-        api.terminate()
-        api.wait(timeout=30)
 
 
 def working(workers, worker_settings: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
