@@ -37,6 +37,8 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
             stack.start_api()
             if "queue" in only:
                 done(queue.figures(run, ffmpeg, source, work, stack))
+            else:
+                stack.start_worker()  # (figures 3–6 start the worker the figures after them share)
             if "links" in only:
                 done(links.figures(run, stack))
             if "firstframe" in only:
