@@ -149,10 +149,10 @@ def test_unauthenticated_uploads_are_refused_before_their_bodies_are_read(queue_
                 thread.join(timeout=60)
         keyed = _upload(port, "/assets", f"X-API-Key: {KEY}\r\n", 40 * MB, wait_first=0.0)
         after_keyed = api.memory_info().rss
-        public = _upload(port, "/healthz", "", 4 * MB, wait_first=0.0)
+        public = _upload(port, "/healthz", "", 64 * MB, wait_first=0.0)
         clip = "clip-" + "0" * 32
         link = sign_path(f"/clips/{clip}/download", Settings.from_env(env))
-        signed = _upload(port, link, "", 4 * MB, wait_first=0.0)
+        signed = _upload(port, link, "", 64 * MB, wait_first=0.0)
     print(
         f"\n{count} uploads without a valid key, {offered // MB} MB offered each: body bytes the server let them send "
         f"{sum(s for s, _ in results)}; API memory {before / MB:.0f} MB before, {during / MB:.0f} MB with all "
@@ -164,8 +164,10 @@ def test_unauthenticated_uploads_are_refused_before_their_bodies_are_read(queue_
     assert during - before < 20 * MB, (before, during)  # 200 MB offered
     assert keyed[1] == 413 and MAX_FONT_BYTES <= keyed[0] <= MAX_FONT_BYTES + 8 * MB, keyed
     assert after_keyed - before < 64 * MB
-    assert public[1] == 413 and public[0] < 4 * MB, public  # (256 KiB: refused while it streams)
-    assert signed[1] == 413 and signed[0] < 4 * MB, signed
+    # 256 KiB: refused while it streams (what the sender got out before it saw the answer is in the sockets' buffers;
+    # a server reading the whole body would never answer, as the body never ends)
+    assert public[1] == 413 and public[0] < 16 * MB, public
+    assert signed[1] == 413 and signed[0] < 16 * MB, signed
 
 
 def test_larger_body_caps_are_for_keyed_requests_only(queue_env) -> None:
