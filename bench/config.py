@@ -70,7 +70,7 @@ class RunConfig:
             first_frame_lengths=(7.0, 30.0, 120.0),
             first_frames=20,
             cold_first_frames=9,
-            stream_cost_reps=3,
+            stream_cost_reps=4,
         )
 
     @classmethod

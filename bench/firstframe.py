@@ -316,7 +316,8 @@ def cached(stack: Stack) -> None:
 
 def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
     """Figure 13f: the same quote rendered in this process with its stream (the fragmented copy read and kept) and
-    without, alternating: the whole render's wall time, and the ratio."""
+    without, alternating which goes first (the second of a pair reads a source the first left in the page cache),
+    after the run's warm-up pairs: the whole render's wall time, and the ratio."""
     from jobs.pipeline.produce import produce_clips
     from quoteclip.settings import Settings
     from storage import LocalStorage
@@ -338,9 +339,10 @@ def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
     for length in run.first_frame_lengths:
         with_stream: list[float] = []
         without: list[float] = []
-        for n in range(run.stream_cost_reps):
-            start = FIRST_START + STEP * n
-            for side, times in (("stream", with_stream), ("plain", without)):
+        for n in range(-run.warmup, run.stream_cost_reps):
+            start = FIRST_START + STEP * (n + run.warmup)
+            sides = (("stream", with_stream), ("plain", without))
+            for side, times in sides if n % 2 == 0 else sides[::-1]:
                 folder = work / f"cost-{side}"
                 shutil.rmtree(folder, ignore_errors=True)
                 settings = Settings(storage_dir=folder, allow_local_sources=True, cache_dir=work / "cost-cache")
@@ -357,11 +359,12 @@ def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
                 produce_clips(
                     [spec], settings.for_cli(), LocalStorage(folder), stream=Kept() if side == "stream" else None
                 )
-                times.append(time.perf_counter() - t)
+                if n >= 0:
+                    times.append(time.perf_counter() - t)
         rows.append(
             Comparison.of(
                 f"13f. the whole render of a {length:g} s clip with its stream (a fragmented copy of the same encode, "
-                "decoded on automatic threads) vs without (in-process, the same quote, alternating)",
+                "decoded on automatic threads) vs without (in-process, the same quote, each pair in turn led by one side)",
                 with_stream,
                 without,
                 pair_ratio(with_stream, without),
