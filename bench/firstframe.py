@@ -364,7 +364,8 @@ def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
         rows.append(
             Comparison.of(
                 f"13f. the whole render of a {length:g} s clip with its stream (a fragmented copy of the same encode, "
-                "decoded on automatic threads) vs without (in-process, the same quote, each pair in turn led by one side)",
+                "decoded on automatic threads) vs without (in-process, the same quote, each pair in turn led by one "
+                "side)",
                 with_stream,
                 without,
                 pair_ratio(with_stream, without),
