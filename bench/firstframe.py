@@ -69,7 +69,8 @@ def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
         return [
             Reading("13. first frame presented in Chromium", "not measured: no Chromium (or Playwright)", TARGET, None)
         ]
-    clicks = run.first_frames + 2 * run.cold_first_frames + run.reps  # (quotes of one length: each a new clip)
+    # quotes of one length, each a new clip: the warm-up's, the timed clicks', today's and the cold cache's
+    clicks = run.warmup + run.first_frames + 2 * run.cold_first_frames + run.reps
     seconds = FIRST_START + STEP * (clicks + 1) + max(run.first_frame_lengths)
     source = source_1080p_gop5(ffmpeg, math.ceil(seconds / 60))
     (stack.http.root / SOURCE).unlink(missing_ok=True)
@@ -91,6 +92,8 @@ def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
             for letter, length in zip("abc", run.first_frame_lengths, strict=False):
                 starts = iter(FIRST_START + STEP * i for i in range(clicks + 1))
                 cached(stack)  # every block of the source in the cache
+                for _ in range(run.warmup):  # (the first click of a length met a colder worker and browser)
+                    first_frame(stack, page, next(starts), length, {})
                 warm = [first_frame(stack, page, next(starts), length, relay_bytes) for _ in range(run.first_frames)]
                 today = [today_click(stack, next(starts), length) for _ in range(run.cold_first_frames)]
                 cold = []
