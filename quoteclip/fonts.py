@@ -101,6 +101,84 @@ def load_font(path: str | None, size: int, weight: int = 700, index: int = 0) ->
     return font
 
 
+class _KeptMasks(ImageFont.FreeTypeFont):
+    """A loaded font whose rendered glyph masks are kept: a caption's timed states draw the same words of a page at
+    the same places again and again (only their colour changes), and Pillow's ``draw.text`` renders each from the
+    font every time. What ``draw.text`` gets back is what the font renders for the same arguments (the mask and its
+    offset; ImageDraw only reads it), so the pixels are the same; a call it does not cover goes to the font."""
+
+    def __init__(self, base: ImageFont.FreeTypeFont) -> None:  # (the base font's face, shared: nothing is loaded)
+        self.__dict__.update(base.__dict__)
+        self._base = base
+
+    def getmask2(  # type: ignore[override]
+        self,
+        text: str | bytes,
+        mode: str = "",
+        direction: str | None = None,
+        features: list[str] | None = None,
+        language: str | None = None,
+        stroke_width: float = 0,
+        anchor: str | None = None,
+        ink: int = 0,
+        start: tuple[float, float] | None = None,
+        *args: object,
+        **kwargs: object,
+    ) -> tuple[object, tuple[int, int]]:
+        keyed = not args and set(kwargs) <= {"stroke_filled"} and mode != "RGBA" and isinstance(text, str)
+        if not keyed:
+            return self._base.getmask2(
+                text, mode, direction, features, language, stroke_width, anchor, ink, start, *args, **kwargs
+            )
+        return _mask(
+            self._base,
+            str(text),
+            mode,
+            direction,
+            tuple(features) if features is not None else None,
+            language,
+            stroke_width,
+            bool(kwargs.get("stroke_filled", False)),
+            anchor,
+            ink,
+            tuple(start) if start is not None else None,
+        )
+
+
+@lru_cache(maxsize=1024)  # (a page's words in their two colours and their stroke, many pages over)
+def _mask(
+    font: ImageFont.FreeTypeFont,
+    text: str,
+    mode: str,
+    direction: str | None,
+    features: tuple[str, ...] | None,
+    language: str | None,
+    stroke_width: float,
+    stroke_filled: bool,
+    anchor: str | None,
+    ink: int,
+    start: tuple[float, float] | None,
+) -> tuple[object, tuple[int, int]]:
+    return font.getmask2(
+        text,
+        mode,
+        direction,
+        list(features) if features is not None else None,
+        language,
+        stroke_width,
+        anchor,
+        ink,
+        start,
+        stroke_filled=stroke_filled,
+    )
+
+
+@lru_cache(maxsize=128)
+def kept_masks(font: ImageFont.FreeTypeFont) -> ImageFont.FreeTypeFont:
+    """``font`` drawing through the kept masks (``_KeptMasks``)."""
+    return _KeptMasks(font)
+
+
 def is_rtl(text: str) -> bool:
     return any(unicodedata.bidirectional(ch) in ("R", "AL") for ch in text)
 
@@ -142,11 +220,7 @@ class FontSet:
         return next((r for r in self.chain if need <= coverage(r)), None)
 
     def length(self, text: str) -> float:
-        if is_rtl(text):
-            ref = self.whole(text)
-            if ref is not None:
-                return float(self.font(ref).getlength(text))
-        return float(sum(self.font(ref).getlength(run) for run, ref in self.runs(text)))
+        return _length(self, text)
 
     def draw(
         self, draw: ImageDraw.ImageDraw, x: float, baseline: float, text: str, fill: tuple[int, ...], stroke: int
@@ -159,7 +233,7 @@ class FontSet:
             draw.text(
                 (x, baseline),
                 text,
-                font=self.font(ref),
+                font=kept_masks(self.font(ref)),
                 fill=fill,
                 anchor="ls",
                 stroke_width=stroke,
@@ -170,13 +244,13 @@ class FontSet:
             draw.text(
                 (x, baseline),
                 run,
-                font=self.font(ref),
+                font=kept_masks(self.font(ref)),
                 fill=fill,
                 anchor="ls",
                 stroke_width=stroke,
                 stroke_fill=(0, 0, 0, 255),
             )
-            x += self.font(ref).getlength(run)
+            x += _advance(self.font(ref), run)
 
 
 def font_set(text: str, user_font: str | None, size: int, weight: int = 700) -> FontSet:
@@ -189,3 +263,17 @@ def font_set(text: str, user_font: str | None, size: int, weight: int = 700) -> 
         shown = ", ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in missing[:5])
         raise BadInput(f"caption has characters no installed font can draw: {shown}")
     return fonts
+
+
+@lru_cache(maxsize=4096)  # (a caption's states measure the same lines and word prefixes again and again)
+def _length(fonts: FontSet, text: str) -> float:
+    if is_rtl(text):
+        ref = fonts.whole(text)
+        if ref is not None:
+            return float(fonts.font(ref).getlength(text))
+    return float(sum(_advance(fonts.font(ref), run) for run, ref in fonts.runs(text)))
+
+
+@lru_cache(maxsize=4096)
+def _advance(font: ImageFont.FreeTypeFont, run: str) -> float:
+    return float(font.getlength(run))

@@ -222,6 +222,27 @@ def test_caption_band_is_the_full_width_drawing_cut_to_its_columns(preset, text,
         assert not track.reaches_edge(track.image(state))
 
 
+@pytest.mark.parametrize(("preset", "text", "frame"), BAND_CASES)
+def test_kept_glyph_masks_draw_what_pillow_draws(monkeypatch, preset, text, frame) -> None:
+    """A word-timed caption's states draw each word of a page from masks rendered once (``fonts.kept_masks``):
+    every state's pixels are the ones Pillow draws when it renders every word anew, for every preset, for
+    fallback fonts, emoji and right-to-left lines, on a state drawn first and again after the masks are kept."""
+    from quoteclip import fonts
+
+    words = spread(text + " " + text, 0.0, 4.0)
+    track = caption_track(words, frame, "landscape", 0.055, CaptionStyle(preset=preset), None, True, 4.0)
+    assert track is not None and (len(track.states) > 4 or preset == "clean")  # (clean: a state a page)
+    fonts._mask.cache_clear()
+    kept = [np.asarray(track.image(state)) for state in track.states]
+    if preset != "clean":
+        assert fonts._mask.cache_info().hits > fonts._mask.cache_info().misses  # (the masks are drawn again)
+    with monkeypatch.context() as patch:
+        patch.setattr(fonts, "kept_masks", lambda font: font)  # Pillow's own draw.text, every word rendered
+        plain = [np.asarray(track.image(state)) for state in track.states]
+    for n, (a, b) in enumerate(zip(kept, plain, strict=True)):
+        assert np.array_equal(a, b), f"state {n} of {len(kept)}"
+
+
 def test_caption_band_too_narrow_for_its_glyphs_is_drawn_at_the_frame_width(tmp_path) -> None:
     """A state that reaches a side of its band (a font whose glyphs overhang far) has the captions drawn again at
     the frame's width: nothing is cut off."""
