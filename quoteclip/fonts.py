@@ -145,7 +145,7 @@ class _KeptMasks(ImageFont.FreeTypeFont):
         )
 
 
-@lru_cache(maxsize=1024)  # (a page's words in their two colours and their stroke, many pages over)
+@lru_cache(maxsize=512)  # (a page's words in their two colours and their stroke: at most tens of KB each)
 def _mask(
     font: ImageFont.FreeTypeFont,
     text: str,
