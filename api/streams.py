@@ -28,7 +28,7 @@ from starlette.types import Send
 from jobs import relay
 from jobs.pipeline.stages import Stage
 from jobs.queue import JOB_ID, render_state
-from renderer.fragments import FRAGMENT_SECONDS
+from renderer.fragments import FRAGMENT_SECONDS, filler
 
 from .deps import Services, ServicesDep
 
@@ -43,6 +43,12 @@ PLAYLIST_NAME = "index.m3u8"  # a clip link's HLS playlist: …/l/{key}/{link}/i
 INIT_NAME = "init.mp4"  # its init segment (the playlist's map); its fragments are N.m4s
 PLAYLIST_STEP = 0.02  # seconds between looks for a joined stream's first fragment
 SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
+# A progressive player reads a growing answer in blocks: Chromium's media cache hands its demuxer whole 32 KiB blocks
+# only, until the answer ends, and Firefox's keeps 32 KiB blocks too. The end of the first fragment (its sound comes
+# after its pictures) would wait in a part block for the next fragment's bytes, a fragment's encode later; a ``free``
+# box after the first fragment ends the bytes so far on a block's end, and the first frame plays from the first
+# fragment alone. Later fragments are not padded: by then the player is ahead of its playback.
+PLAYER_BLOCK = 32 * 1024
 
 
 def relay_client(svc: Services) -> AsyncRedis:
@@ -75,6 +81,21 @@ async def joined(svc: Services, job_id: str, deadline: float) -> tuple[AsyncRedi
     return redis, begun
 
 
+class ForPlayers:
+    """A stream's pieces as a progressive player is sent them: the init segment, then the first fragment with its
+    ``free`` box to the end of a player's block (``PLAYER_BLOCK``), then the other fragments as they are."""
+
+    def __init__(self) -> None:
+        self.sent, self.pieces = 0, 0
+
+    def __call__(self, piece: bytes) -> bytes:
+        self.pieces += 1
+        if self.pieces == 2:
+            piece += filler(self.sent + len(piece), PLAYER_BLOCK)
+        self.sent += len(piece)
+        return piece
+
+
 class RelayResponse(StreamingResponse):
     """A streamed answer that can end without its last chunk: when the stream is cut, the connection is closed with
     the body incomplete (a player then shows an error, never a clip that ends early as if whole)."""
@@ -88,9 +109,10 @@ class RelayResponse(StreamingResponse):
         )
 
     async def _chunks(self) -> AsyncIterator[bytes]:
+        padded = ForPlayers()
         try:
             async for chunk in relay.follow(self.redis, self.begun):
-                yield chunk
+                yield padded(chunk)
         finally:
             await self.redis.aclose()
 

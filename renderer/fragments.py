@@ -18,13 +18,18 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 # Fragments are cut by duration (``frag_duration``), not at keyframes: the encoder's keyframes stay where a render
-# without a stream puts them, and the first fragment, the one a player waits for, holds half a second.
+# without a stream puts them. The first fragment is the one a player waits for: it holds at least half a second and
+# at least ``FRAGMENT_FRAMES`` frames. Chromium's ``<video src>`` reads 21 frames of a fragmented MP4 before it plays
+# any (its demuxer, FFmpeg's, measures the frame rate that an init segment without samples does not give), so a first
+# fragment of 22 frames plays alone, where one of 15 (half a second at 30 fps) waits for the next fragment's encode.
 FRAGMENT_SECONDS = 0.5
+FRAGMENT_FRAMES = 22
 # empty_moov: the init segment before any sample; default_base_moof: fragments that stand alone (CMAF, HLS);
 # delay_moov: the init written with the first fragment, once the muxer knows where each track starts, so it carries
 # the same edit lists as the stored clip (the B-frames' composition delay, the AAC encoder's priming): the streamed
@@ -124,6 +129,23 @@ def read_fragments(path: Path, sink: Callable[[Piece], None], ready: threading.E
                 relaying = False
     finally:
         os.close(fd)
+
+
+def fragment_seconds(rate: Fraction) -> float:
+    """How long each fragment of a clip at ``rate`` frames a second is: ``FRAGMENT_FRAMES`` frames, at least
+    ``FRAGMENT_SECONDS`` (22 frames at 24 fps are 0.917 s, at 29.97 fps 0.734 s; at 60 fps half a second holds 30)."""
+    return max(FRAGMENT_SECONDS, float(FRAGMENT_FRAMES / rate)) if rate > 0 else FRAGMENT_SECONDS
+
+
+def filler(sent: int, block: int) -> bytes:
+    """A ``free`` box that brings a stream of ``sent`` bytes to the next multiple of ``block`` (nothing when it is one
+    already). Players and demuxers skip a ``free`` box wherever it stands between top-level boxes."""
+    gap = -sent % block
+    if gap == 0:
+        return b""
+    if gap < 8:  # (a box has at least its 8-byte header)
+        gap += block
+    return struct.pack(">I4s", gap, b"free") + bytes(gap - 8)
 
 
 def unblock(path: Path) -> None:

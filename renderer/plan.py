@@ -9,7 +9,7 @@ import ffmpeg
 
 from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
-from .fragments import FRAGMENT_SECONDS, STREAM_MOVFLAGS
+from .fragments import STREAM_MOVFLAGS, fragment_seconds
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
@@ -209,7 +209,7 @@ def _output(
     out = ffmpeg.output(
         video,
         audio,
-        target.output if target.stream is None else _tee(target.output, target.stream),
+        target.output if target.stream is None else _tee(target.output, target.stream, output_rate(info)),
         vcodec="libx264",
         preset=PREVIEW_PRESET if preview else spec.encoder_preset or PRESET,
         crf=PREVIEW_CRF if preview else CRF,
@@ -233,11 +233,11 @@ def _output(
     return [out] if still is None else [out, still]
 
 
-def _tee(output: str, stream: str) -> str:
+def _tee(output: str, stream: str, rate: Fraction) -> str:
     """The tee muxer's outputs: the stored clip (a faststart MP4, as without a stream) and its fragmented copy, cut
-    every ``FRAGMENT_SECONDS`` whatever the frame (the keyframes stay the encoder's). A copy whose reader has gone is
-    dropped (``onfail=ignore``) and the clip is still written."""
-    fragment_us = round(FRAGMENT_SECONDS * 1_000_000)
+    every ``fragment_seconds`` of the clip's frame rate whatever the frame (the keyframes stay the encoder's). A copy
+    whose reader has gone is dropped (``onfail=ignore``) and the clip is still written."""
+    fragment_us = round(fragment_seconds(rate) * 1_000_000)
     return (
         f"[f=mp4:movflags=+faststart]{_tee_escape(output)}"
         f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={fragment_us}:onfail=ignore]{_tee_escape(stream)}"

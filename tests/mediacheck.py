@@ -71,6 +71,18 @@ def assert_same_encode(a: Path, b: Path, min_psnr: float = 50.0) -> None:
         assert mse == 0 or 10 * np.log10(255**2 / mse) >= min_psnr, f"the picture at {t:.3f} s differs"
 
 
+def boxes(data: bytes) -> list[tuple[str, int]]:
+    """The top-level boxes of MP4 bytes: (kind, the offset just past it)."""
+    found, at = [], 0
+    while at + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[at : at + 8])
+        if size == 1:
+            size = struct.unpack(">Q", data[at + 8 : at + 16])[0]
+        at += size
+        found.append((kind.decode("latin-1"), at))
+    return found
+
+
 def top_level_atoms(path: Path) -> list[str]:
     atoms = []
     with open(path, "rb") as f:

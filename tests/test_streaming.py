@@ -19,15 +19,16 @@ import av
 import numpy as np
 import psutil
 import pytest
-from mediacheck import frame_index, level, top_level_atoms
+from mediacheck import boxes, frame_index, level, top_level_atoms
 
+from api.streams import PLAYER_BLOCK
 from jobs.pipeline.produce import produce_clips
 from quoteclip import links
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from renderer import plan, render
-from renderer.fragments import FRAGMENT_SECONDS, STREAM_MOVFLAGS, Piece, Splitter, codecs
+from renderer.fragments import STREAM_MOVFLAGS, Piece, Splitter, codecs, filler, fragment_seconds
 from renderer.frames import first_frame_at
 from renderer.probe import probe
 from storage import LocalStorage
@@ -120,7 +121,7 @@ def quote(source: str, start: float = 1.068, end: float = 3.5) -> dict[str, Any]
 
 def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_copy(media) -> None:
     """The command as data: one output through the tee muxer, the stored clip a faststart MP4 as without a stream
-    and the copy fragmented every half second (not at keyframes: no keyframe option) with the stored clip's edit
+    and the copy fragmented every 22 frames (not at keyframes: no keyframe option) with the stored clip's edit
     lists, dropped if its reader goes; the encoders keep their headers out of the bitstream as an MP4 output alone
     has them do; the source's decoder is left its automatic threads. A render without a stream is unchanged."""
     src = media(size="320x180", duration=4, gop=60)
@@ -135,8 +136,8 @@ def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_co
     outputs = teed[teed.index("-vframes") + 2]
     clip, copy = outputs.split("|[")
     assert clip == "[f=mp4:movflags=+faststart]/w/clip.mp4"
-    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration=500000:onfail=ignore]/w/str\\|eam.mp4"
-    assert "+delay_moov" in STREAM_MOVFLAGS and "frag_keyframe" not in STREAM_MOVFLAGS and FRAGMENT_SECONDS == 0.5
+    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration=733333:onfail=ignore]/w/str\\|eam.mp4"  # (30 fps)
+    assert "+delay_moov" in STREAM_MOVFLAGS and "frag_keyframe" not in STREAM_MOVFLAGS
     assert teed[teed.index("-flags:v") + 1] == "+global_header" and teed[teed.index("-flags:a") + 1] == "+global_header"
     assert "-threads" not in teed[: teed.index("-i")]
 
@@ -166,6 +167,34 @@ def test_the_splitter_cuts_a_fragmented_mp4_into_its_init_and_timed_fragments(me
         assert all(p.seconds == pytest.approx(0.5, abs=0.04) for p in timed)
         assert sum(p.seconds for p in pieces[1:]) == pytest.approx(4, abs=0.05)
     assert codecs(pieces[0].data) == pieces[0].codecs
+
+
+@pytest.mark.parametrize("fps", ["24", "30000/1001", "60"])
+def test_a_streamed_renders_first_fragment_holds_the_frames_chromium_reads_before_it_plays(
+    fps, media, ffmpeg_bin, tmp_path
+) -> None:
+    """Chromium's <video src> reads 21 frames of a fragmented MP4 before it presents one: the first fragment holds
+    more than that at film, NTSC and 60 fps rates (at 60 fps, half a second), and the fragments after it as many."""
+    src = media(size="320x180", fps=fps, duration=3, gop=60)
+    info = probe(str(src), first_frame=False)
+    spec = build_spec({"source": str(src), "start": 0.5, "end": 2.9})
+    pieces: list[Piece] = []
+    render.render_clips([spec], str(src), info, tmp_path, ffmpeg_bin, 60, stream=pieces.append)
+    frames = []
+    for fragment in pieces[1:]:
+        with av.open(io.BytesIO(pieces[0].data + fragment.data)) as alone:
+            frames.append(sum(1 for p in alone.demux(video=0) if p.size))
+    assert frames[0] >= 22 and min(frames[:-1]) >= 21, frames
+    assert fragment_seconds(Fraction(fps)) == pytest.approx(max(0.5, 22 / float(Fraction(fps))))
+    assert pieces[1].seconds == pytest.approx(frames[0] / float(Fraction(fps)), abs=0.002)
+
+
+def test_a_filler_ends_the_bytes_so_far_on_a_blocks_end() -> None:
+    for sent in (1, 100, 32760, 32761, 32767, 40000, 65535):
+        pad = filler(sent, 32768)
+        assert (sent + len(pad)) % 32768 == 0 and len(pad) >= 8
+        assert pad[4:8] == b"free" and int.from_bytes(pad[:4], "big") == len(pad) and not pad[8:].strip(b"\0")
+    assert filler(0, 32768) == filler(65536, 32768) == b""
 
 
 def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(
@@ -419,6 +448,10 @@ def test_viewers_of_a_rendering_clip_join_its_stream_from_the_start(
         assert viewer.headers["x-stream-codecs"].startswith("avc1.") and viewer.headers["content-type"] == "video/mp4"
         assert viewer.headers["access-control-allow-origin"] == "*"
     assert first.body == second.body and len(second.chunks) > 3
+    # the first fragment ends on a progressive player's block (a free box after it), and nothing else is padded
+    top = boxes(first.body)
+    assert [kind for kind, _ in top[:6]] == ["ftyp", "moov", "moof", "mdat", "free", "moof"]
+    assert top[4][1] % PLAYER_BLOCK == 0 and [kind for kind, _ in top].count("free") == 1
     key = clip_key(workers, clip)
     stored = stored_clip(workers, key)
     assert decoded(first.body) == decoded(stored)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -187,3 +188,80 @@ def frame_rate() -> Any:
     from fractions import Fraction
 
     return Fraction(30000, 1001)
+
+
+@pytest.mark.parametrize("fps", ["24", "30000/1001"])
+def test_chromium_presents_a_streams_first_frame_from_its_first_fragment_alone(
+    fps, browser, media, ffmpeg_bin, http_source, tmp_path
+) -> None:
+    """A stream as the API sends it (the init segment, then the first fragment padded to a player's block), held
+    after its first fragment: Chromium presents the first frame while the rest is held, so the first frame never
+    waits for the next fragment's encode. (With 15-frame fragments, or without the padding, it waits.)"""
+    import http.server
+    import threading
+
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    from api.streams import ForPlayers
+    from quoteclip.spec import build_spec
+    from renderer import render
+    from renderer.fragments import Piece
+    from renderer.probe import probe
+
+    src = media(size="640x360", fps=fps, duration=6, gop=150, pattern="levels")
+    spec = build_spec({"source": str(src), "start": 1.5, "end": 5.5, "caption": "An exact quote."})
+    pieces: list[Piece] = []
+    render.render_clips(
+        [spec], str(src), probe(str(src), first_frame=False), tmp_path, ffmpeg_bin, 60, stream=pieces.append
+    )
+    held, sent_rest = threading.Event(), threading.Event()
+
+    class Stream(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def chunk(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            for name, value in (("Content-Type", "video/mp4"), ("Transfer-Encoding", "chunked")):
+                self.send_header(name, value)
+            self.send_header("Access-Control-Allow-Origin", "*")
+            self.end_headers()
+            padded = ForPlayers()
+            try:
+                for piece in pieces[:2]:
+                    self.chunk(padded(piece.data))
+                held.wait(20)
+                sent_rest.set()
+                for piece in pieces[2:]:
+                    self.chunk(padded(piece.data))
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = page_with_video(browser, http_source, {})
+        video = page.locator("#v")
+        video.evaluate(WATCH)
+        video.evaluate("(v, src) => { v.src = src; }", f"http://127.0.0.1:{server.server_address[1]}/clip.mp4")
+        try:
+            page.wait_for_function("window.seen.first !== null", timeout=10_000)
+            presented_while_held = not sent_rest.is_set()
+        except PlaywrightTimeout:
+            presented_while_held = False
+        finally:
+            held.set()
+        first = page.evaluate("window.seen.first")
+        assert presented_while_held, "Chromium waited for the stream's second fragment"
+        expected = first_frame_at(1.5, Fraction(fps))
+        assert first["mediaTime"] == 0 and frame_index(first["gray"], expected) == expected, first
+    finally:
+        server.shutdown()
+        server.server_close()
