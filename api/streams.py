@@ -100,8 +100,8 @@ class RelayResponse(StreamingResponse):
     """A streamed answer that can end without its last chunk: when the stream is cut, the connection is closed with
     the body incomplete (a player then shows an error, never a clip that ends early as if whole)."""
 
-    def __init__(self, redis: AsyncRedis, begun: relay.Begun, headers: dict[str, str]) -> None:
-        self.redis, self.begun = redis, begun
+    def __init__(self, redis: AsyncRedis, begun: relay.Begun, headers: dict[str, str], progressive: bool) -> None:
+        self.redis, self.begun, self.progressive = redis, begun, progressive
         super().__init__(
             self._chunks(),
             media_type="video/mp4",
@@ -109,10 +109,10 @@ class RelayResponse(StreamingResponse):
         )
 
     async def _chunks(self) -> AsyncIterator[bytes]:
-        padded = ForPlayers()
+        padded = ForPlayers() if self.progressive else None  # (a MediaSource is given the fragments as they are)
         try:
             async for chunk in relay.follow(self.redis, self.begun):
-                yield padded(chunk)
+                yield chunk if padded is None else padded(chunk)
         finally:
             await self.redis.aclose()
 
@@ -230,4 +230,4 @@ async def clip_stream(clip_id: str, request: Request, svc: ServicesDep) -> Respo
     found = await joined(svc, clip_id, time.monotonic() + svc.settings.link_hold)
     if found is None:
         return not_streamed({})
-    return RelayResponse(*found, {})
+    return RelayResponse(*found, {}, progressive=False)

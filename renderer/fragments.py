@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # fragment of 22 frames plays alone, where one of 15 (half a second at 30 fps) waits for the next fragment's encode.
 FRAGMENT_SECONDS = 0.5
 FRAGMENT_FRAMES = 22
+FRAGMENT_MAX_SECONDS = 2.0  # (a source under 11 fps: Chromium then waits for a second fragment, HLS and MSE do not)
 # empty_moov: the init segment before any sample; default_base_moof: fragments that stand alone (CMAF, HLS);
 # delay_moov: the init written with the first fragment, once the muxer knows where each track starts, so it carries
 # the same edit lists as the stored clip (the B-frames' composition delay, the AAC encoder's priming): the streamed
@@ -133,8 +134,11 @@ def read_fragments(path: Path, sink: Callable[[Piece], None], ready: threading.E
 
 def fragment_seconds(rate: Fraction) -> float:
     """How long each fragment of a clip at ``rate`` frames a second is: ``FRAGMENT_FRAMES`` frames, at least
-    ``FRAGMENT_SECONDS`` (22 frames at 24 fps are 0.917 s, at 29.97 fps 0.734 s; at 60 fps half a second holds 30)."""
-    return max(FRAGMENT_SECONDS, float(FRAGMENT_FRAMES / rate)) if rate > 0 else FRAGMENT_SECONDS
+    ``FRAGMENT_SECONDS`` and at most ``FRAGMENT_MAX_SECONDS`` (22 frames at 24 fps are 0.917 s, at 29.97 fps 0.734 s;
+    at 60 fps half a second holds 30; at 5 fps two seconds hold 10)."""
+    if rate <= 0:
+        return FRAGMENT_SECONDS
+    return min(FRAGMENT_MAX_SECONDS, max(FRAGMENT_SECONDS, float(FRAGMENT_FRAMES / rate)))
 
 
 def filler(sent: int, block: int) -> bytes:

@@ -174,7 +174,8 @@ def test_a_streamed_renders_first_fragment_holds_the_frames_chromium_reads_befor
     fps, media, ffmpeg_bin, tmp_path
 ) -> None:
     """Chromium's <video src> reads 21 frames of a fragmented MP4 before it presents one: the first fragment holds
-    more than that at film, NTSC and 60 fps rates (at 60 fps, half a second), and the fragments after it as many."""
+    more than that at film, NTSC and 60 fps rates (at 60 fps, half a second), and the fragments after it at least
+    21. A fragment lasts two seconds at most (a source under 11 fps)."""
     src = media(size="320x180", fps=fps, duration=3, gop=60)
     info = probe(str(src), first_frame=False)
     spec = build_spec({"source": str(src), "start": 0.5, "end": 2.9})
@@ -186,6 +187,7 @@ def test_a_streamed_renders_first_fragment_holds_the_frames_chromium_reads_befor
             frames.append(sum(1 for p in alone.demux(video=0) if p.size))
     assert frames[0] >= 22 and min(frames[:-1]) >= 21, frames
     assert fragment_seconds(Fraction(fps)) == pytest.approx(max(0.5, 22 / float(Fraction(fps))))
+    assert fragment_seconds(Fraction(5)) == 2.0 and fragment_seconds(Fraction(15)) == pytest.approx(22 / 15)
     assert pieces[1].seconds == pytest.approx(frames[0] / float(Fraction(fps)), abs=0.002)
 
 
