@@ -78,26 +78,13 @@ def boxes(data: bytes) -> list[tuple[str, int]]:
         size, kind = struct.unpack(">I4s", data[at : at + 8])
         if size == 1:
             size = struct.unpack(">Q", data[at + 8 : at + 16])[0]
-        at += size
+        at = len(data) if size == 0 else at + size  # (size 0: the box runs to the end)
         found.append((kind.decode("latin-1"), at))
     return found
 
 
 def top_level_atoms(path: Path) -> list[str]:
-    atoms = []
-    with open(path, "rb") as f:
-        while True:
-            header = f.read(8)
-            if len(header) < 8:
-                break
-            size, kind = struct.unpack(">I4s", header)
-            if size == 1:
-                size = struct.unpack(">Q", f.read(8))[0]
-                f.seek(size - 16, 1)
-            else:
-                f.seek(size - 8, 1)
-            atoms.append(kind.decode("latin-1"))
-    return atoms
+    return [kind for kind, _ in boxes(path.read_bytes())]
 
 
 def gray_frames(
