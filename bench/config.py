@@ -42,7 +42,6 @@ class RunConfig:
     first_frame_lengths: tuple[float, ...]  # figure 13's clip lengths, seconds
     first_frames: int  # figure 13's clicks per length (the source's bytes cached)
     cold_first_frames: int  # figure 13's clicks per length from a cold source cache
-    stream_cost_reps: int  # figure 13f's renders of each length with and without a stream
 
     @classmethod
     def full(cls) -> RunConfig:
@@ -70,7 +69,6 @@ class RunConfig:
             first_frame_lengths=(7.0, 30.0, 120.0),
             first_frames=20,
             cold_first_frames=9,
-            stream_cost_reps=4,
         )
 
     @classmethod
@@ -99,7 +97,6 @@ class RunConfig:
             first_frame_lengths=(2.0, 7.0),
             first_frames=2,
             cold_first_frames=1,
-            stream_cost_reps=1,
         )
 
     def describe(self) -> str:

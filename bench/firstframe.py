@@ -1,9 +1,9 @@
-"""Figures 13a–13f: a clip not stored, played while it renders. From the request (a signed link given to an autoplaying
+"""Figures 13a–13g: a clip not stored, played while it renders. From the request (a signed link given to an autoplaying
 muted ``<video>`` in Chromium, on a page of another origin; or the ``/`` page's Play button) to the first frame
 Chromium presents (``requestVideoFrameCallback``), for 7, 30 and 120 s clips of a Range-served 1080p source with a
 keyframe every 5 s, its bytes in the block cache (and again from a cold cache), with its parts, the stalls while the
 render goes on, and the relay's cost; beside today's click → link → first byte of the same kind of clip; and the
-whole render with its stream against the same render without one."""
+whole render with its stream against the same render without one, in wall time and in CPU seconds."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .config import BRAND, SITE_KEY, RunConfig
 from .media import source_1080p_gop5
 from .report import Comparison, Reading, Row
 from .stack import Stack
-from .timing import pair_ratio, percentile
+from .timing import pair_ratio, percentile, process_cpu
 
 SOURCE = "episode-gop5.mp4"
 CAPTION = "An exact quote, on one line."  # figure 13's one-line caption
@@ -318,9 +318,11 @@ def cached(stack: Stack) -> None:
 
 
 def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
-    """Figure 13f: the same quote rendered in this process with its stream (the fragmented copy read and kept) and
-    without, alternating which goes first (the second of a pair reads a source the first left in the page cache),
-    after the run's warm-up pairs: the whole render's wall time, and the ratio."""
+    """Figures 13f and 13g: the same quote rendered in this process with its stream (the fragmented copy read and
+    kept) and without, alternating which goes first (the second of a pair reads a source the first left in the page
+    cache), the run's repetitions after its warm-up pairs: the whole render's wall time and the ratio (13f), and the
+    CPU seconds of this process and its ffmpeg for each render, the median of the per-pair ratios by length (13g: the
+    work a stream adds, which a busy machine's spells do not move as they move wall time)."""
     from jobs.pipeline.produce import produce_clips
     from quoteclip.settings import Settings
     from storage import LocalStorage
@@ -339,13 +341,14 @@ def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
             pass
 
     rows: list[Row] = []
+    cpu_ratios: list[str] = []
     for length in run.first_frame_lengths:
-        with_stream: list[float] = []
-        without: list[float] = []
-        for n in range(-run.warmup, run.stream_cost_reps):
+        wall: dict[str, list[float]] = {"stream": [], "plain": []}
+        cpu: dict[str, list[float]] = {"stream": [], "plain": []}
+        for n in range(-run.warmup, run.reps):
             start = FIRST_START + STEP * (n + run.warmup)
-            sides = (("stream", with_stream), ("plain", without))
-            for side, times in sides if n % 2 == 0 else sides[::-1]:
+            sides = ("stream", "plain")
+            for side in sides if n % 2 == 0 else sides[::-1]:
                 folder = work / f"cost-{side}"
                 shutil.rmtree(folder, ignore_errors=True)
                 settings = Settings(storage_dir=folder, allow_local_sources=True, cache_dir=work / "cost-cache")
@@ -358,22 +361,38 @@ def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
                         "watermark": {"text": BRAND},
                     }
                 )
+                c = process_cpu()
                 t = time.perf_counter()
                 produce_clips(
                     [spec], settings.for_cli(), LocalStorage(folder), stream=Kept() if side == "stream" else None
                 )
                 if n >= 0:
-                    times.append(time.perf_counter() - t)
+                    wall[side].append(time.perf_counter() - t)
+                    cpu[side].append(process_cpu() - c)
+        ratio = pair_ratio(wall["stream"], wall["plain"])
         rows.append(
             Comparison.of(
                 f"13f. the whole render of a {length:g} s clip with its stream (a fragmented copy of the same encode, "
                 "decoded on automatic threads) vs without (in-process, the same quote, each pair in turn led by one "
                 "side)",
-                with_stream,
-                without,
-                pair_ratio(with_stream, without),
+                wall["stream"],
+                wall["plain"],
+                ratio,
                 "≤ 1.05×",
-                pair_ratio(with_stream, without) <= 1.05,
+                ratio <= 1.05,
             )
         )
+        cpu_ratios.append(
+            f"{length:g} s {pair_ratio(cpu['stream'], cpu['plain']):.2f}× "
+            f"({statistics.median(cpu['stream']):.1f} / {statistics.median(cpu['plain']):.1f} CPU-s)"
+        )
+    rows.append(
+        Reading(
+            "13g. CPU seconds of the same renders (this process and its ffmpeg), with the stream vs without: the "
+            "median of the per-pair ratios, and the medians",
+            "; ".join(cpu_ratios),
+            "report",
+            None,
+        )
+    )
     return rows
