@@ -322,7 +322,7 @@ def stream_cost(run: RunConfig, source: Path, work: Path) -> list[Row]:
     kept) and without, alternating which goes first (the second of a pair reads a source the first left in the page
     cache), the run's repetitions after its warm-up pairs: the whole render's wall time and the ratio (13f), and the
     CPU seconds of this process and its ffmpeg for each render, the median of the per-pair ratios by length (13g: the
-    work a stream adds, which a busy machine's spells do not move as they move wall time)."""
+    work a stream adds, which a busy machine's spells move less than they move wall time)."""
     from jobs.pipeline.produce import produce_clips
     from quoteclip.settings import Settings
     from storage import LocalStorage
