@@ -15,6 +15,7 @@ import asyncio
 import logging
 import math
 import re
+import struct
 import time
 from collections.abc import AsyncIterator
 
@@ -28,7 +29,7 @@ from starlette.types import Send
 from jobs import relay
 from jobs.pipeline.stages import Stage
 from jobs.queue import JOB_ID, render_state
-from renderer.fragments import FRAGMENT_SECONDS, filler
+from renderer.fragments import FRAGMENT_SECONDS, filler, progressive_head
 
 from .deps import Services, ServicesDep
 
@@ -46,8 +47,9 @@ SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 # A progressive player reads a growing answer in blocks: Chromium's media cache hands its demuxer whole 32 KiB blocks
 # only, until the answer ends, and Firefox's keeps 32 KiB blocks too. The end of the first fragment (its sound comes
 # after its pictures) would wait in a part block for the next fragment's bytes, a fragment's encode later; a ``free``
-# box after the first fragment ends the bytes so far on a block's end, and the first frame plays from the first
-# fragment alone. Later fragments are not padded: by then the player is ahead of its playback.
+# box after the stream's head (its init segment and first fragment, ``progressive_head``) ends the bytes so far on a
+# block's end, and the first frame plays from the head alone. Later fragments are not padded: by then the player is
+# ahead of its playback.
 PLAYER_BLOCK = 32 * 1024
 
 
@@ -82,18 +84,33 @@ async def joined(svc: Services, job_id: str, deadline: float) -> tuple[AsyncRedi
 
 
 class ForPlayers:
-    """A stream's pieces as a progressive player is sent them: the init segment, then the first fragment with its
-    ``free`` box to the end of a player's block (``PLAYER_BLOCK``), then the other fragments as they are."""
+    """A stream's pieces as a progressive player is sent them: the init segment and the first fragment as one head
+    (``progressive_head``: a ``moov`` with the first fragment's samples, then its ``mdat``) with a ``free`` box to the
+    end of a player's block (``PLAYER_BLOCK``), then the other fragments as they are. The init segment is held until
+    the first fragment comes (``__call__`` gives nothing for it); ``rest`` gives what is still held at the end."""
 
     def __init__(self) -> None:
-        self.sent, self.pieces = 0, 0
+        self.init: bytes | None = None
+        self.pieces = 0
 
     def __call__(self, piece: bytes) -> bytes:
         self.pieces += 1
-        if self.pieces == 2:
-            piece += filler(self.sent + len(piece), PLAYER_BLOCK)
-        self.sent += len(piece)
+        if self.pieces == 1:
+            self.init = piece
+            return b""
+        if self.pieces == 2 and self.init is not None:
+            init, self.init = self.init, None
+            try:
+                head = progressive_head(init, piece)
+            except (ValueError, struct.error, StopIteration) as exc:  # (the pieces as they are: still a stream)
+                log.warning("a stream's head was sent as its init segment and first fragment: %s", exc)
+                head = init + piece
+            return head + filler(len(head), PLAYER_BLOCK)
         return piece
+
+    def rest(self) -> bytes:
+        init, self.init = self.init, None
+        return init or b""
 
 
 class RelayResponse(StreamingResponse):
@@ -112,7 +129,10 @@ class RelayResponse(StreamingResponse):
         padded = ForPlayers() if self.progressive else None  # (a MediaSource is given the fragments as they are)
         try:
             async for chunk in relay.follow(self.redis, self.begun):
-                yield chunk if padded is None else padded(chunk)
+                if out := chunk if padded is None else padded(chunk):
+                    yield out
+            if padded is not None and (held := padded.rest()):
+                yield held
         finally:
             await self.redis.aclose()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -21,14 +22,22 @@ import psutil
 import pytest
 from mediacheck import boxes, frame_index, level, top_level_atoms
 
-from api.streams import PLAYER_BLOCK
+from api.streams import PLAYER_BLOCK, ForPlayers
 from jobs.pipeline.produce import produce_clips
 from quoteclip import links
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from renderer import plan, render
-from renderer.fragments import STREAM_MOVFLAGS, Piece, Splitter, codecs, filler, fragment_seconds
+from renderer.fragments import (
+    STREAM_MOVFLAGS,
+    Piece,
+    Splitter,
+    codecs,
+    filler,
+    fragment_seconds,
+    progressive_head,
+)
 from renderer.frames import first_frame_at
 from renderer.probe import probe
 from storage import LocalStorage
@@ -121,7 +130,7 @@ def quote(source: str, start: float = 1.068, end: float = 3.5) -> dict[str, Any]
 
 def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_copy(media) -> None:
     """The command as data: one output through the tee muxer, the stored clip a faststart MP4 as without a stream
-    and the copy fragmented every 22 frames (not at keyframes: no keyframe option) with the stored clip's edit
+    and the copy fragmented every 9 frames (not at keyframes: no keyframe option) with the stored clip's edit
     lists, dropped if its reader goes; the encoders keep their headers out of the bitstream as an MP4 output alone
     has them do; the source's decoder is left its automatic threads. A render without a stream is unchanged."""
     src = media(size="320x180", duration=4, gop=60)
@@ -136,7 +145,7 @@ def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_co
     outputs = teed[teed.index("-vframes") + 2]
     clip, copy = outputs.split("|[")
     assert clip == "[f=mp4:movflags=+faststart]/w/clip.mp4"
-    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration=733333:onfail=ignore]/w/str\\|eam.mp4"  # (30 fps)
+    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration=300000:onfail=ignore]/w/str\\|eam.mp4"  # (30 fps)
     assert "+delay_moov" in STREAM_MOVFLAGS and "frag_keyframe" not in STREAM_MOVFLAGS
     assert teed[teed.index("-flags:v") + 1] == "+global_header" and teed[teed.index("-flags:a") + 1] == "+global_header"
     assert "-threads" not in teed[: teed.index("-i")]
@@ -173,9 +182,10 @@ def test_the_splitter_cuts_a_fragmented_mp4_into_its_init_and_timed_fragments(me
 def test_a_streamed_renders_first_fragment_holds_the_frames_chromium_reads_before_it_plays(
     fps, media, ffmpeg_bin, tmp_path
 ) -> None:
-    """Chromium's <video src> reads 21 frames of a fragmented MP4 before it presents one: the first fragment holds
-    more than that at film, NTSC and 60 fps rates (at 60 fps, half a second), and the fragments after it at least
-    21. A fragment lasts two seconds at most (a source under 11 fps)."""
+    """Chromium's <video src> presents the first frame of a stream's head once it holds 9 frames: the first fragment
+    holds at least that at film, NTSC and 60 fps rates (at 60 fps, a quarter of a second), and so do the fragments
+    after it. A fragment lasts two seconds at most (a source under 4.5 fps). The head (the init segment with the
+    first fragment's samples in its moov) lists exactly that fragment's frames and sound."""
     src = media(size="320x180", fps=fps, duration=3, gop=60)
     info = probe(str(src), first_frame=False)
     spec = build_spec({"source": str(src), "start": 0.5, "end": 2.9})
@@ -185,10 +195,36 @@ def test_a_streamed_renders_first_fragment_holds_the_frames_chromium_reads_befor
     for fragment in pieces[1:]:
         with av.open(io.BytesIO(pieces[0].data + fragment.data)) as alone:
             frames.append(sum(1 for p in alone.demux(video=0) if p.size))
-    assert frames[0] >= 22 and min(frames[:-1]) >= 21, frames
-    assert fragment_seconds(Fraction(fps)) == pytest.approx(max(0.5, 22 / float(Fraction(fps))))
-    assert fragment_seconds(Fraction(5)) == 2.0 and fragment_seconds(Fraction(15)) == pytest.approx(22 / 15)
+    assert frames[0] >= 9 and min(frames[:-1]) >= 9, frames
+    assert frames[0] == (15 if fps == "60" else 9), frames
+    assert fragment_seconds(Fraction(fps)) == pytest.approx(max(0.25, 9 / float(Fraction(fps))))
+    assert fragment_seconds(Fraction(4)) == 2.0 and fragment_seconds(Fraction(15)) == pytest.approx(9 / 15)
     assert pieces[1].seconds == pytest.approx(frames[0] / float(Fraction(fps)), abs=0.002)
+    head = progressive_head(pieces[0].data, pieces[1].data)
+    with av.open(io.BytesIO(head)) as alone:
+        listed = {s.type: s.frames for s in alone.streams}
+        packets = [(p.stream.type, bytes(p)) for p in alone.demux() if p.size]
+    with av.open(io.BytesIO(pieces[0].data + pieces[1].data)) as fragmented:
+        fragment_packets = [(p.stream.type, bytes(p)) for p in fragmented.demux() if p.size]
+    assert listed["video"] == frames[0] and listed["audio"] > 0
+    assert sorted(packets) == sorted(fragment_packets)
+
+
+def test_a_head_is_made_of_an_init_segment_and_a_fragment_only() -> None:
+    """The head is made of what ffmpeg's fragment muxer writes; anything else is named, and a progressive player is
+    then sent the pieces as they are (still a stream it can play, only later)."""
+    with pytest.raises(ValueError, match="ftyp and moov"):
+        progressive_head(b"\0\0\0\x08free", b"")
+    init = struct.pack(">I4s", 16, b"ftyp") + b"isom\0\0\0\0" + struct.pack(">I4s", 8, b"moov")
+    with pytest.raises(ValueError, match="one moof and its mdat"):
+        progressive_head(init, struct.pack(">I4s", 8, b"mdat"))
+    players = ForPlayers()
+    assert players(init) == b""
+    sent = players(b"\0\0\0\x08mdat")
+    assert sent.startswith(init + b"\0\0\0\x08mdat") and len(sent) == PLAYER_BLOCK
+    assert players(b"more") == b"more" and players.rest() == b""
+    alone = ForPlayers()
+    assert alone(init) == b"" and alone.rest() == init  # (a stream that ended without a fragment)
 
 
 def test_a_filler_ends_the_bytes_so_far_on_a_blocks_end() -> None:
@@ -215,6 +251,10 @@ def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(
     assert stored == Path(str(plain.path)).read_bytes()
     assert top_level_atoms(Path(str(streamed.path)))[:3] == ["ftyp", "moov", "free"]  # faststart, as without
     assert decoded(stream.data()) == decoded(stored) and set(decoded(stored)) == {"video", "audio"}
+    players = ForPlayers()
+    progressive = b"".join(players(p.data) for p in stream.pieces)  # (a signed link's <video src> is sent this)
+    assert decoded(progressive) == decoded(stored)
+    assert first_frames(progressive)["video"] == 0 and first_frames(progressive)["audio"] == 0
     first, whole = first_frames(stream.data()), first_frames(stored)
     assert first["video"] == 0 and first["audio"] == 0
     assert frame_index(first["corner"], 32) == first_frame_at(1.068, RATE) == 32
@@ -450,10 +490,11 @@ def test_viewers_of_a_rendering_clip_join_its_stream_from_the_start(
         assert viewer.headers["x-stream-codecs"].startswith("avc1.") and viewer.headers["content-type"] == "video/mp4"
         assert viewer.headers["access-control-allow-origin"] == "*"
     assert first.body == second.body and len(second.chunks) > 3
-    # the first fragment ends on a progressive player's block (a free box after it), and nothing else is padded
+    # the stream's head (the first fragment's samples in the moov) ends on a progressive player's block (a free box
+    # after it), and nothing else is padded
     top = boxes(first.body)
-    assert [kind for kind, _ in top[:6]] == ["ftyp", "moov", "moof", "mdat", "free", "moof"]
-    assert top[4][1] % PLAYER_BLOCK == 0 and [kind for kind, _ in top].count("free") == 1
+    assert [kind for kind, _ in top[:6]] == ["ftyp", "moov", "mdat", "free", "moof", "mdat"]
+    assert top[3][1] % PLAYER_BLOCK == 0 and [kind for kind, _ in top].count("free") == 1
     key = clip_key(workers, clip)
     stored = stored_clip(workers, key)
     assert decoded(first.body) == decoded(stored)

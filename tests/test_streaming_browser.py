@@ -194,9 +194,10 @@ def frame_rate() -> Any:
 def test_chromium_presents_a_streams_first_frame_from_its_first_fragment_alone(
     fps, browser, media, ffmpeg_bin, http_source, tmp_path
 ) -> None:
-    """A stream as the API sends it (the init segment, then the first fragment padded to a player's block), held
-    after its first fragment: Chromium presents the first frame while the rest is held, so the first frame never
-    waits for the next fragment's encode. (With 15-frame fragments, or without the padding, it waits.)"""
+    """A stream as the API sends it (its head: the init segment with the first fragment's samples in its moov, then
+    the fragment's mdat, padded to a player's block), held after its first fragment of 9 frames: Chromium presents
+    the first frame while the rest is held, so the first frame never waits for the next fragment's encode. (Sent
+    the init segment and the first fragment as they are, it waits.)"""
     import http.server
     import threading
 
@@ -235,11 +236,14 @@ def test_chromium_presents_a_streams_first_frame_from_its_first_fragment_alone(
             padded = ForPlayers()
             try:
                 for piece in pieces[:2]:
-                    self.chunk(padded(piece.data))
+                    if data := padded(piece.data):
+                        self.chunk(data)
                 held.wait(20)
                 sent_rest.set()
                 for piece in pieces[2:]:
                     self.chunk(padded(piece.data))
+                if held_init := padded.rest():
+                    self.chunk(held_init)
                 self.wfile.write(b"0\r\n\r\n")
             except OSError:
                 pass
