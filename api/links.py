@@ -385,7 +385,7 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
     if found is None:
         return None
     _count(svc.connection, pending.linked.site.id, pending.linked.variant, "streamed")
-    return streams.RelayResponse(*found, CORS, progressive=True)
+    return streams.RelayResponse(*found, CORS, progressive=True, head=streams.reads_a_head(request))
 
 
 async def _hold(svc: Services, pending: Pending, deadline: float) -> Stored | RenderState | None:

@@ -83,13 +83,24 @@ async def joined(svc: Services, job_id: str, deadline: float) -> tuple[AsyncRedi
     return redis, begun
 
 
-class ForPlayers:
-    """A stream's pieces as a progressive player is sent them: the init segment and the first fragment as one head
-    (``progressive_head``: a ``moov`` with the first fragment's samples, then its ``mdat``) with a ``free`` box to the
-    end of a player's block (``PLAYER_BLOCK``), then the other fragments as they are. The init segment is held until
-    the first fragment comes (``__call__`` gives nothing for it); ``rest`` gives what is still held at the end."""
+def reads_a_head(request: Request) -> bool:
+    """Whether a progressive player is given the stream's head (``progressive_head``): Chromium's ``<video src>``
+    (Chrome, Edge, Opera…: ``Chrome/`` in the User-Agent), whose demuxer, FFmpeg's, reads 21 frames of fragments
+    after an init segment without samples before it presents one. Every other player is sent the init segment and
+    the fragments as they are: Firefox reads no fragment after a ``moov`` that lists samples (it played the head's
+    9 frames and ended), and reads fragments as they come."""
+    return "Chrome/" in request.headers.get("user-agent", "")
 
-    def __init__(self) -> None:
+
+class ForPlayers:
+    """A stream's pieces as a progressive player is sent them: the init segment and the first fragment, as one head
+    (``progressive_head``: a ``moov`` with the first fragment's samples, then its ``mdat``) where ``head`` is asked
+    (``reads_a_head``) or as they are, with a ``free`` box to the end of a player's block (``PLAYER_BLOCK``), then
+    the other fragments as they are. The init segment is held until the first fragment comes (``__call__`` gives
+    nothing for it); ``rest`` gives what is still held at the end."""
+
+    def __init__(self, head: bool = True) -> None:
+        self.head = head
         self.init: bytes | None = None
         self.pieces = 0
 
@@ -100,12 +111,13 @@ class ForPlayers:
             return b""
         if self.pieces == 2 and self.init is not None:
             init, self.init = self.init, None
-            try:
-                head = progressive_head(init, piece)
-            except (ValueError, struct.error, StopIteration) as exc:  # (the pieces as they are: still a stream)
-                log.warning("a stream's head was sent as its init segment and first fragment: %s", exc)
-                head = init + piece
-            return head + filler(len(head), PLAYER_BLOCK)
+            first = init + piece
+            if self.head:
+                try:
+                    first = progressive_head(init, piece)
+                except (ValueError, struct.error, StopIteration, IndexError, ZeroDivisionError) as exc:
+                    log.warning("a stream's head was sent as its init segment and first fragment: %s", exc)
+            return first + filler(len(first), PLAYER_BLOCK)
         return piece
 
     def rest(self) -> bytes:
@@ -117,8 +129,10 @@ class RelayResponse(StreamingResponse):
     """A streamed answer that can end without its last chunk: when the stream is cut, the connection is closed with
     the body incomplete (a player then shows an error, never a clip that ends early as if whole)."""
 
-    def __init__(self, redis: AsyncRedis, begun: relay.Begun, headers: dict[str, str], progressive: bool) -> None:
-        self.redis, self.begun, self.progressive = redis, begun, progressive
+    def __init__(
+        self, redis: AsyncRedis, begun: relay.Begun, headers: dict[str, str], progressive: bool, head: bool = False
+    ) -> None:
+        self.redis, self.begun, self.progressive, self.head = redis, begun, progressive, head
         super().__init__(
             self._chunks(),
             media_type="video/mp4",
@@ -126,7 +140,8 @@ class RelayResponse(StreamingResponse):
         )
 
     async def _chunks(self) -> AsyncIterator[bytes]:
-        padded = ForPlayers() if self.progressive else None  # (a MediaSource is given the fragments as they are)
+        # (a MediaSource is given the fragments as they are)
+        padded = ForPlayers(self.head) if self.progressive else None
         try:
             async for chunk in relay.follow(self.redis, self.begun):
                 if out := chunk if padded is None else padded(chunk):

@@ -300,6 +300,7 @@ class _Sample:
 
 
 NON_SYNC = 0x10000  # sample_is_non_sync_sample, in a sample's flags
+MAX_HEAD_SAMPLES = 1 << 16  # (a first fragment holds a few dozen)
 REBUILT = {b"stts", b"ctts", b"stss", b"stsc", b"stsz", b"stz2", b"stco", b"co64"}
 
 
@@ -341,7 +342,7 @@ def progressive_head(init: bytes, fragment: bytes) -> bytes:
             if not track:
                 return box
             scale = _timescale(next(_find(box, b"mdia", b"mdhd")))
-            end = max(s.dts + s.offset + s.duration for s in track)
+            end = max(s.dts - track[0].dts + s.offset + s.duration for s in track)  # (the head's samples from 0)
             return _rebuilt(box, (b"edts", b"elst"), lambda elst: _edits_to(elst, end, scale, movie_scale))
 
         return _box(b"moov", [trak(child) if kind == b"trak" else child for kind, child in _children(moov)])
@@ -363,7 +364,7 @@ def _edits_to(elst: bytes, end: int, scale: int, movie_scale: int) -> bytes:
         at = 16 + n * count
         duration, media_time, rate = struct.unpack(field, elst[at : at + count])
         if duration == 0 and media_time >= 0:
-            length = max(0, round((end - media_time) * movie_scale / scale))
+            length = max(0, -(-(end - media_time) * movie_scale // scale))  # (rounded up: to the last sample's end)
             out[at : at + count] = struct.pack(field, length, media_time, rate)
     return bytes(out)
 
@@ -412,8 +413,8 @@ def _fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]
         tfhd = next(_find(traf, b"tfhd"))
         flags = int.from_bytes(tfhd[9:12], "big")
         track_id = struct.unpack(">I", tfhd[12:16])[0]
-        if flags & 0x1:
-            raise ValueError("a fragment whose offsets count from a base_data_offset")
+        if flags & 0x1 or not flags & 0x20000:
+            raise ValueError("a fragment whose offsets do not count from its moof (default_base_moof)")
         description, duration, size, sample_flags = defaults.get(track_id, (1, 0, 0, 0))
         at = 16
         if flags & 0x2:
@@ -437,6 +438,9 @@ def _fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]
         for trun in _find(traf, b"trun"):
             version, run_flags = trun[8], int.from_bytes(trun[9:12], "big")
             count = struct.unpack(">I", trun[12:16])[0]
+            per = 4 * sum(1 for bit in (0x100, 0x200, 0x400, 0x800) if run_flags & bit)
+            if count > MAX_HEAD_SAMPLES or count * per > len(trun):
+                raise ValueError(f"a fragment's run of {count} samples")
             at = 16
             if run_flags & 0x1:
                 data_at = struct.unpack(">i", trun[at : at + 4])[0]

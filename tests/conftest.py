@@ -235,17 +235,29 @@ CHROMIUM_FLAGS = [
 ]
 
 
-@pytest.fixture
-def chromium() -> str:
-    """Debian's Chromium (the browser tests drive it with Playwright): under ``CI`` a missing one fails."""
+def installed_browser(name: str, package: str, commands: tuple[str, ...]) -> str:
+    """A browser's command from Debian's ``package``: under ``CI`` a missing one fails (.ci/run installs it), else
+    its tests are skipped."""
     import shutil
 
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    found = next((path for command in commands if (path := shutil.which(command))), None)
     if found is None:
         if os.environ.get("CI"):
-            pytest.fail("Chromium is missing: .ci/run installs Debian's chromium package")
-        pytest.skip("Chromium is not installed (apt-get install chromium); the browser tests run in CI")
+            pytest.fail(f"{name} is missing: .ci/run installs Debian's {package} package")
+        pytest.skip(f"{name} is not installed (apt-get install {package}); the browser tests run in CI")
     return found
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Debian's Chromium (the browser tests drive it with Playwright)."""
+    return installed_browser("Chromium", "chromium", ("chromium", "chromium-browser"))
+
+
+@pytest.fixture
+def firefox() -> str:
+    """Debian's Firefox ESR (run headless; its page reports what it played)."""
+    return installed_browser("Firefox", "firefox-esr", ("firefox-esr", "firefox"))
 
 
 @pytest.fixture

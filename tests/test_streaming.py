@@ -21,8 +21,9 @@ import numpy as np
 import psutil
 import pytest
 from mediacheck import boxes, frame_index, level, top_level_atoms
+from starlette.requests import Request
 
-from api.streams import PLAYER_BLOCK, ForPlayers
+from api.streams import PLAYER_BLOCK, ForPlayers, reads_a_head
 from jobs.pipeline.produce import produce_clips
 from quoteclip import links
 from quoteclip.errors import BadInput
@@ -44,6 +45,12 @@ from storage import LocalStorage
 from testkit.services import wait_for
 
 RATE = Fraction(30000, 1001)
+CHROME = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36"
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0"
+SAFARI = (
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+    "Version/18.0 Safari/605.1.15"
+)
 SITE, SECRET = "site", "site-secret-0123456789"
 
 
@@ -218,13 +225,36 @@ def test_a_head_is_made_of_an_init_segment_and_a_fragment_only() -> None:
     init = struct.pack(">I4s", 16, b"ftyp") + b"isom\0\0\0\0" + struct.pack(">I4s", 8, b"moov")
     with pytest.raises(ValueError, match="one moof and its mdat"):
         progressive_head(init, struct.pack(">I4s", 8, b"mdat"))
-    players = ForPlayers()
-    assert players(init) == b""
-    sent = players(b"\0\0\0\x08mdat")
-    assert sent.startswith(init + b"\0\0\0\x08mdat") and len(sent) == PLAYER_BLOCK
-    assert players(b"more") == b"more" and players.rest() == b""
+
+    def fragment(tfhd_flags: int, samples: int) -> bytes:
+        tfhd = struct.pack(">I4sII", 16, b"tfhd", tfhd_flags, 1)
+        trun = struct.pack(">I4sII", 16, b"trun", 0, samples)
+        traf = struct.pack(">I4s", 8 + len(tfhd) + len(trun), b"traf") + tfhd + trun
+        return struct.pack(">I4s", 8 + len(traf), b"moof") + traf + struct.pack(">I4s", 8, b"mdat")
+
+    with pytest.raises(ValueError, match="count from its moof"):
+        progressive_head(init, fragment(0, 1))  # (offsets from the fragment's start, or a base_data_offset)
+    with pytest.raises(ValueError, match="run of 1000000 samples"):
+        progressive_head(init, fragment(0x20000, 1_000_000))  # (refused before a million samples are listed)
+    with pytest.raises(ValueError, match="outside its mdat"):
+        progressive_head(init, fragment(0x20000, 1))  # (a sample's bytes must be in the fragment's mdat)
+    for head in (True, False):  # (a player not given heads is sent the same)
+        players = ForPlayers(head)
+        assert players(init) == b""
+        sent = players(b"\0\0\0\x08mdat")
+        assert sent.startswith(init + b"\0\0\0\x08mdat") and len(sent) == PLAYER_BLOCK
+        assert players(b"more") == b"more" and players.rest() == b""
     alone = ForPlayers()
     assert alone(init) == b"" and alone.rest() == init  # (a stream that ended without a fragment)
+
+
+def test_only_chromiums_player_is_given_a_head() -> None:
+    """Chromium's demuxer waits for 21 frames after an init segment without samples; Firefox reads no fragment after
+    a moov with samples: Chromium (Chrome, Edge) is given the head, every other player the pieces as they are."""
+    edge = CHROME + " Edg/142.0.0.0"
+    for agent, head in ((CHROME, True), (edge, True), (FIREFOX, False), (SAFARI, False), ("", False)):
+        scope = {"type": "http", "headers": [(b"user-agent", agent.encode())] if agent else []}
+        assert reads_a_head(Request(scope)) is head, agent
 
 
 def test_a_filler_ends_the_bytes_so_far_on_a_blocks_end() -> None:
@@ -403,9 +433,10 @@ class Viewer(threading.Thread):
     """A player's request for a link, read as it comes: its status, headers, chunks, when its first chunk came,
     and how it ended (None: whole; else the error that cut it)."""
 
-    def __init__(self, url: str, after: threading.Event | None = None) -> None:
+    def __init__(self, url: str, after: threading.Event | None = None, agent: str = "") -> None:
         super().__init__(daemon=True)
         self.url, self.after = url, after
+        self.agent = agent  # its User-Agent (httpx's when empty)
         self.first = threading.Event()
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -418,7 +449,8 @@ class Viewer(threading.Thread):
         if self.after is not None:
             self.after.wait(120)
         try:
-            with httpx.stream("GET", self.url, timeout=120) as response:
+            agent = {"User-Agent": self.agent} if self.agent else {}
+            with httpx.stream("GET", self.url, timeout=120, headers=agent) as response:
                 self.status, self.headers = response.status_code, dict(response.headers)
                 for chunk in response.iter_raw():
                     self.chunks.append(chunk)
@@ -467,20 +499,21 @@ def test_viewers_of_a_rendering_clip_join_its_stream_from_the_start(
     stream_api, worker, workers, media, http_source
 ) -> None:
     """Two viewers of a clip being rendered, the second joining once the first is playing: both get the stream from
-    the clip's start, the same bytes, as a stream (no-store, no ETag, no length), and it decodes to the stored
-    clip's frames and samples, from the source's frame at the start with picture and sound at 0. Once stored, the
-    link answers the stored clip (ETag, a year's cache); a download asked while its clip renders gets the finished
-    faststart MP4, never a stream."""
+    the clip's start, as a stream (no-store, no ETag, no length), and it decodes to the stored clip's frames and
+    samples, from the source's frame at the start with picture and sound at 0: Chromium's <video src> its head (the
+    first fragment's samples in the moov), Firefox's the init segment and the first fragment as they are, then both
+    the same fragments. Once stored, the link answers the stored clip (ETag, a year's cache); a download asked while
+    its clip renders gets the finished faststart MP4, never a stream."""
     (http_source.root / "lv.mp4").symlink_to(
         media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
     )
     clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
     url = stream_api + links.sign(clip, SITE, SECRET)
-    first = Viewer(url)
+    first = Viewer(url, agent=CHROME)
     first.start()
     assert first.first.wait(60) and first.status == 200, first.headers
     rendered_a_third(workers, clip)  # the second comes once the stream is well under way
-    second = Viewer(url)
+    second = Viewer(url, agent=FIREFOX)
     second.start()
     for viewer in (first, second):
         viewer.join(120)
@@ -489,15 +522,18 @@ def test_viewers_of_a_rendering_clip_join_its_stream_from_the_start(
         assert "etag" not in viewer.headers and "content-length" not in viewer.headers
         assert viewer.headers["x-stream-codecs"].startswith("avc1.") and viewer.headers["content-type"] == "video/mp4"
         assert viewer.headers["access-control-allow-origin"] == "*"
-    assert first.body == second.body and len(second.chunks) > 3
-    # the stream's head (the first fragment's samples in the moov) ends on a progressive player's block (a free box
-    # after it), and nothing else is padded
-    top = boxes(first.body)
+    assert len(second.chunks) > 3
+    # the stream's first bytes end on a progressive player's block (a free box after them), and nothing else is
+    # padded: Chromium's a head (the first fragment's samples in the moov), Firefox's the pieces as they are
+    top, plain = boxes(first.body), boxes(second.body)
     assert [kind for kind, _ in top[:6]] == ["ftyp", "moov", "mdat", "free", "moof", "mdat"]
+    assert [kind for kind, _ in plain[:6]] == ["ftyp", "moov", "moof", "mdat", "free", "moof"]
     assert top[3][1] % PLAYER_BLOCK == 0 and [kind for kind, _ in top].count("free") == 1
+    assert plain[4][1] % PLAYER_BLOCK == 0 and [kind for kind, _ in plain].count("free") == 1
+    assert first.body[top[3][1] :] == second.body[plain[4][1] :]  # (the same fragments after the first)
     key = clip_key(workers, clip)
     stored = stored_clip(workers, key)
-    assert decoded(first.body) == decoded(stored)
+    assert decoded(first.body) == decoded(stored) == decoded(second.body)
     shown = first_frames(first.body)
     assert shown["video"] == 0 and shown["audio"] == 0 and frame_index(shown["corner"], 32) == 32
     import httpx2 as httpx

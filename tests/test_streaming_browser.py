@@ -184,6 +184,95 @@ def test_a_killed_worker_stops_the_player_with_an_error(browser, stream_api, wor
     assert time.monotonic() - killed < 30
 
 
+# A page for Firefox, which Playwright does not drive here: it plays the link named after its # and posts what it
+# saw (its events, where playback ended, the first frame's media time) to the server that gave it.
+FIREFOX_PAGE = """<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">
+<video id="v" muted autoplay></video><script>
+const v = document.getElementById("v"), seen = {events: [], first: null};
+let sent = false;
+function report() {
+  if (sent) return; sent = true;
+  seen.end = v.currentTime; seen.error = v.error && v.error.code;
+  fetch("/report", {method: "POST", body: JSON.stringify(seen)});
+}
+for (const name of ["playing", "waiting", "ended", "error"]) v.addEventListener(name, () => {
+  seen.events.push(name);
+  if (name === "ended" || name === "error") report();
+});
+v.requestVideoFrameCallback((now, frame) => { seen.first = frame.mediaTime; });
+setTimeout(report, 60000);
+v.src = decodeURIComponent(location.hash.slice(1));
+</script>"""
+
+
+def test_a_link_plays_to_its_end_in_firefox_while_it_renders(
+    firefox, stream_api, worker, levels, redis_url, tmp_path
+) -> None:
+    """Firefox (Debian's ESR, headless) given a link of a clip not stored plays its stream to the clip's end. It is
+    sent the init segment and the fragments as they are: it reads no fragment after a moov that lists samples
+    (given Chromium's head, the first fragment's samples in the moov, it played those 9 frames and ended)."""
+    import http.server
+    import json
+    import queue
+    import threading
+    from urllib.parse import quote as escaped
+
+    from redis import Redis
+
+    from api.links import REQUESTS
+
+    clip = quote(levels, START, 9.0)
+    url = stream_api + links.sign(clip, SITE, SECRET)
+    reports: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            body = FIREFOX_PAGE.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802
+            reports.put(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "user.js").write_text(
+        'user_pref("media.autoplay.default", 0);\n'
+        'user_pref("browser.shell.checkDefaultBrowser", false);\n'
+        'user_pref("datareporting.policy.dataSubmissionEnabled", false);\n'
+    )
+    counts = Redis.from_url(redis_url)
+    streamed = f"{SITE}|clip|streamed"
+    before = int(counts.hget(REQUESTS, streamed) or 0)
+    page = f"http://127.0.0.1:{server.server_address[1]}/page.html#{escaped(url, safe='')}"
+    browser = subprocess.Popen(
+        [firefox, "--headless", "--no-remote", "--profile", str(profile), page],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        seen = reports.get(timeout=120)
+    finally:
+        browser.kill()
+        browser.wait(30)
+        server.shutdown()
+        server.server_close()
+    assert int(counts.hget(REQUESTS, streamed) or 0) == before + 1  # (its answer was the stream)
+    counts.close()
+    assert seen["events"][-1] == "ended" and seen["error"] is None, seen
+    assert seen["first"] == 0 and seen["end"] == pytest.approx(9.0 - START, abs=0.1), seen
+
+
 def frame_rate() -> Any:
     from fractions import Fraction
 
