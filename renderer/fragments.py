@@ -61,7 +61,6 @@ class Piece:
 class _Track:
     timescale: int = 0
     handler: bytes = b""
-    default_duration: int = 0
 
 
 @dataclass
@@ -73,6 +72,7 @@ class Splitter:
     _init: list[bytes] = field(default_factory=list)
     _fragment: list[bytes] = field(default_factory=list)
     _tracks: dict[int, _Track] = field(default_factory=dict)
+    _defaults: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
     initialized: bool = False
 
     def feed(self, data: bytes) -> list[Piece]:
@@ -82,7 +82,7 @@ class Splitter:
             if kind in INIT_BOXES and not self.initialized:
                 self._init.append(box)
                 if kind == b"moov":
-                    self._tracks = _tracks(box)
+                    self._tracks, self._defaults = _tracks(box), _trex_defaults(box)
                     self.initialized = True
                     init = b"".join(self._init)
                     pieces.append(Piece("init", init, codecs=codecs(init)))
@@ -90,7 +90,7 @@ class Splitter:
                 self._fragment = [box]
             elif kind == b"mdat" and self._fragment:
                 moof = self._fragment[0]
-                start, seconds = _timing(moof, self._tracks)
+                start, seconds = _timing(moof, self._tracks, self._defaults)
                 pieces.append(Piece("fragment", moof + box, start, seconds))
                 self._fragment = []
         return pieces
@@ -198,48 +198,23 @@ def _tracks(moov: bytes) -> dict[int, _Track]:
         track_id, timescale = _track_id(trak), _timescale(next(_find(trak, b"mdia", b"mdhd")))
         hdlr = next(_find(trak, b"mdia", b"hdlr"))
         tracks[track_id] = _Track(timescale, hdlr[16:20])
-    for trex in _find(moov, b"mvex", b"trex"):
-        track_id, _, duration = struct.unpack(">III", trex[12:24])
-        if track_id in tracks:
-            tracks[track_id].default_duration = duration
     return tracks
 
 
-def _timing(moof: bytes, tracks: dict[int, _Track]) -> tuple[float, float]:
+def _timing(
+    moof: bytes, tracks: dict[int, _Track], defaults: dict[int, tuple[int, int, int, int]]
+) -> tuple[float, float]:
     """(start, length) of a fragment in seconds, by its video track (its first track when it has none)."""
     timed = []
-    for traf in _find(moof, b"traf"):
-        tfhd = next(_find(traf, b"tfhd"))
-        flags = int.from_bytes(tfhd[9:12], "big")
-        track_id = struct.unpack(">I", tfhd[12:16])[0]
+    for track_id, samples in _fragment_samples(moof, defaults).items():
         track = tracks.get(track_id, _Track())
-        default = track.default_duration
-        at = 16 + (8 if flags & 0x1 else 0) + (4 if flags & 0x2 else 0)
-        if flags & 0x8:
-            default = struct.unpack(">I", tfhd[at : at + 4])[0]
-        tfdt = next(_find(traf, b"tfdt"), None)
-        base = 0
-        if tfdt is not None:
-            base = struct.unpack(">Q", tfdt[12:20])[0] if tfdt[8] == 1 else struct.unpack(">I", tfdt[12:16])[0]
-        total = 0
-        for trun in _find(traf, b"trun"):
-            total += _trun_duration(trun, default)
-        if track.timescale:
-            timed.append((track.handler == b"vide", base / track.timescale, total / track.timescale))
+        if track.timescale and samples:
+            seconds = sum(s.duration for s in samples) / track.timescale
+            timed.append((track.handler == b"vide", samples[0].dts / track.timescale, seconds))
     if not timed:
         return 0.0, 0.0
     timed.sort(key=lambda t: not t[0])  # the video track first
     return timed[0][1], timed[0][2]
-
-
-def _trun_duration(trun: bytes, default: int) -> int:
-    flags = int.from_bytes(trun[9:12], "big")
-    count = struct.unpack(">I", trun[12:16])[0]
-    if not flags & 0x100:
-        return count * default
-    at = 16 + (4 if flags & 0x1 else 0) + (4 if flags & 0x4 else 0)
-    per = 4 * sum(1 for bit in (0x100, 0x200, 0x400, 0x800) if flags & bit)
-    return sum(struct.unpack(">I", trun[at + n * per : at + n * per + 4])[0] for n in range(count))
 
 
 def codecs(init: bytes) -> str:
@@ -321,6 +296,8 @@ def progressive_head(init: bytes, fragment: bytes) -> bytes:
     if [kind for kind, _ in parts] != [b"moof", b"mdat"] or sum(len(box) for _, box in parts) != len(fragment):
         raise ValueError("a fragment that is not one moof and its mdat")
     moof, mdat = parts[0][1], parts[1][1]
+    if any(int.from_bytes(tfhd[9:12], "big") & 0x20001 != 0x20000 for tfhd in _find(moof, b"traf", b"tfhd")):
+        raise ValueError("a fragment whose offsets do not count from its moof (default_base_moof)")
     mdat_header = 16 if struct.unpack(">I", mdat[:4])[0] == 1 else 8
     payload = len(moof) + mdat_header  # where the mdat's payload starts in the fragment
     samples = _fragment_samples(moof, _trex_defaults(moov))
@@ -406,29 +383,22 @@ def _trex_defaults(moov: bytes) -> dict[int, tuple[int, int, int, int]]:
 
 
 def _fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]]) -> dict[int, list[_Sample]]:
-    """Per track, the samples a fragment's ``moof`` lists, each with where its bytes are in the fragment (the
-    ``moof`` at 0, as ``default_base_moof`` has every ``traf`` count its offsets from)."""
+    """Per track, the samples a fragment's ``moof`` lists, each with its decode time (from its ``tfdt``) and where its
+    bytes are in the fragment (the ``moof`` at 0, as ``default_base_moof`` has every ``traf`` count its offsets
+    from)."""
     found: dict[int, list[_Sample]] = {}
     for traf in _find(moof, b"traf"):
         tfhd = next(_find(traf, b"tfhd"))
         flags = int.from_bytes(tfhd[9:12], "big")
         track_id = struct.unpack(">I", tfhd[12:16])[0]
-        if flags & 0x1 or not flags & 0x20000:
-            raise ValueError("a fragment whose offsets do not count from its moof (default_base_moof)")
         description, duration, size, sample_flags = defaults.get(track_id, (1, 0, 0, 0))
-        at = 16
-        if flags & 0x2:
-            description = struct.unpack(">I", tfhd[at : at + 4])[0]
-            at += 4
-        for bit in (0x8, 0x10, 0x20):
+        given, at = {}, 16 + (8 if flags & 0x1 else 0)  # (past a base_data_offset)
+        for bit in (0x2, 0x8, 0x10, 0x20):  # the fields tfhd's flags say it holds, in their order
             if flags & bit:
-                value = struct.unpack(">I", tfhd[at : at + 4])[0]
-                duration, size, sample_flags = (
-                    value if bit == 0x8 else duration,
-                    value if bit == 0x10 else size,
-                    value if bit == 0x20 else sample_flags,
-                )
+                given[bit] = struct.unpack(">I", tfhd[at : at + 4])[0]
                 at += 4
+        description, duration = given.get(0x2, description), given.get(0x8, duration)
+        size, sample_flags = given.get(0x10, size), given.get(0x20, sample_flags)
         track = found.setdefault(track_id, [])
         tfdt = next(_find(traf, b"tfdt"), None)
         dts = track[-1].dts + track[-1].duration if track else 0
