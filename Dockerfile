@@ -13,6 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md worker.py ./
 COPY quoteclip ./quoteclip
+COPY cli ./cli
 COPY renderer ./renderer
 COPY watermarks ./watermarks
 COPY jobs ./jobs

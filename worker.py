@@ -5,8 +5,8 @@ import sys
 
 import typer
 
-from quoteclip.cli.common import run_command
-from quoteclip.cli.queue import worker
+from cli.common import run_command
+from cli.queue import worker
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,7 @@ _SCRIPT = Path(sys.executable).with_name("quoteclip")
 COMMAND = (str(_SCRIPT),) if _SCRIPT.is_file() else (sys.executable, "-m", "quoteclip")
 
 # what a cold render's own process imports: the render command's modules and the render path (figure 8c)
-RENDER_IMPORTS = "quoteclip.cli.app, quoteclip.cli.clips, quoteclip.cli.options, jobs.pipeline.produce"
+RENDER_IMPORTS = "cli.app, cli.clips, cli.options, jobs.pipeline.produce"
 
 # whose modules a cold render imports, by the first part of the module's name (the rest: the standard library)
 IMPORT_GROUPS = {

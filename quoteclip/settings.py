@@ -779,7 +779,7 @@ DECLARED: tuple[Setting, ...] = (
         "QUOTECLIP_DEBUG",
         "set (to anything): a command's unexpected error shows its traceback instead of one line",
         group="command line",
-        read_by="quoteclip.cli",
+        read_by="cli",
         default="unset",
     ),
     Setting(
@@ -787,7 +787,7 @@ DECLARED: tuple[Setting, ...] = (
         "the `quoteclip` command sets it to `__all__` when unset (pydantic's search of every installed package for "
         "plugins is a slice of each command's start-up); set it empty to let pydantic plugins load",
         group="command line",
-        read_by="quoteclip.cli",
+        read_by="cli",
         default="`__all__`",
     ),
 )

@@ -6,7 +6,7 @@ contend with the overlays' drawing for the interpreter. The helper is a hint, ne
 cannot answer (it died, it met something other than the errors a probe raises, the source is not a local path)
 is made in the command's own process, as it is in a worker, and gives the same answer.
 
-Only ``quoteclip.cli.launch`` starts it, before any thread exists; nothing else forks it.
+Only ``cli.launch`` starts it, before any thread exists; nothing else forks it.
 """
 
 from __future__ import annotations

@@ -27,3 +27,12 @@ def add_plugins_to_path() -> None:
 def with_plugins(env: Mapping[str, str]) -> str:
     """``PYTHONPATH`` for a child process that extracts: the plugins' folder before ``env``'s own entries."""
     return os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
+
+
+def product_packages() -> tuple[str, ...]:
+    """The top-level packages the wheel ships, as pyproject.toml's package finder names them (``cli*`` → ``cli``)."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    return tuple(name.rstrip("*") for name in project["tool"]["setuptools"]["packages"]["find"]["include"])

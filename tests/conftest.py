@@ -191,11 +191,11 @@ def canary(tmp_path: Path) -> Iterator[HttpSource]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m quoteclip`` as a user would, with a clean, explicit environment."""
+    """Run ``python -m cli`` (the ``quoteclip`` command) as a user would, with a clean, explicit environment."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}
     full.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "quoteclip", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env=full,
@@ -367,7 +367,7 @@ class Workers:
         return env
 
     def start(self, burst: bool = True, name: str | None = None, webhooks: bool = False) -> subprocess.Popen[str]:
-        args = [sys.executable, "-m", "quoteclip", "worker"] + (["--burst"] if burst else [])
+        args = [sys.executable, "-m", "cli", "worker"] + (["--burst"] if burst else [])
         args += ["--webhooks"] if webhooks else []
         args += ["--name", name] if name else []
         return subprocess.Popen(
@@ -379,7 +379,7 @@ class Workers:
         """``quoteclip serve`` with the workers' environment (and ``extra``), answering on loopback: its address."""
         port = free_port()
         api = subprocess.Popen(
-            [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+            [sys.executable, "-m", "cli", "serve", "--port", str(port)],
             env=self.full_env(extra),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

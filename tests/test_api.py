@@ -254,7 +254,7 @@ def test_streamed_oversize_body_is_refused_without_reading_it_whole(api_env, tmp
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **api_env}
     server = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        [sys.executable, "-m", "cli", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -232,7 +232,7 @@ def test_every_clip_command_has_every_clip_option() -> None:
     (its file gives start, end and caption), and each becomes one ClipOptions field."""
     from dataclasses import fields
 
-    from quoteclip.cli.options import CLIP_OPTIONS, PER_QUOTE, ClipOptions
+    from cli.options import CLIP_OPTIONS, PER_QUOTE, ClipOptions
 
     names = {name for name, _, _ in CLIP_OPTIONS}
     assert {f.name for f in fields(ClipOptions)} == names | {"source"}
@@ -250,7 +250,7 @@ def test_every_clip_command_has_every_clip_option() -> None:
 
 IMPORT_PROBE = """
 import json, sys
-from quoteclip.cli.app import app, load_commands  # (main() would end the process at once: ONE_SHOT)
+from cli.app import app, load_commands  # (main() would end the process at once: ONE_SHOT)
 sys.argv = ["quoteclip", *sys.argv[1:]]
 load_commands(sys.argv[1:])
 try:
@@ -258,8 +258,8 @@ try:
 except SystemExit:
     pass
 heavy = ["av", "PIL", "numpy", "urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "fontTools", "ffmpeg",
-         "renderer.render", "sources.http", "uvicorn", "quoteclip.cli.service", "quoteclip.cli.queue",
-         "quoteclip.cli.align"]
+         "renderer.render", "sources.http", "uvicorn", "cli.service", "cli.queue",
+         "cli.align"]
 print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
 """
 
@@ -290,13 +290,13 @@ def test_render_loads_only_what_the_call_needs(media, tmp_path) -> None:
     assert set(modules) >= {"av", "PIL", "renderer.render"}  # the probe works: it sees what a render loads
     assert not set(modules) & {"urllib3", "boto3", "yt_dlp", "fastapi", "rq", "redis", "numpy", "fontTools"}
     # only the render command's own module: not the service, queue or align commands' (nor uvicorn)
-    assert not set(modules) & {"uvicorn", "quoteclip.cli.service", "quoteclip.cli.queue", "quoteclip.cli.align"}
+    assert not set(modules) & {"uvicorn", "cli.service", "cli.queue", "cli.align"}
     stored, modules = loaded()
     assert stored["cached"] is True
     assert modules == []
 
 
-# A cold render as the console script runs it (quoteclip.cli.launch), with a finder that says on stderr when the
+# A cold render as the console script runs it (cli.launch), with a finder that says on stderr when the
 # command's own process (not a child it forked) imports PyAV. ``start=0``: the probe helper is not started;
 # ``start=fork-fails``: it cannot be (no process may be forked).
 LAUNCH_WATCH = """
@@ -318,7 +318,7 @@ if sys.argv[1] == "start=fork-fails":
         raise BlockingIOError(11, "Resource temporarily unavailable")
     os.fork = refuse
 sys.argv = ["quoteclip", *sys.argv[2:]]
-from quoteclip.cli.launch import main
+from cli.launch import main
 main()
 """
 

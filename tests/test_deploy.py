@@ -18,6 +18,7 @@ from conftest import run_cli
 from jobs.queue import enqueue_clip, job_status
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
+from testkit import product_packages
 from testkit.services import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ def test_dockerfile_mirrors_the_pip_only_install() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "apt-get" not in text and 'pip install --no-cache-dir ".[speaker]"' in text
     assert "USER 10001" in text and 'CMD ["quoteclip", "worker"]' in text and "HEALTHCHECK" in text
-    for folder in ("quoteclip", "renderer", "watermarks", "jobs", "sources", "storage", "api"):
+    for folder in product_packages():
         assert f"COPY {folder} ./{folder}" in text  # every package the wheel needs
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and "tests" in ignored and "testkit" in ignored and "bench" in ignored
@@ -128,7 +129,7 @@ def test_a_clicks_only_worker_leaves_batch_clips_to_the_others(media, queue_env,
     bulk = enqueue_clip(build_spec({"source": src, "start": 1, "end": 2}), settings, bulk=True).job_id
     click = enqueue_clip(build_spec({"source": src, "start": 3, "end": 4}), settings).job_id
     done = subprocess.run(
-        [sys.executable, "-m", "quoteclip", "worker", "--burst", "--clicks-only"],
+        [sys.executable, "-m", "cli", "worker", "--burst", "--clicks-only"],
         env=workers.full_env(),
         capture_output=True,
         text=True,

@@ -357,7 +357,7 @@ def test_full_disk_fails_cleanly(media, tmp_path) -> None:
     small.mkdir()
     src = media(size="640x360", duration=6, gop=60)
     script = (
-        f'mount -t tmpfs -o size=200k tmpfs "{small}" && TMPDIR="{small}" exec "{sys.executable}" -m quoteclip '
+        f'mount -t tmpfs -o size=200k tmpfs "{small}" && TMPDIR="{small}" exec "{sys.executable}" -m cli '
         f'render "{src}" --start 0 --end 5 --caption "a full disk" && echo'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}

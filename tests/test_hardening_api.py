@@ -44,7 +44,7 @@ def serving(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[b
     full = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **env}
     with open(log, "wb") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+            [sys.executable, "-m", "cli", "serve", "--port", str(port)],
             env=full,
             stdout=out,
             stderr=subprocess.STDOUT,

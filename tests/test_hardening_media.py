@@ -126,7 +126,7 @@ def test_workers_and_previews_are_not_held_by_origins_dripping_headers(media, qu
     env = {**queue_env, "QUOTECLIP_FETCH_HEADER_TIMEOUT": "2"}
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        [sys.executable, "-m", "cli", "serve", "--port", str(port)],
         env={**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

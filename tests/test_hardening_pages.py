@@ -546,7 +546,7 @@ def test_a_compressed_page_does_not_inflate_in_a_running_api(pages, queue_env) -
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **queue_env}
     server = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "serve", "--port", str(port)],
+        [sys.executable, "-m", "cli", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

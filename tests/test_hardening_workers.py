@@ -151,7 +151,7 @@ class Fleet:
 
     def start(self, name: str, extra: dict[str, str] | None = None, wrap: list[str] | None = None) -> int:
         log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115  (the worker writes it; closed with it)
-        argv = [*(wrap or []), sys.executable, "-m", "quoteclip", "worker", "--name", name]
+        argv = [*(wrap or []), sys.executable, "-m", "cli", "worker", "--name", name]
         self.procs[name] = subprocess.Popen(argv, env=self.env | (extra or {}), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return self.procs[name].pid
@@ -567,7 +567,7 @@ def test_one_ctrl_c_stops_up_in_order_within_5_s(media, http_source, tmp_path) -
         TMPDIR=str(tmp_path),
     )
     port = free_port()
-    argv = [sys.executable, "-m", "quoteclip", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"]
+    argv = [sys.executable, "-m", "cli", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"]
     with open(tmp_path / "up.log", "wb") as log:
         up = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0)
     base = f"http://127.0.0.1:{port}"

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from testkit import product_packages
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage", "api")
+PACKAGES = product_packages()  # every package the wheel ships: a new one needs a layer below
 
 # (path prefix, layer), the first that matches a module's path from the project root wins.
 LAYERS = (
     ("worker.py", 5),
-    ("quoteclip/cli/", 5),
-    ("quoteclip/__main__.py", 5),
+    ("cli/", 5),
     ("api/", 5),
     ("jobs/pipeline/", 3),
     ("jobs/", 4),
@@ -165,11 +166,11 @@ def test_no_import_cycles() -> None:
 def planted(tmp_path: Path) -> Path:
     """A small tree of the project's shape whose modules import only downwards."""
     files = {
-        "worker.py": "from quoteclip.cli import app\n",
+        "worker.py": "from cli import app\n",
         "quoteclip/__init__.py": "",
         "quoteclip/spec.py": "import json\n",
-        "quoteclip/cli/__init__.py": "",
-        "quoteclip/cli/app.py": "from jobs.queue import enqueue\n",
+        "cli/__init__.py": "",
+        "cli/app.py": "from jobs.queue import enqueue\n",
         "jobs/__init__.py": "",
         "jobs/queue.py": "from .pipeline import produce\n",
         "jobs/pipeline/__init__.py": "",
@@ -191,18 +192,18 @@ def planted(tmp_path: Path) -> Path:
 def test_the_checker_sees_an_upward_import(planted: Path) -> None:
     """The scanner itself, on a planted tree: a core module importing a face (inside a function, relatively), a
     component importing the pipeline, and a component importing another are each reported."""
-    (planted / "quoteclip/spec.py").write_text("def f():\n    from .cli import app\n")
+    (planted / "quoteclip/spec.py").write_text("def f():\n    from cli import app\n")
     (planted / "sources/opener.py").write_text("from jobs.pipeline.produce import x\nfrom renderer.plan import y\n")
     assert wrong_imports(planted) == [
-        "quoteclip.spec (the shared core) imports quoteclip.cli.app (faces)",
+        "quoteclip.spec (the shared core) imports cli.app (faces)",
         "sources.opener (components) imports jobs.pipeline.produce (the pipeline)",
         "sources.opener (components) imports renderer.plan (components)",
     ]
 
 
 def test_the_checker_sees_an_import_of_nothing(planted: Path) -> None:
-    (planted / "quoteclip/cli/app.py").write_text("def f():\n    from .transcript import align\n")
-    assert missing(planted) == ["quoteclip.cli.app imports quoteclip.cli.transcript, which does not exist"]
+    (planted / "cli/app.py").write_text("def f():\n    from .transcript import align\n")
+    assert missing(planted) == ["cli.app imports cli.transcript, which does not exist"]
 
 
 def test_the_checker_sees_a_cycle(planted: Path) -> None:
@@ -214,6 +215,6 @@ def test_the_checker_sees_a_cycle(planted: Path) -> None:
 
 
 def test_a_new_file_takes_its_folders_layer(planted: Path) -> None:
-    (planted / "quoteclip/cli/new.py").write_text("from jobs.queue import enqueue\n")  # a face: allowed
+    (planted / "cli/new.py").write_text("from jobs.queue import enqueue\n")  # a face: allowed
     (planted / "quoteclip/newcore.py").write_text("from jobs.queue import enqueue\n")  # core: not allowed
     assert wrong_imports(planted) == ["quoteclip.newcore (the shared core) imports jobs.queue (jobs)"]

@@ -18,9 +18,10 @@ import pytest
 from quoteclip.errors import BadInput
 from quoteclip.settings import DECLARED, GROUPS, Settings, SiteKey, default_cache_dir, env_text
 from quoteclip.spec import WatermarkSpec
+from testkit import product_packages
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("quoteclip", "jobs", "sources", "renderer", "watermarks", "storage", "api")
+PRODUCT = product_packages()
 PAGE = ROOT / "docs" / "configuration.md"
 
 # Variables the product reads that are not quoteclip's settings, each with its reason (none today: the ones it reads

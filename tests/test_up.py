@@ -56,7 +56,7 @@ def test_up_runs_the_whole_system_with_an_embedded_redis(media, http_source, tmp
     )
     port = free_port()
     up = subprocess.Popen(
-        [sys.executable, "-m", "quoteclip", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"],
+        [sys.executable, "-m", "cli", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -127,7 +127,7 @@ def test_up_refuses_a_bad_worker_count(tmp_path: Path) -> None:
 def test_up_says_how_it_chose_its_redis(tmp_path) -> None:
     """A Redis configured is "configured"; one merely found answering at the default address is said to be found,
     with the database it shares; with none, an embedded one."""
-    from quoteclip.cli.up import FOUND, choose_redis
+    from cli.up import FOUND, choose_redis
     from quoteclip.settings import Settings
 
     settings = Settings(storage_dir=tmp_path / "clips")

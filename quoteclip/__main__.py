@@ -1,3 +1,0 @@
-from .cli.launch import main
-
-main()
