@@ -33,7 +33,6 @@ from redis.exceptions import RedisError
 from jobs.pipeline.assets import check_allowed, identities
 from jobs.pipeline.keys import clip_key
 from jobs.pipeline.lookup import POSTER, find_poster
-from jobs.pipeline.produce import captions_vtt
 from jobs.pipeline.stages import Stage
 from jobs.queue import (
     Enqueued,
@@ -49,6 +48,7 @@ from quoteclip import links, redis_keys
 from quoteclip.errors import BadInput, QuoteclipError, SourceRefused
 from quoteclip.settings import Settings, SiteKey
 from quoteclip.spec import ClipSpec, build_spec
+from renderer.sidecars import captions_vtt
 from sources import allowed_hosts, resolve_source
 from sources.safety import host_allowed
 from storage import LocalStorage

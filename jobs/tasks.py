@@ -16,7 +16,7 @@ from rq import Retry, get_current_job
 from rq.job import Job
 from rq.timeouts import JobTimeoutException
 
-from quoteclip.errors import InternalError, MachineFault, QuoteclipError
+from quoteclip.errors import InternalError, MachineFault, QuoteclipError, machine_fault
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec
 from storage import open_storage
@@ -24,7 +24,7 @@ from storage import open_storage
 from .connection import bulk_queue_name
 from .maintenance import PENDING, Fault, machine_health, mark_pending, pause_worker
 from .metrics import record_cache_hit, record_failure, record_handback, record_render
-from .pipeline.produce import Stage, machine_fault, produce_clips, produce_poster
+from .pipeline.produce import Stage, produce_clips, produce_poster
 from .pipeline.tempdirs import clip_bytes, hide_paths
 from .relay import relaying
 from .status import announce

@@ -6,6 +6,7 @@ worker without spending an attempt."""
 from __future__ import annotations
 
 import errno
+import os
 
 
 class QuoteclipError(Exception):
@@ -161,3 +162,38 @@ class InternalError(QuoteclipError):
 
     kind = "internal error"
     permanent = True
+
+
+_MACHINE_WORDS = {
+    "disk": "the render's temp folder failed",
+    "memory": "the worker ran out of memory",
+    "files": "the worker ran out of file handles",
+}
+
+
+def machine_fault(exc: BaseException) -> MachineFault | None:
+    """The MachineFault an error stands for, or None when it is not this machine's fault: MemoryError, an
+    OSError with a system error of the machine's (MACHINE_ERRNOS: no space, no memory, no file handles), or a
+    project error raised in place of one (``source could not be read ([Errno 28] No space left on device)``:
+    the OSError is its context, or its message names the system error)."""
+    if isinstance(exc, MachineFault):
+        return exc
+    if isinstance(exc, MemoryError):
+        return MachineFault("the worker ran out of memory", "memory")
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # the error, and the ones it was raised from or during
+        seen.add(id(cause))
+        if isinstance(cause, MemoryError):
+            return MachineFault("the worker ran out of memory", "memory")
+        if isinstance(cause, OSError) and cause.errno in MACHINE_ERRNOS:
+            what, reason = os.strerror(cause.errno), MACHINE_ERRNOS[cause.errno]
+            said = f"{exc}".splitlines()[0] if isinstance(exc, QuoteclipError) else f"{_MACHINE_WORDS[reason]}: {what}"
+            return MachineFault(said if what in said else f"{said} ({what})", reason)
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, QuoteclipError):
+        text = f"{exc}".splitlines()[0] if str(exc) else ""
+        for value, reason in MACHINE_ERRNOS.items():
+            if os.strerror(value) in text:
+                return MachineFault(text, reason)
+    return None

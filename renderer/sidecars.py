@@ -5,12 +5,18 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from .captions import CaptionTrack
+from quoteclip.media import TEMP_PREFIX
+from quoteclip.spec import ClipSpec
+
+from .captions import CaptionTrack, write_track
+from .render import caption_layout, cut_for
 
 
 def _stamp(seconds: float, sep: str) -> str:
@@ -69,3 +75,16 @@ def sha256_file(path: Path) -> str:
 
 def manifest(**fields: Any) -> bytes:
     return json.dumps(fields, indent=1, sort_keys=True, default=str).encode()
+
+
+def captions_vtt(spec: ClipSpec) -> bytes:
+    """The WebVTT captions of ``spec``'s clip made from the spec alone (no source read, no render): the captions the
+    render lays out and draws for the cut the quote asks for (a quote cut short by the video's end keeps its
+    cues), as the render stores them beside the clip; a clip without a caption has an empty file."""
+    cut = cut_for(spec, None)
+    track = caption_layout(spec, cut)
+    if track is None:
+        return b"WEBVTT\n"
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+        _, _, drawn = write_track(track, Path(tmp), cut[1])  # (a caption reaching the band's edge is laid out wider)
+    return to_vtt(drawn).encode()

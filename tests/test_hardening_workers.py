@@ -85,7 +85,7 @@ def test_errors_wrapping_a_machine_fault_are_machine_faults() -> None:
     """The full disk as it reached clients: PyAV's read of the source cache failed with ENOSPC and the probe
     raised ``source could not be read ([Errno 28] No space left on device)`` in its place (``from None``). The
     pipeline sees the OSError it was raised during, or the system error its message names."""
-    from jobs.pipeline.produce import machine_fault
+    from quoteclip.errors import machine_fault
 
     def probe() -> None:
         try:

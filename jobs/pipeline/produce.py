@@ -13,17 +13,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable
+from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable, machine_fault
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
-from renderer.captions import write_track
-from renderer.ffmpeg import MACHINE_ERRNOS, die_with_parent, ffmpeg_binary, ffmpeg_version
+from renderer.ffmpeg import die_with_parent, ffmpeg_binary, ffmpeg_version
 from renderer.frames import FrameSpan, frame_span
 from renderer.instant import CopyRefused, copy_clip
 from renderer.plan import source_rate
 from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
-from renderer.render import RenderResult, caption_layout, cut_for, draw_overlays, render_clips, render_poster
-from renderer.sidecars import to_vtt
+from renderer.render import RenderResult, cut_for, draw_overlays, render_clips, render_poster
 from sources import SourceRef
 from sources.opener import OpenedSource, open_source
 from storage import Storage
@@ -40,8 +38,6 @@ __all__ = [  # what other modules import from here
     "ClipResult",
     "PosterStored",
     "Stage",
-    "captions_vtt",
-    "machine_fault",
     "produce_clip",
     "produce_clips",
     "produce_poster",
@@ -319,19 +315,6 @@ def produce_poster(
     return PosterStored(key, storage.link(key, POSTER), cached=False, timings=timings)
 
 
-def captions_vtt(spec: ClipSpec) -> bytes:
-    """The WebVTT captions of ``spec``'s clip made from the spec alone (no source read, no render): the captions the
-    render lays out and draws for the cut the quote asks for (a quote cut short by the video's end keeps its
-    cues), as the render stores them beside the clip; a clip without a caption has an empty file."""
-    cut = cut_for(spec, None)
-    track = caption_layout(spec, cut)
-    if track is None:
-        return b"WEBVTT\n"
-    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
-        _, _, drawn = write_track(track, Path(tmp), cut[1])  # (a caption reaching the band's edge is laid out wider)
-    return to_vtt(drawn).encode()
-
-
 def _store(
     spec: ClipSpec,
     key: str,
@@ -409,38 +392,3 @@ def _machine_errors(settings: Settings, need: int) -> Iterator[None]:
         if fault is None:
             raise
         raise fault from exc
-
-
-_MACHINE_WORDS = {
-    "disk": "the render's temp folder failed",
-    "memory": "the worker ran out of memory",
-    "files": "the worker ran out of file handles",
-}
-
-
-def machine_fault(exc: BaseException) -> MachineFault | None:
-    """The MachineFault an error stands for, or None when it is not this machine's fault: MemoryError, an
-    OSError with a system error of the machine's (MACHINE_ERRNOS: no space, no memory, no file handles), or a
-    project error raised in place of one (``source could not be read ([Errno 28] No space left on device)``:
-    the OSError is its context, or its message names the system error)."""
-    if isinstance(exc, MachineFault):
-        return exc
-    if isinstance(exc, MemoryError):
-        return MachineFault("the worker ran out of memory", "memory")
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:  # the error, and the ones it was raised from or during
-        seen.add(id(cause))
-        if isinstance(cause, MemoryError):
-            return MachineFault("the worker ran out of memory", "memory")
-        if isinstance(cause, OSError) and cause.errno in MACHINE_ERRNOS:
-            what, reason = os.strerror(cause.errno), MACHINE_ERRNOS[cause.errno]
-            said = f"{exc}".splitlines()[0] if isinstance(exc, QuoteclipError) else f"{_MACHINE_WORDS[reason]}: {what}"
-            return MachineFault(said if what in said else f"{said} ({what})", reason)
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, QuoteclipError):
-        text = f"{exc}".splitlines()[0] if str(exc) else ""
-        for value, reason in MACHINE_ERRNOS.items():
-            if os.strerror(value) in text:
-                return MachineFault(text, reason)
-    return None

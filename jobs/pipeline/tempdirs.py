@@ -10,7 +10,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-TEMP_PREFIX = "quoteclip-"  # + the pid of the process rendering: folders of dead processes are swept
+from quoteclip.media import TEMP_PREFIX
+
 CLIP_BYTES_PER_SECOND = 1024**2  # room a job needs in its temp folder for each second of each clip it renders
 
 
