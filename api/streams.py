@@ -29,7 +29,8 @@ from starlette.types import Send
 from jobs import relay
 from jobs.pipeline.stages import Stage
 from jobs.queue import JOB_ID, render_state
-from renderer.fragments import FRAGMENT_SECONDS, filler, progressive_head
+from renderer.fragments import FRAGMENT_SECONDS, filler
+from renderer.head import progressive_head
 
 from .deps import Services, ServicesDep
 

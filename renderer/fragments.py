@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 # without a stream puts them. The first fragment is the one a player waits for: it holds at least a quarter of a
 # second and at least ``FRAGMENT_FRAMES`` frames, and the shorter it is the sooner ffmpeg has it out (its encode waits
 # for x264's lookahead to fill). Chromium's ``<video src>`` presents the first frame of 9 once it is given them in a
-# ``moov`` with samples (``progressive_head``: its demuxer, FFmpeg's, reads the frame rate off them; after an init
-# segment without samples it reads 21 frames of fragments first); MSE and HLS players take the fragments as they are.
+# ``moov`` with samples (the stream's head, ``renderer/head.py``: its demuxer, FFmpeg's, reads the frame rate off
+# them; after an init segment without samples it reads 21 frames of fragments first); MSE and HLS players take the
+# fragments as they are.
 FRAGMENT_SECONDS = 0.25
 FRAGMENT_FRAMES = 9
 FRAGMENT_MAX_SECONDS = 2.0  # (a source under 4.5 fps: Chromium then waits for a second fragment, HLS and MSE do not)
@@ -82,7 +83,7 @@ class Splitter:
             if kind in INIT_BOXES and not self.initialized:
                 self._init.append(box)
                 if kind == b"moov":
-                    self._tracks, self._defaults = _tracks(box), _trex_defaults(box)
+                    self._tracks, self._defaults = _tracks(box), trex_defaults(box)
                     self.initialized = True
                     init = b"".join(self._init)
                     pieces.append(Piece("init", init, codecs=codecs(init)))
@@ -168,7 +169,7 @@ def unblock(path: Path) -> None:
 # ---- the few fields a relay needs ------------------------------------------------------------------------------
 
 
-def _children(box: bytes, start: int = 8) -> Iterator[tuple[bytes, bytes]]:
+def children(box: bytes, start: int = 8) -> Iterator[tuple[bytes, bytes]]:
     """The boxes inside ``box`` (from ``start``: past its header, and past a sample entry's fixed fields)."""
     at = start
     while at + 8 <= len(box):
@@ -181,22 +182,22 @@ def _children(box: bytes, start: int = 8) -> Iterator[tuple[bytes, bytes]]:
         at += size
 
 
-def _find(box: bytes, *path: bytes) -> Iterator[bytes]:
+def find(box: bytes, *path: bytes) -> Iterator[bytes]:
     """Every box at ``path`` below ``box`` (each step a child of the one before)."""
     if not path:
         yield box
         return
     kind = box[4:8]
-    for child_kind, child in _children(box, 8 + SAMPLE_ENTRY.get(kind, 0)):
+    for child_kind, child in children(box, 8 + SAMPLE_ENTRY.get(kind, 0)):
         if child_kind == path[0]:
-            yield from _find(child, *path[1:])
+            yield from find(child, *path[1:])
 
 
 def _tracks(moov: bytes) -> dict[int, _Track]:
     tracks: dict[int, _Track] = {}
-    for trak in _find(moov, b"trak"):
-        track_id, timescale = _track_id(trak), _timescale(next(_find(trak, b"mdia", b"mdhd")))
-        hdlr = next(_find(trak, b"mdia", b"hdlr"))
+    for trak in find(moov, b"trak"):
+        track_id, timescale = trak_id(trak), timescale_of(next(find(trak, b"mdia", b"mdhd")))
+        hdlr = next(find(trak, b"mdia", b"hdlr"))
         tracks[track_id] = _Track(timescale, hdlr[16:20])
     return tracks
 
@@ -206,7 +207,7 @@ def _timing(
 ) -> tuple[float, float]:
     """(start, length) of a fragment in seconds, by its video track (its first track when it has none)."""
     timed = []
-    for track_id, samples in _fragment_samples(moof, defaults).items():
+    for track_id, samples in fragment_samples(moof, defaults).items():
         track = tracks.get(track_id, _Track())
         if track.timescale and samples:
             seconds = sum(s.duration for s in samples) / track.timescale
@@ -221,13 +222,13 @@ def codecs(init: bytes) -> str:
     """The RFC 6381 codecs of an init segment (``avc1.64001f,mp4a.40.2``), as a MediaSource or an HLS playlist names
     them; empty when it names none this reads (H.264 and AAC only)."""
     found = []
-    for kind, box in _children(init, 0):
+    for kind, box in children(init, 0):
         if kind != b"moov":
             continue
-        for stsd in _find(box, b"trak", b"mdia", b"minf", b"stbl", b"stsd"):
-            for avcc in _find(stsd, b"avc1", b"avcC"):
+        for stsd in find(box, b"trak", b"mdia", b"minf", b"stbl", b"stsd"):
+            for avcc in find(stsd, b"avc1", b"avcC"):
                 found.append(f"avc1.{avcc[9:12].hex()}")
-            for esds in _find(stsd, b"mp4a", b"esds"):
+            for esds in find(stsd, b"mp4a", b"esds"):
                 found.append(f"mp4a.40.{_audio_object_type(esds[12:])}")
     return ",".join(found)
 
@@ -260,11 +261,11 @@ def _audio_object_type(data: bytes) -> int:
         return 2
 
 
-# ---- a progressive player's first bytes -------------------------------------------------------------------------
+# ---- the samples a fragment lists (read by the splitter to time it, and by the head: renderer/head.py) -----
 
 
 @dataclass(frozen=True)
-class _Sample:
+class Sample:
     duration: int
     size: int
     flags: int
@@ -274,121 +275,35 @@ class _Sample:
     dts: int  # its decode time
 
 
-NON_SYNC = 0x10000  # sample_is_non_sync_sample, in a sample's flags
-MAX_HEAD_SAMPLES = 1 << 16  # (a first fragment holds a few dozen)
-REBUILT = {b"stts", b"ctts", b"stss", b"stsc", b"stsz", b"stz2", b"stco", b"co64"}
+MAX_RUN_SAMPLES = 1 << 16  # (a fragment holds a few dozen)
 
 
-def progressive_head(init: bytes, fragment: bytes) -> bytes:
-    """The init segment and the first fragment as a progressive player is best given them: ``ftyp``, a ``moov`` whose
-    sample tables list the first fragment's samples, and that fragment's ``mdat`` (the fragments after it follow as
-    they are: the ``moov`` keeps its ``mvex``). A player's demuxer (FFmpeg's, in Chromium's ``<video src>``) reads
-    a clip's frame rate off the ``moov``'s samples; an init segment without samples leaves it reading 21 frames of
-    fragments first, so with this head the first frame plays from a first fragment of a few frames. The samples'
-    bytes are the fragment's, in the same order: the head decodes to the fragment's frames and sound, at its times
-    (its edit lists, in the ``moov``, are the init segment's). ``ValueError`` when the two are not what ffmpeg's
-    muxer writes with ``STREAM_MOVFLAGS``."""
-    tops = list(_children(init, 0))
-    if [kind for kind, _ in tops][-1:] != [b"moov"] or b"ftyp" not in {kind for kind, _ in tops}:
-        raise ValueError("an init segment without its ftyp and moov")
-    moov = tops[-1][1]
-    parts = list(_children(fragment, 0))
-    if [kind for kind, _ in parts] != [b"moof", b"mdat"] or sum(len(box) for _, box in parts) != len(fragment):
-        raise ValueError("a fragment that is not one moof and its mdat")
-    moof, mdat = parts[0][1], parts[1][1]
-    if any(int.from_bytes(tfhd[9:12], "big") & 0x20001 != 0x20000 for tfhd in _find(moof, b"traf", b"tfhd")):
-        raise ValueError("a fragment whose offsets do not count from its moof (default_base_moof)")
-    mdat_header = 16 if struct.unpack(">I", mdat[:4])[0] == 1 else 8
-    payload = len(moof) + mdat_header  # where the mdat's payload starts in the fragment
-    samples = _fragment_samples(moof, _trex_defaults(moov))
-    for track in samples.values():
-        if any(s.at < payload or s.at + s.size > len(fragment) for s in track):
-            raise ValueError("a fragment's sample outside its mdat")
-    prefix = b"".join(box for _, box in tops[:-1])
-    movie_scale = _timescale(next(_find(moov, b"mvhd")))
-
-    def head_moov(base: int) -> bytes:  # base: where the mdat's payload starts in the head
-        def trak(box: bytes) -> bytes:
-            track = samples.get(_track_id(box), [])
-
-            def stbl(box: bytes) -> bytes:
-                kept = [child for kind, child in _children(box) if kind not in REBUILT]
-                return _box(b"stbl", kept[:1] + _tables(track, base - payload) + kept[1:])
-
-            box = _rebuilt(box, (b"mdia", b"minf", b"stbl"), stbl)
-            if not track:
-                return box
-            scale = _timescale(next(_find(box, b"mdia", b"mdhd")))
-            end = max(s.dts - track[0].dts + s.offset + s.duration for s in track)  # (the head's samples from 0)
-            return _rebuilt(box, (b"edts", b"elst"), lambda elst: _edits_to(elst, end, scale, movie_scale))
-
-        return _box(b"moov", [trak(child) if kind == b"trak" else child for kind, child in _children(moov)])
-
-    base = len(prefix) + len(head_moov(0)) + mdat_header
-    return prefix + head_moov(base) + mdat
-
-
-def _edits_to(elst: bytes, end: int, scale: int, movie_scale: int) -> bytes:
-    """An edit list whose edit of unknown length (0: to the end of the fragments, as an init segment has it) lasts to
-    ``end`` (the head's samples' last presentation, in the track's ``scale``) instead: an edit of length 0 in a
-    ``moov`` with samples presents none of them. The fragments after the head are played on from its end, as they
-    are after any ``moov`` with samples."""
-    version = elst[8]
-    field, count = (">QqI", 20) if version == 1 else (">IiI", 12)
-    entries = struct.unpack(">I", elst[12:16])[0]
-    out = bytearray(elst)
-    for n in range(entries):
-        at = 16 + n * count
-        duration, media_time, rate = struct.unpack(field, elst[at : at + count])
-        if duration == 0 and media_time >= 0:
-            length = max(0, -(-(end - media_time) * movie_scale // scale))  # (rounded up: to the last sample's end)
-            out[at : at + count] = struct.pack(field, length, media_time, rate)
-    return bytes(out)
-
-
-def _box(kind: bytes, children: list[bytes]) -> bytes:
-    body = b"".join(children)
-    return struct.pack(">I4s", 8 + len(body), kind) + body
-
-
-def _full_box(kind: bytes, version: int, body: bytes) -> bytes:
-    return _box(kind, [struct.pack(">I", version << 24) + body])
-
-
-def _rebuilt(box: bytes, path: tuple[bytes, ...], change: Callable[[bytes], bytes]) -> bytes:
-    """``box`` with the boxes at ``path`` below it changed (each container on the way rebuilt to its new size)."""
-    if not path:
-        return change(box)
-    children = [_rebuilt(child, path[1:], change) if kind == path[0] else child for kind, child in _children(box)]
-    return _box(box[4:8], children)
-
-
-def _track_id(trak: bytes) -> int:
-    tkhd = next(_find(trak, b"tkhd"))
+def trak_id(trak: bytes) -> int:
+    tkhd = next(find(trak, b"tkhd"))
     return int(struct.unpack(">I", tkhd[20:24] if tkhd[8] == 0 else tkhd[28:32])[0])
 
 
-def _timescale(header: bytes) -> int:
+def timescale_of(header: bytes) -> int:
     """An ``mvhd``'s or ``mdhd``'s timescale (the same place in both, by version)."""
     return int(struct.unpack(">I", header[20:24] if header[8] == 0 else header[28:32])[0])
 
 
-def _trex_defaults(moov: bytes) -> dict[int, tuple[int, int, int, int]]:
+def trex_defaults(moov: bytes) -> dict[int, tuple[int, int, int, int]]:
     """Per track: its fragments' default (sample description index, duration, size, flags)."""
     defaults = {}
-    for trex in _find(moov, b"mvex", b"trex"):
+    for trex in find(moov, b"mvex", b"trex"):
         track_id, *values = struct.unpack(">IIIII", trex[12:32])
         defaults[track_id] = (values[0], values[1], values[2], values[3])
     return defaults
 
 
-def _fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]]) -> dict[int, list[_Sample]]:
+def fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]]) -> dict[int, list[Sample]]:
     """Per track, the samples a fragment's ``moof`` lists, each with its decode time (from its ``tfdt``) and where its
     bytes are in the fragment (the ``moof`` at 0, as ``default_base_moof`` has every ``traf`` count its offsets
     from)."""
-    found: dict[int, list[_Sample]] = {}
-    for traf in _find(moof, b"traf"):
-        tfhd = next(_find(traf, b"tfhd"))
+    found: dict[int, list[Sample]] = {}
+    for traf in find(moof, b"traf"):
+        tfhd = next(find(traf, b"tfhd"))
         flags = int.from_bytes(tfhd[9:12], "big")
         track_id = struct.unpack(">I", tfhd[12:16])[0]
         description, duration, size, sample_flags = defaults.get(track_id, (1, 0, 0, 0))
@@ -400,16 +315,16 @@ def _fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]
         description, duration = given.get(0x2, description), given.get(0x8, duration)
         size, sample_flags = given.get(0x10, size), given.get(0x20, sample_flags)
         track = found.setdefault(track_id, [])
-        tfdt = next(_find(traf, b"tfdt"), None)
+        tfdt = next(find(traf, b"tfdt"), None)
         dts = track[-1].dts + track[-1].duration if track else 0
         if tfdt is not None:
             dts = struct.unpack(">Q", tfdt[12:20])[0] if tfdt[8] == 1 else struct.unpack(">I", tfdt[12:16])[0]
         data_at = 0
-        for trun in _find(traf, b"trun"):
+        for trun in find(traf, b"trun"):
             version, run_flags = trun[8], int.from_bytes(trun[9:12], "big")
             count = struct.unpack(">I", trun[12:16])[0]
             per = 4 * sum(1 for bit in (0x100, 0x200, 0x400, 0x800) if run_flags & bit)
-            if count > MAX_HEAD_SAMPLES or count * per > len(trun):
+            if count > MAX_RUN_SAMPLES or count * per > len(trun):
                 raise ValueError(f"a fragment's run of {count} samples")
             at = 16
             if run_flags & 0x1:
@@ -435,49 +350,7 @@ def _fragment_samples(moof: bytes, defaults: dict[int, tuple[int, int, int, int]
                 if run_flags & 0x800:
                     o = struct.unpack(">i" if version else ">I", trun[at : at + 4])[0]
                     at += 4
-                track.append(_Sample(d, s, f, o, data_at, description, dts))
+                track.append(Sample(d, s, f, o, data_at, description, dts))
                 data_at += s
                 dts += d
     return found
-
-
-def _runs(values: list[int]) -> list[tuple[int, int]]:
-    """``values`` as (count, value) runs."""
-    runs: list[tuple[int, int]] = []
-    for value in values:
-        if runs and runs[-1][1] == value:
-            runs[-1] = (runs[-1][0] + 1, value)
-        else:
-            runs.append((1, value))
-    return runs
-
-
-def _tables(samples: list[_Sample], shift: int) -> list[bytes]:
-    """A track's sample tables for ``samples`` (none: the empty tables of an init segment), each run of samples whose
-    bytes follow one another a chunk, placed ``shift`` bytes from where they are in the fragment."""
-    chunks: list[list[int]] = []  # [where it starts, where it ends, how many samples, their description]
-    for sample in samples:
-        if chunks and chunks[-1][1] == sample.at and chunks[-1][3] == sample.description:
-            chunks[-1][1:3] = [sample.at + sample.size, chunks[-1][2] + 1]
-        else:
-            chunks.append([sample.at, sample.at + sample.size, 1, sample.description])
-    stts = _runs([s.duration for s in samples])
-    tables = [_full_box(b"stts", 0, struct.pack(">I", len(stts)) + b"".join(struct.pack(">II", *r) for r in stts))]
-    if any(s.offset for s in samples):
-        ctts = _runs([s.offset for s in samples])
-        signed = any(s.offset < 0 for s in samples)
-        body = b"".join(struct.pack(">Ii" if signed else ">II", *r) for r in ctts)
-        tables.append(_full_box(b"ctts", 1 if signed else 0, struct.pack(">I", len(ctts)) + body))
-    if any(s.flags & NON_SYNC for s in samples):
-        sync = [n for n, s in enumerate(samples, 1) if not s.flags & NON_SYNC]
-        tables.append(
-            _full_box(b"stss", 0, struct.pack(">I", len(sync)) + b"".join(struct.pack(">I", n) for n in sync))
-        )
-    stsc = [struct.pack(">III", n, count, description) for n, (_, _, count, description) in enumerate(chunks, 1)]
-    stsc = [entry for n, entry in enumerate(stsc) if n == 0 or entry[4:] != stsc[n - 1][4:]]
-    tables.append(_full_box(b"stsc", 0, struct.pack(">I", len(stsc)) + b"".join(stsc)))
-    sizes = b"".join(struct.pack(">I", s.size) for s in samples)
-    tables.append(_full_box(b"stsz", 0, struct.pack(">II", 0, len(samples)) + sizes))
-    offsets = b"".join(struct.pack(">I", chunk[0] + shift) for chunk in chunks)
-    tables.append(_full_box(b"stco", 0, struct.pack(">I", len(chunks)) + offsets))
-    return tables

@@ -37,9 +37,9 @@ from renderer.fragments import (
     codecs,
     filler,
     fragment_seconds,
-    progressive_head,
 )
 from renderer.frames import first_frame_at
+from renderer.head import progressive_head
 from renderer.probe import probe
 from storage import LocalStorage
 from testkit.services import wait_for
