@@ -1,0 +1,349 @@
+"""The steps of a production (a quote's clips, or a clip's poster alone), each one concern, over one shared context:
+the temp folder and its machine faults, stages announced, brand files localized, ffmpeg found, the source opened
+and probed within its limits, the render (source errors first), its end, and the store."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable, machine_fault
+from quoteclip.settings import Settings
+from quoteclip.spec import ClipSpec, format_time
+from renderer.ffmpeg import die_with_parent, ffmpeg_binary, ffmpeg_version
+from renderer.frames import FrameSpan, frame_span
+from renderer.instant import CopyRefused, copy_clip
+from renderer.plan import source_rate
+from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
+from renderer.render import Drawn, PosterResult, RenderResult, cut_for, draw_overlays, render_clips, render_poster
+from sources import SourceRef
+from sources.opener import OpenedSource, open_source
+from storage import Storage
+
+from .assets import localize
+from .keys import download_name
+from .lookup import POSTER
+from .manifest import sidecar_files
+from .results import ClipResult, stored_result
+from .stages import STAGE_START, ClipStream, Reporter, Stage
+from .tempdirs import TEMP_PREFIX, short_of_space
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Production:
+    """What the steps of one production share: the specs rendered together and where they go, the temp folder, the
+    opened source and its probe, what the render made, and when each stage began."""
+
+    specs: list[ClipSpec]  # rendered together: one quote, a profile each (a poster: its clip's spec alone)
+    keys: list[str]  # their content keys, in the same order
+    source: SourceRef
+    settings: Settings
+    storage: Storage
+    say: Reporter
+    tmp: Path  # this production's temp folder
+    stream: ClipStream | None = None  # where one clip's render sends its fragmented copy while it encodes
+    binary: str = ""  # the ffmpeg every run uses
+    drawn: list[ClipSpec] = field(default_factory=list)  # the specs with brand files as local paths
+    overlays: Future[Drawn] | None = None  # the captions and watermarks, drawn while the source is opened
+    opened: OpenedSource | None = None  # the source, once opened
+    info: MediaInfo | None = None  # the source's probe, on its timeline
+    first_frame: bool = False  # the probe decoded a first frame (a failed render need not ask again)
+    preview: dict[str, str] | None = None  # an instant preview: copied, or encoded and why
+    rendered: list[RenderResult] = field(default_factory=list)  # the clips, in the specs' order
+    still: PosterResult | None = None  # a poster rendered alone
+    fetched: int | None = None  # bytes fetched from a remote source (None: a local one)
+    title: str | None = None  # the page's title, for the manifest
+    extractions: int = 0  # page extractions this production made
+    began: dict[str, float] = field(default_factory=dict)  # when each stage was announced (perf_counter)
+    rendered_at: float = 0.0  # when the render was over (perf_counter)
+
+    @property
+    def spec(self) -> ClipSpec:
+        return self.specs[0]
+
+    def source_open(self) -> tuple[OpenedSource, MediaInfo]:
+        """The opened source and its probe (the steps after ``probe_source``)."""
+        assert self.opened is not None and self.info is not None, "the source is not open and probed"
+        return self.opened, self.info
+
+
+@contextmanager
+def workspace(settings: Settings, need: int) -> Iterator[Path]:
+    """A temp folder named for this process (swept if it dies), whose failures are this machine's when they are
+    (``need``: the room the production's clips take)."""
+    with _machine_errors(settings, need), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+        yield Path(tmp)
+
+
+def announce(ctx: Production, stage: Stage) -> None:
+    """Say ``stage`` at its start on the progress scale, and note when."""
+    ctx.say(stage, STAGE_START[stage])
+    ctx.began[stage] = time.perf_counter()
+
+
+def look_up_ffmpeg(ctx: Production, ahead: ThreadPoolExecutor) -> Future[str]:
+    """Find the ffmpeg binary in the background (imageio-ffmpeg's own lookup, used where the wheel holds no binary or
+    IMAGEIO_FFMPEG_EXE names one, may run the binary to check it)."""
+    return ahead.submit(ffmpeg_binary, ctx.settings.ffmpeg_binary)
+
+
+def localise(ctx: Production) -> None:
+    """Every spec's brand files as local paths (assets fetched), each profile in its own folder."""
+    for n, spec in enumerate(ctx.specs):
+        folder = ctx.tmp / f"assets-{n}"
+        folder.mkdir()
+        ctx.drawn.append(localize(spec, ctx.settings, ctx.storage, folder))
+
+
+def draw_ahead(ctx: Production, ahead: ThreadPoolExecutor) -> None:
+    """Draw the overlays (Pillow) while the source is opened and probed (PyAV): they need only the cut. None for an
+    instant clip. (The pool is left, so the drawing has ended, before the temp folder goes.)"""
+    if ctx.spec.quality != "instant":
+        ctx.overlays = ahead.submit(draw_overlays, ctx.drawn, ctx.tmp, cut_for(ctx.spec, None))
+
+
+def ready_ffmpeg(ctx: Production, ahead: ThreadPoolExecutor, found: Future[str]) -> None:
+    """Take the ffmpeg found, and ask now (cached) what its runs ask later: its version for the manifest, and the
+    hook its children die with (ffmpeg's start then only forks and calls it)."""
+    ctx.binary = found.result()
+    ahead.submit(ffmpeg_version, ctx.binary)
+    ahead.submit(die_with_parent)
+
+
+@contextmanager
+def opened_source(ctx: Production, announce_waits: bool) -> Iterator[None]:
+    """The source open for the steps inside (``ctx.opened``), reading only the cut where it can; on their success,
+    what the opening fetched and found noted. ``announce_waits``: a wait for a format the site makes available later
+    is logged and said as the waiting stage."""
+
+    def waiting(seconds: float) -> None:
+        log.info("waiting %.1f s for the source's format to become available", seconds)
+        ctx.say(Stage.WAITING, STAGE_START[Stage.WAITING])
+
+    spec = ctx.spec
+    span = (spec.cut_start, spec.cut_end)
+    wait = waiting if announce_waits else None
+    with open_source(ctx.source, ctx.settings, ctx.tmp, ctx.binary, spec.quality == "preview", wait, span) as opened:
+        ctx.opened = opened
+        yield
+        ctx.fetched = opened.fetched_bytes if ctx.source.remote else None
+        ctx.title, ctx.extractions = opened.title, opened.extractions
+
+
+def probe_source(ctx: Production) -> None:
+    """Probe the opened source, its header only unless the render needs the picture's rotation (the speaker fit's
+    face track, an instant copy); whether its frames decode is asked only if ffmpeg fails (``source_errors_first``):
+    a first frame decoded here would hold up every render (about 20 ms for 1080p)."""
+    assert ctx.opened is not None, "the source is not open"
+    ctx.first_frame = ctx.spec.quality == "instant" or any(s.fit == "speaker" for s in ctx.drawn)
+    ctx.info = probed(ctx.opened, ctx.spec.source, ctx.settings, ctx.first_frame)
+
+
+def probed(opened: OpenedSource, label: str, settings: Settings, first_frame: bool) -> MediaInfo:
+    """The opened source's probe, placed on the source's timeline, within the source step's limits."""
+    info = probe(opened.probe_video, name=label, max_pixels=settings.max_frame_pixels, first_frame=first_frame)
+    if opened.duration is not None:  # the inputs hold the cut's segments: place them on the timeline
+        offsets = opened.offsets
+        info = replace(info, duration=opened.duration, timeline_offset=offsets[0], audio_offset=offsets[1])
+    if opened.probe_audio is not None:
+        info = replace(info, has_audio=has_audio(opened.probe_audio))
+    check_limits(info, settings.max_source_seconds, settings.max_frame_pixels, settings.max_streams, label)
+    return info
+
+
+def check_limits(info: MediaInfo, max_seconds: float, max_pixels: int, max_streams: int, label: str) -> None:
+    """Refuse sources no clip should be cut from (the source step's limits, read from the probe): too long,
+    absurd frame sizes, too many streams."""
+    if info.duration > max_seconds:
+        raise SourceUnavailable(
+            f"source is {format_time(info.duration)} long, over the {format_time(max_seconds)} limit: {label}"
+        )
+    if frame_too_large(info.width, info.height, max_pixels):
+        raise SourceUnavailable(f"source frame size {info.width}x{info.height} is over the limit: {label}")
+    if info.streams > max_streams:
+        raise SourceUnavailable(f"source has {info.streams} streams, over the limit of {max_streams}: {label}")
+
+
+@contextmanager
+def source_errors_first(ctx: Production) -> Iterator[None]:
+    """A render that failed because its source did fails with the source's error; one whose source failed while
+    ffmpeg read it (ffmpeg may take a failed read for the end of the file) fails too; a failed render of a source
+    not one frame of which decodes is the source's fault (BadInput); else the render's own failure stands."""
+    opened, _ = ctx.source_open()
+    try:
+        yield
+    except QuoteclipError as failed:
+        source_error = opened.error()
+        if source_error is not None:
+            raise source_error from None
+        if isinstance(failed, RenderFailed) and not ctx.first_frame:
+            _refuse_undecodable(opened.probe_video, ctx.spec.source)
+        raise
+    source_error = opened.error()
+    if source_error is not None:
+        raise source_error
+
+
+def _refuse_undecodable(video: Readable, label: str) -> None:
+    """After a failed render: BadInput when not one frame of the source decodes (the source's fault, said as
+    such), else nothing (the render's own failure stands)."""
+    try:
+        probe(video, name=label, first_frame=True)
+    except BadInput:
+        raise
+    except QuoteclipError:
+        return
+
+
+def copy_instant(ctx: Production) -> None:
+    """An instant preview copied from the source (``ctx.rendered``); when the copy is refused, the spec turned into an
+    encoded preview instead, saying why (``ctx.preview``)."""
+    opened, info = ctx.source_open()
+    timeout = ctx.settings.render_timeout(ctx.spec.duration)
+    try:
+        ctx.rendered = [copy_clip(ctx.drawn[0], opened.video, info, ctx.tmp, ctx.binary, timeout, opened.audio)]
+        ctx.preview = {"mode": "copy"}
+    except CopyRefused as refused:
+        log.info("instant preview falls back to an encoded one: %s", refused)
+        ctx.preview = {"mode": "encoded", "reason": str(refused)}
+        ctx.drawn = [ctx.drawn[0].model_copy(update={"quality": "preview"})]
+
+
+def encode(ctx: Production) -> None:
+    """The clips encoded in one ffmpeg run (one decode, an encoder per profile) with the overlays drawn ahead,
+    progress said as the render's share of the scale, and one clip's fragmented copy sent to its stream."""
+    opened, info = ctx.source_open()
+    start = STAGE_START[Stage.RENDERING]
+    span = STAGE_START[Stage.UPLOADING] - start
+    ctx.rendered = render_clips(
+        ctx.drawn,
+        opened.video,
+        info,
+        ctx.tmp,
+        ctx.binary,
+        timeout=ctx.settings.render_timeout(ctx.spec.duration),
+        on_progress=lambda f: ctx.say(Stage.RENDERING, start + int(f * span)),
+        audio_source=opened.audio,
+        probe_source=opened.probe_video,
+        max_pixels=ctx.settings.max_frame_pixels,
+        drawn=ctx.overlays.result() if ctx.overlays is not None else None,
+        stream=ctx.stream.piece if ctx.stream is not None else None,
+    )
+
+
+def render_still(ctx: Production) -> None:
+    """The poster alone (``ctx.still``): one frame of the cut, captions and watermark on it."""
+    opened, info = ctx.source_open()
+    ctx.still = render_poster(
+        ctx.drawn[0],
+        opened.video,
+        info,
+        ctx.tmp,
+        ctx.binary,
+        timeout=ctx.settings.render_timeout(0.0),
+        audio_source=opened.audio,
+        probe_source=opened.probe_video,
+        max_pixels=ctx.settings.max_frame_pixels,
+    )
+
+
+def end_render(ctx: Production) -> None:
+    """The render is over and checked: the viewers' stream told it is whole (the clip is stored next), and when."""
+    if ctx.stream is not None:
+        ctx.stream.finished()
+    ctx.rendered_at = time.perf_counter()
+
+
+def store_clips(ctx: Production) -> list[ClipResult]:
+    """Announce the upload and store each rendered clip under its key, in the specs' order."""
+    announce(ctx, Stage.UPLOADING)
+    assert ctx.info is not None, "the source was not probed"
+    cut_start, cut_length = cut_for(ctx.spec, ctx.info)
+    frames = frame_span(cut_start, cut_start + cut_length, source_rate(ctx.info))
+    stored = []
+    for spec, key, result in zip(ctx.specs, ctx.keys, ctx.rendered, strict=True):
+        clip = _store(spec, key, ctx.source.identity, ctx.title, result, ctx.binary, frames, ctx.preview, ctx.storage)
+        stored.append(replace(clip, source_bytes=ctx.fetched))
+    return stored
+
+
+def _store(
+    spec: ClipSpec,
+    key: str,
+    identity: str,
+    title: str | None,
+    result: RenderResult,
+    binary: str,
+    frames: FrameSpan,
+    preview: dict[str, str] | None,
+    storage: Storage,
+) -> ClipResult:
+    """Store one rendered clip: the sidecars side by side, then the mp4 last (its presence marks it complete)."""
+    filename = download_name(spec, key)
+    sidecars = sidecar_files(spec, key, identity, title, result, binary, frames, preview)
+    meta = {
+        "width": str(result.width),
+        "height": str(result.height),
+        "duration": f"{result.duration:.3f}",
+        "filename": filename,
+        "sidecars": ",".join(sidecars),
+        "frames": json.dumps(frames.to_json(), separators=(",", ":")),
+        **({"preview": json.dumps(preview, separators=(",", ":"))} if preview else {}),
+    }
+    with ThreadPoolExecutor(max_workers=len(sidecars)) as pool:
+        puts = [pool.submit(storage.put_sidecar, key, x, data, kind) for x, (data, kind) in sidecars.items()]
+        for put in puts:
+            put.result()
+    storage.put(result.path, key, filename, meta)
+    return stored_result(storage, key, meta, cached=False)
+
+
+def store_still(ctx: Production) -> None:
+    """Announce the upload and store the poster where its clip's own poster goes (the clip's key, ``.jpg``)."""
+    announce(ctx, Stage.UPLOADING)
+    assert ctx.still is not None, "no poster was rendered"
+    ctx.storage.put_sidecar(ctx.keys[0], POSTER, ctx.still.path.read_bytes(), "image/jpeg")
+
+
+def render_timings(ctx: Production, ffmpeg_s: float) -> dict[str, float]:
+    """Seconds per step: opening and probing the source, the render (of which ffmpeg ran ``ffmpeg_s``)."""
+    rendering = ctx.began[Stage.RENDERING]
+    return {
+        "open_probe_s": round(rendering - ctx.began[Stage.FETCHING], 3),
+        "render_s": round(ctx.rendered_at - rendering, 3),
+        "ffmpeg_s": ffmpeg_s,
+    }
+
+
+@contextmanager
+def _machine_errors(settings: Settings, need: int) -> Iterator[None]:
+    """A full disk (or no memory) while the job runs is this machine's failure, not the request's: a MachineFault,
+    whatever error it came wrapped in. A job that failed otherwise on a machine whose temp or source cache
+    folder is left with less room than the job's clips ``need`` failed for that (a source read that died on a
+    full cache reaches ffmpeg as a cut-short file, which it calls invalid data)."""
+    try:
+        yield
+    except MachineFault:
+        raise
+    except Exception as exc:
+        fault = machine_fault(exc)
+        if fault is None and isinstance(exc, QuoteclipError):  # bad input too: another worker tells
+            short = short_of_space(
+                {"temp": Path(tempfile.gettempdir()), "source cache": settings.cache_dir},
+                {"temp": need, "source cache": need},
+            )
+            if short is not None:
+                fault = MachineFault(f"{f'{exc}'.splitlines()[0]} ({short})", "disk")
+        if fault is None:
+            raise
+        raise fault from exc
