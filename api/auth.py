@@ -1,12 +1,5 @@
-"""Who may call the API. With ``QUOTECLIP_API_KEYS`` set, every route needs a key (``Authorization: Bearer KEY``
-or ``X-API-Key``) except the public health check, signed clip links (``/l/…``, signed by a site key: api/links.py)
-and the player card for them (``/embed.js``); the routes a browser opens from a link or a ``<video src>``
-(``/clips/{id}/download``, ``/clips/{id}/file``) also take the signed, expiring ``?token=`` that the API's own
-answers put in those URLs. Without keys the API is open (a site's own backend in front of it decides).
-
-The key is checked from the headers alone, before any of the body is read; a client address that keeps giving
-wrong keys or tokens is answered 429 for a while (``QUOTECLIP_AUTH_FAILURE_LIMIT``). Keys and link tokens never
-reach a log line (``RedactSecrets``).
+"""Who may call the API: ``RequireKey`` (API keys and link tokens), ``BodyLimit`` (body caps by admission) and
+``RedactSecrets`` (no key or token in a log line). What a caller sees of them: docs/api.md#auth.
 """
 
 from __future__ import annotations
@@ -27,13 +20,18 @@ from quoteclip.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# With keys set, let in without one: these paths (any method), every signed clip link (its signature is its
+# credential: api/links/), the page shells for GET and HEAD (they hold no data; the user signs in on the page), and
+# any route's CORS preflight (OPTIONS). A clip's files a browser opens from a link also take a ``?token=``.
 PUBLIC = {"/healthz", "/favicon.ico", "/embed.js"}
-SIGNED_LINKS = "/l/"  # signed clip links (api/links.py): the link's own signature is its credential
-# The page shells hold no data: a browser opens them without a key, and the user signs in on the page (pages.js)
+SIGNED_LINKS = "/l/"
 PAGES = {"/", "/edit", "/batch", "/pages.js"}
-LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(download|file|captions\.vtt|poster\.jpg)\Z")
-# How a request was let in, in its ASGI scope: "key" (a valid API key, or no keys configured) may send the larger
-# bodies of uploads; "public" and "link" (a signed token) take the small cap only.
+PAGE_METHODS = {"GET", "HEAD"}
+PREFLIGHT = "OPTIONS"
+LINK_FILES = ("download", "file", "captions.vtt", "poster.jpg")
+LINK_ROUTES = re.compile(r"\A/clips/clip-[0-9a-f]{32}/(" + "|".join(map(re.escape, LINK_FILES)) + r")\Z")
+# How a request was let in, in its ASGI scope: "key" (a valid API key, no keys configured, or a CORS preflight, which
+# sends no body) may send the larger bodies of uploads; "public" and "link" (a signed token) take the small cap only.
 ADMITTED = "quoteclip.admitted"
 
 Scope = MutableMapping[str, Any]
@@ -60,6 +58,7 @@ def sign_path(path: str, settings: Settings, now: float | None = None) -> str:
 
 
 def token_valid(path: str, token: str, settings: Settings) -> bool:
+    """Whether ``token`` is ``sign_path``'s for ``path`` and has not expired."""
     expires, _, mac = token.partition(".")
     if not expires.isdigit() or int(expires) < time.time():
         return False
@@ -88,9 +87,10 @@ class AuthFailures(Protocol):
 
 
 class RequireKey:
-    """ASGI middleware: 401 for any route but the public ones without a valid key (or a valid link token), decided
-    from the headers before any of the body is read; 429 for every keyed route from a client address over its
-    failed authentications (a right key included: a guess that works must look like one that does not)."""
+    """ASGI middleware, with ``QUOTECLIP_API_KEYS`` set (else every request passes): a request the constants above
+    do not let in needs a valid key, or on ``LINK_ROUTES`` a valid token for its path, else 401; such a request from
+    a client address over its failed authentications is answered 429 whatever it carries. Decided from the headers
+    alone, before any of the body is read; how it was let in is put in the scope (``ADMITTED``)."""
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], settings: Settings, failures: AuthFailures
@@ -101,12 +101,12 @@ class RequireKey:
         self.warned = -60.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.settings.api_keys or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or not self.settings.api_keys or scope["method"] == PREFLIGHT:
             scope[ADMITTED] = "key"  # (CORS preflights carry no credentials by design, and send no body)
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if path in PUBLIC or path.startswith(SIGNED_LINKS) or (path in PAGES and scope["method"] in ("GET", "HEAD")):
+        if path in PUBLIC or path.startswith(SIGNED_LINKS) or (path in PAGES and scope["method"] in PAGE_METHODS):
             scope[ADMITTED] = "public"
             await self.app(scope, receive, send)
             return
@@ -132,8 +132,8 @@ class RequireKey:
         await _answer(send, 401, "a valid API key is required (Authorization: Bearer KEY or X-API-Key)")
 
     async def _count(self, check: Callable[[str], str | None], address: str) -> str | None:
-        """The failure count, read or written in Redis off the event loop. Without Redis it is skipped (the key is
-        still checked): pages that need no Redis keep working, and the routes that do answer 503 themselves."""
+        """``check`` of ``address`` run off the event loop; None when Redis fails (failures go uncounted, keys are
+        still checked)."""
         try:
             return await run_in_threadpool(check, address)
         except RedisError as exc:
@@ -144,9 +144,9 @@ class RequireKey:
 
 
 class BodyLimit:
-    """ASGI middleware: a body over its cap gets 413 as soon as it is seen, declared or streamed (chunked), before
-    anything parses it. At most the cap (and one chunk) is held. It runs after the key is checked: ``larger`` caps
-    (uploads) apply to requests let in by a key only; the public routes and signed links take ``limit``."""
+    """ASGI middleware for POST, PUT and PATCH: a body over its cap is answered 413 as soon as it is seen, declared
+    or streamed, before anything parses it, holding at most the cap and one chunk. ``larger`` caps (by path) apply
+    to requests let in by a key (``ADMITTED``: it runs after ``RequireKey``); any other takes ``limit``."""
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int, larger: dict[str, int] | None = None

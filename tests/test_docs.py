@@ -45,3 +45,39 @@ def test_every_test_the_records_name_exists() -> None:
     for record in [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")]:
         named = set(re.findall(r"`(test_\w+)`", record.read_text(encoding="utf-8")))
         assert named - defined == set(), f"{record.name} names tests that do not exist: {sorted(named - defined)}"
+
+
+def _paragraph(page: str, phrase: str) -> str:
+    """The paragraph of a docs page that holds ``phrase`` (its lines joined)."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    found = [p for p in text.split("\n\n") if phrase in " ".join(p.split())]
+    assert len(found) == 1, f"docs/{page}: {len(found)} paragraphs say {phrase!r}"
+    return " ".join(found[0].split())
+
+
+def _paths(text: str) -> set[str]:
+    return set(re.findall(r"`(/[^`\s]*)`", text))
+
+
+def test_the_docs_list_the_routes_let_in_without_a_key_as_the_code_does() -> None:
+    """With API keys set, the requests ``api/auth.py`` lets in without one, as the HTTP API page's table, the
+    security model and the websites page list them: the paths (and their methods), any route's preflight, and the
+    clip files that take a signed token instead."""
+    from api import auth
+
+    tokened = {f"/clips/{{id}}/{name}" for name in auth.LINK_FILES}
+    links = auth.SIGNED_LINKS + "…"
+    every = {"any"}
+    code = {path: every for path in auth.PUBLIC} | {links: every} | {path: auth.PAGE_METHODS for path in auth.PAGES}
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8").split("## Auth", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for row in re.findall(r"^\| (`.+?|any path) \| (.+?) \| .+ \|$", api, re.MULTILINE):
+        methods = set(re.findall(r"`([A-Z]+)`", row[1])) or {row[1]}
+        table |= {path: methods for path in _paths(row[0]) or [row[0]]}
+    assert table.pop("any path", None) == {auth.PREFLIGHT}, "docs/api.md: the preflight row"
+    assert table == code, "docs/api.md's table of the routes let in without a key is not api/auth.py's"
+    assert tokened <= _paths(_paragraph("api.md", "also take a signed `?token=")), "docs/api.md: the token routes"
+    for page in ("security.md", "websites.md"):
+        said = _paragraph(page, "let in without a key")
+        assert _paths(said) == set(code) | tokened, f"docs/{page} lists other routes than api/auth.py lets in"
+        assert f"`{auth.PREFLIGHT}`" in said and said.count("`GET` and `HEAD`") == 1, f"docs/{page}: the pages' methods"
