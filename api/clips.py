@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import time
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
+from jobs.pipeline.assets import check_allowed
 from jobs.queue import JOB_ID, Enqueued, enqueue_clip, enqueue_profiles, job_status
+from quoteclip.errors import SourceRefused
+from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
+from sources import allowed_hosts, resolve_source
+from sources.safety import host_allowed
 from storage import LocalStorage
 
 from .auth import sign_path
@@ -22,6 +28,22 @@ router = APIRouter()
 RETRY_AFTER = "2"
 MAX_WAIT = 30.0  # seconds a status long-poll may hold
 TERMINAL = {"finished", "failed", "stopped", "canceled"}
+
+
+def clip_spec(fields: dict[str, Any], settings: Settings) -> ClipSpec:
+    """The clip a request's fields name, as ``POST /clips`` and a signed link both build it: the spec (validated,
+    within the service's longest clip, its encoder preset), then the queue's source rules before the store is asked
+    (no path on a worker's disk, as the source or a brand file; the source hosts allowed). BadInput when it breaks
+    one; the queue checks the source's address again when it enqueues."""
+    spec = build_spec(fields, max_seconds=settings.max_clip_seconds, encoder_preset=settings.encoder_preset)
+    local = settings.allow_local_sources is True
+    resolve_source(spec.source, allow_local=local)
+    check_allowed(spec, local)
+    hosts = allowed_hosts(settings)
+    parts = urlsplit(spec.source)
+    if hosts is not None and parts.scheme in ("http", "https") and not host_allowed(parts.hostname or "", hosts):
+        raise SourceRefused(f"source host not allowed: {parts.hostname} (see QUOTECLIP_SOURCE_HOSTS)")
+    return spec
 
 
 def accepted(svc: Services, spec: ClipSpec, callback_url: str | None, bulk: bool = False) -> tuple[ClipAccepted, int]:
@@ -71,8 +93,7 @@ def create_clip(request: ClipRequest, allowance: AllowanceDep, svc: ServicesDep)
     """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise. With
     ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored. Counts one
     clip a profile against the caller's rate limit (a stored one too)."""
-    data = request.model_dump(exclude={"callback_url", "profiles"})
-    spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds, encoder_preset=svc.settings.encoder_preset)
+    spec = clip_spec(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings)
     if request.profiles is not None:
         specs = in_profiles(spec, parse_profiles(request.profiles))
         allowance.take(len(specs))

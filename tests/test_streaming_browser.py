@@ -219,7 +219,7 @@ def test_a_link_plays_to_its_end_in_firefox_while_it_renders(
 
     from redis import Redis
 
-    from api.links import REQUESTS
+    from api.links.metrics import REQUESTS
 
     clip = quote(levels, START, 9.0)
     url = stream_api + links.sign(clip, SITE, SECRET)

@@ -1,0 +1,117 @@
+"""A request held while the clip it names renders (a ``<video src>`` or an ``<a href>`` cannot act on a 202): a
+clip link's ``GET`` is answered with the clip as it renders once its stream begins (api/streams.py); otherwise (a
+download, a poster, a ``HEAD``, streaming off, a render without a stream) the request waits for the stored clip,
+woken by the worker's announcements (api/events.py), for at most ``QUOTECLIP_LINK_HOLD`` seconds, then 503 with
+``Retry-After``. A clip link's HLS parts (``…/index.m3u8``, ``init.mp4``, ``N.m4s``) are answered from the same
+stream.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+
+from jobs.pipeline.stages import Stage
+from jobs.queue import RenderState, render_state
+
+from .. import streams
+from ..clips import RETRY_AFTER
+from ..deps import Services
+from .cache import Stored, stored_response
+from .first import Pending, first_answer, job_id
+from .outcomes import CORS, Answer, Outcome, error_response
+from .verify import Linked
+
+
+async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer:
+    """A link's answer: the first one (api/links/first.py), else the clip as it renders, else held until stored."""
+    first = await run_in_threadpool(first_answer, request, svc, linked)
+    if isinstance(first, Answer):
+        return first
+    deadline = time.monotonic() + svc.settings.link_hold
+    early = await answer_while_rendering(request, svc, first, deadline)
+    if early is not None:
+        return early
+    found = await hold(svc, first, deadline)
+    return await run_in_threadpool(after_hold, request, svc, first, found)
+
+
+async def part_answer(request: Request, svc: Services, linked: Linked, part: str) -> Answer:
+    """A clip link's HLS stream while it renders: the playlist (an event playlist of the fragments so far; asked
+    for a clip not stored, it starts or joins the render as the link itself does), the init segment and fragments.
+    Not streaming (stored, streaming off, the render ended): 404, and the player plays the link itself."""
+    if linked.variant != "clip":
+        return Answer(streams.not_streamed(CORS, "only a clip link streams"), None)
+    job = await run_in_threadpool(job_id, svc, linked)
+    if part != streams.PLAYLIST_NAME:
+        return Answer(await streams.part_answer(svc, job, part, CORS), None)
+    playing = await streams.playlist_answer(svc, job, CORS)  # a player's reload, or a render's stream underway
+    if playing is not None:
+        return Answer(playing, None)
+    first = await run_in_threadpool(first_answer, request, svc, linked)  # start (or join) the render
+    if isinstance(first, Answer):  # stored: the link itself plays it
+        return first if first.response.status_code >= 400 else replace(first, response=streams.not_streamed(CORS))
+    deadline = time.monotonic() + svc.settings.link_hold
+    found = await streams.joined(svc, first.job_id, deadline)
+    if found is not None:
+        await found[0].aclose()
+        playing = await streams.playlist_answer(svc, first.job_id, CORS, wait=max(0.0, deadline - time.monotonic()))
+        if playing is not None:
+            return linked.answer(playing, Outcome.STREAMED)
+    if time.monotonic() >= deadline:
+        return await run_in_threadpool(after_hold, request, svc, first, None)
+    return Answer(streams.not_streamed(CORS), None)
+
+
+async def answer_while_rendering(request: Request, svc: Services, pending: Pending, deadline: float) -> Answer | None:
+    """A request for a clip being rendered, answered with the clip as it renders: the fragments its worker relays,
+    from the clip's start, as they come (api/streams.py), once its stream begins (before ``deadline``). None, and the
+    request is held until the clip is stored (``hold``), for a download (the finished MP4, never a half-made one), a
+    poster, a ``HEAD``, with streaming off, or when the render ends without a stream."""
+    if pending.linked.variant != "clip" or request.method != "GET" or not svc.settings.stream:
+        return None
+    if streams.resumed(request):  # a player resuming a stream that was cut: the clip is rendered anew
+        response = error_response(503, streams.RESUMED, {"Retry-After": RETRY_AFTER})
+        return pending.linked.answer(response, Outcome.UNAVAILABLE)
+    found = await streams.joined(svc, pending.job_id, deadline)
+    if found is None:
+        return None
+    head = streams.reads_a_head(request)
+    return pending.linked.answer(streams.RelayResponse(*found, CORS, progressive=True, head=head), Outcome.STREAMED)
+
+
+async def hold(svc: Services, pending: Pending, deadline: float) -> Stored | RenderState | None:
+    """Wait for the clip (or poster) to be stored, woken by the worker's announcements on its job: the stored
+    clip, the job's failure, or None once ``deadline`` (``QUOTECLIP_LINK_HOLD`` seconds from the request) has
+    passed. Each look reads the job (Redis); the store is asked only once the job says it has stored its work (the
+    store is written before the job says so), so a thousand held requests do not ask the bucket at every look."""
+    async with svc.events.watch(pending.job_id) as watch:  # registered before the first look: no change missed
+        while True:
+            state = await run_in_threadpool(render_state, pending.job_id, svc.connection)
+            if state.state == "failed":
+                return state
+            if state.state != "active" or state.stage == Stage.FINISHED.value:
+                found = await run_in_threadpool(pending.ready)
+                if found is not None or state.state != "active":  # stored, or the job ended without storing it
+                    return found or state
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            await watch.changed(left)
+
+
+def after_hold(request: Request, svc: Services, pending: Pending, found: Stored | RenderState | None) -> Answer:
+    """The held request's answer: the stored clip, the render's failure for good (422), else 503 to try again."""
+    linked = pending.linked
+    if isinstance(found, Stored):
+        return linked.answer(stored_response(request, svc.settings, linked, found), Outcome.RENDERED)
+    if isinstance(found, RenderState) and found.state == "failed" and found.permanent:
+        return linked.answer(error_response(422, str(found.error)), Outcome.FAILED)
+    if found is None:
+        detail = f"still rendering after {svc.settings.link_hold:g} s; try again"
+    else:
+        detail = f"the render did not finish ({found.error or found.state}); try again"
+    return linked.answer(error_response(503, detail, {"Retry-After": RETRY_AFTER}), Outcome.UNAVAILABLE)

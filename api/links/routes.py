@@ -1,0 +1,50 @@
+"""The link routes: ``GET``/``HEAD /l/{key id}/{link}`` and a clip link's HLS parts ``GET /l/{key id}/{link}/{part}``,
+each answered from a verified link (``LinkDep``) and counted once in /metrics (``answered``); ``refused``, the app's
+handler of ``Refused``, answers and counts every refusal; ``/embed.js``, the player card.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from ..deps import Services, ServicesDep, services
+from . import metrics
+from .cache import embed_response
+from .hold import link_answer, part_answer
+from .outcomes import Answer, Refused
+from .verify import LinkDep, PartDep
+
+router = APIRouter()
+
+
+@router.api_route("/l/{key_id}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
+async def signed_link(request: Request, linked: LinkDep, svc: ServicesDep) -> Response:
+    """A signed link's clip, download, poster or captions (see api/links/__init__.py and docs/websites.md)."""
+    return await answered(svc, await link_answer(request, svc, linked))
+
+
+@router.get("/l/{key_id}/{name}/{part}", include_in_schema=False)
+async def signed_link_part(request: Request, part: PartDep, linked: LinkDep, svc: ServicesDep) -> Response:
+    """A clip link's HLS stream while it renders: ``…/index.m3u8``, ``…/init.mp4`` and ``…/N.m4s``. The link's
+    signature covers them: the link is verified as a whole, its sub-resource named after it (docs/websites.md)."""
+    return await answered(svc, await part_answer(request, svc, linked, part))
+
+
+@router.get("/embed.js", include_in_schema=False)
+def embed(request: Request) -> Response:
+    """The ``<quote-clip>`` web component (api/embed.js): a player card for signed links, for any page."""
+    return embed_response(request)
+
+
+async def refused(request: Request, exc: Exception) -> Response:
+    """Every refusal of a link request, wherever it was decided (verification, the first answer)."""
+    assert isinstance(exc, Refused)
+    return await answered(services(request), exc.answer())
+
+
+async def answered(svc: Services, answer: Answer) -> Response:
+    """The one place a link request is counted, under its answer's outcome."""
+    await run_in_threadpool(metrics.count, svc.connection, answer)
+    return answer.response

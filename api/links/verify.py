@@ -1,0 +1,131 @@
+"""Verification: ``LinkDep``, the dependency every link route takes, turns a request into the ``Linked`` clip it
+names, or raises ``Refused`` (api/links/outcomes.py): 403 for a link that is not one of ours as it stands (any byte
+changed, another key's signature, a removed key, a payload not in canonical form, an extension not its variant's)
+or that breaks its key's scopes (hosts, longest clip, link lifetime), 410 past its expiry, 422 for a clip the
+service cannot make (the spec and source rules ``POST /clips`` applies, api/clips.py). Which part of a link failed
+is never said. A sub-resource (``…/index.m3u8``) is verified as the link before it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.responses import Response
+
+from quoteclip import links
+from quoteclip.errors import QuoteclipError
+from quoteclip.settings import Settings, SiteKey
+from quoteclip.spec import ClipSpec
+from sources.safety import host_allowed
+
+from .. import streams
+from ..clips import clip_spec
+from ..deps import ServicesDep
+from .outcomes import Answer, Outcome, Refused
+
+INVALID = "this link is not valid"  # every refusal of the link itself: which part failed is not said
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A verified link: its site key, what it asks for (``variant``), until when, and the clip as a spec (the key's
+    brand on it)."""
+
+    site: SiteKey
+    variant: str
+    expires: int | None
+    spec: ClipSpec
+
+    def answer(self, response: Response, outcome: Outcome | None) -> Answer:
+        """``response``, counted under this link's key and variant."""
+        return Answer(response, outcome, self.site.id, self.variant)
+
+    def refused(self, status: int, detail: str, outcome: Outcome, headers: dict[str, str] | None = None) -> Refused:
+        return Refused(status, detail, outcome, headers, self.site.id, self.variant)
+
+
+def link_part(part: str) -> str:
+    """A link's sub-resource: its stream's playlist, init segment or fragments; nothing else is behind a link (404,
+    as for any path that is not a route, before the link is read)."""
+    if not streams.is_part(part):
+        raise HTTPException(404)
+    return part
+
+
+def raw_path(request: Request) -> str:
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    return raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def verified_link(request: Request, svc: ServicesDep) -> Linked:
+    """The link the request names (its path, or the path before its sub-resource), verified; else ``Refused``."""
+    path = raw_path(request)
+    if "part" in request.path_params:
+        path = path.rsplit("/", 1)[0]
+    return verify(path, request, svc.settings)
+
+
+LinkDep = Annotated[Linked, Depends(verified_link)]
+PartDep = Annotated[str, Depends(link_part)]
+
+
+def verify(path: str, request: Request, settings: Settings) -> Linked:
+    """``path``'s clip, or Refused (see the module's docstring)."""
+    now = time.time()
+    try:
+        clip = links.verify(path, request.app.state.link_secrets, now=now)
+    except links.LinkExpired:
+        raise Refused(410, "this link has expired", Outcome.EXPIRED, site=path.split("/")[2]) from None
+    except links.LinkError:
+        raise Refused(403, INVALID, Outcome.REFUSED) from None
+    site: SiteKey = request.app.state.site_keys[path.split("/")[2]]
+    variant = str(clip["variant"])
+    refusal = _scope_refusal(clip, site, settings, now)
+    if refusal is not None:
+        raise Refused(403, refusal, Outcome.REFUSED, site=site.id, variant=variant)
+    try:
+        spec = clip_spec(_fields(clip, site), settings)
+    except QuoteclipError as exc:
+        raise Refused.failing(exc, site.id, variant) from None
+    return Linked(site, variant, clip.get("expires"), spec)
+
+
+def _scope_refusal(clip: dict[str, Any], site: SiteKey, settings: Settings, now: float) -> str | None:
+    """What a validly signed link asks that its key does not allow, in one line; None when nothing."""
+    if site.hosts is not None:
+        try:
+            host = (urlsplit(str(clip["source"])).hostname or "").lower()
+        except ValueError:
+            host = ""
+        if not host or not host_allowed(host, site.hosts):
+            return f"the site key {site.id} may clip sources of {', '.join(site.hosts)} only"
+    longest = min(settings.max_clip_seconds, site.max_seconds if site.max_seconds is not None else math.inf)
+    length = round(clip["end"] - clip["start"], 3)
+    if length > longest:
+        return f"the clip is {length:g} s long, over the {longest:g} s its site key allows"
+    if site.lifetime is not None:
+        expires = clip.get("expires")
+        if expires is None or expires > links.rounded_expiry(site.lifetime, now):
+            return f"the site key {site.id}'s links must expire within {site.lifetime} s"
+    return None
+
+
+def _fields(clip: dict[str, Any], site: SiteKey) -> dict[str, Any]:
+    """A link's clip as the fields of ``POST /clips`` (so both name one clip), with the key's brand as its watermark
+    whatever the link names."""
+    data: dict[str, Any] = {name: clip[name] for name in ("source", "start", "end", "caption") if name in clip}
+    data.update({name: clip[name] for name in ("profile", "fit", "quality") if name in clip})
+    if "style" in clip:
+        data["style"] = {"preset": clip["style"]}
+    if site.brand is not None:
+        data["watermark"] = site.brand.model_dump(exclude_defaults=True)
+    elif "watermark" in clip:
+        data["watermark"] = {"text": clip["watermark"]}
+    elif "logo" in clip:
+        data["watermark"] = {"logo": clip["logo"]}
+    return data

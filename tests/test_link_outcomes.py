@@ -1,0 +1,146 @@
+"""Every refusal of a signed link goes through one path (api/links/outcomes.py, answered by the handler in
+api/links/routes.py): forged, expired, outside its key's scopes, naming a clip the service cannot make, over its
+key's renders; on the link itself and on its stream's parts. Each answer is the link's error answer (one line,
+``Cache-Control: no-store``, readable by any page) and is counted once in /metrics under its outcome, with the site
+key and variant once the signature held. Against real Redis and the app; nothing is rendered.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from api import create_app
+from quoteclip import links
+from quoteclip.settings import Settings
+
+SECRET = "site-secret-0123456789"
+SOURCE = "http://127.0.0.1:9/episode.mp4"  # the allowed host of the test environment; never fetched here
+Label = tuple[str, str, str]  # key, variant, outcome
+Counts = dict[Label, float]
+
+
+@pytest.fixture
+def app(queue_env: dict[str, str], tmp_path: Path) -> TestClient:
+    keys = tmp_path / "keys.json"
+    scoped = [
+        {"id": "site", "secret": SECRET},
+        {"id": "hosts", "secret": SECRET, "hosts": ["example.com"]},
+        {"id": "short", "secret": SECRET, "max_seconds": 2},
+        {"id": "brief", "secret": SECRET, "lifetime": 3600},
+    ]
+    keys.write_text(json.dumps({"keys": scoped}))
+    queue_env.update(
+        {
+            "QUOTECLIP_SITE_KEYS_FILE": str(keys),
+            "QUOTECLIP_ALLOW_LOCAL_SOURCES": "",
+            "QUOTECLIP_STREAM": "false",
+            "QUOTECLIP_LINK_HOLD": "0.2",
+            "QUOTECLIP_LINK_RENDERS": "1",
+        }
+    )
+    return TestClient(create_app(Settings.from_env(queue_env)), follow_redirects=False)
+
+
+def quote(source: str = SOURCE, start: float = 1, end: float = 3) -> dict[str, Any]:
+    return {"source": source, "start": start, "end": end, "caption": "one two three"}
+
+
+def link(clip: dict[str, Any] | None = None, variant: str = "clip", key: str = "site", **kw: Any) -> str:
+    return links.sign(clip or quote(), key, SECRET, variant=variant, **kw)
+
+
+def counts(app: TestClient) -> Counts:
+    out: Counts = {}
+    for family in text_string_to_metric_families(app.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "quoteclip_link_requests_total":
+                labels = sample.labels
+                out[(labels["key"], labels["variant"], labels["outcome"])] = sample.value
+    return out
+
+
+def changed(before: Counts, after: Counts) -> Counts:
+    return {label: after[label] - before.get(label, 0) for label in after if after[label] != before.get(label, 0)}
+
+
+def forged_cases() -> list[tuple[str, str, int, Label]]:
+    """(what, path, status, the counter it is counted under)."""
+    good = link()
+    key_id, payload, sig, ext = links.parse(good)
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    spaced = base64.urlsafe_b64encode(json.dumps(data, indent=1).encode()).decode().rstrip("=")
+    unknown = ("unknown", "-", "refused")
+    expired = link(expires=int(time.time()) - 1)
+    return [
+        (
+            "a signature changed",
+            f"/l/{key_id}/{payload}.{sig[:-1]}{'A' if sig[-1] != 'A' else 'B'}.{ext}",
+            403,
+            unknown,
+        ),
+        ("no such key", f"/l/nobody/{payload}.{sig}.{ext}", 403, unknown),
+        ("another variant's extension", f"/l/{key_id}/{payload}.{sig}.jpg", 403, unknown),
+        (
+            "a payload not in canonical form",
+            f"/l/site/{spaced}.{links.signature(SECRET, 'site', spaced)}.{ext}",
+            403,
+            unknown,
+        ),
+        ("expired", expired, 410, ("site", "-", "expired")),
+        ("a part of a forged link", f"/l/nobody/{payload}.{sig}.{ext}/index.m3u8", 403, unknown),
+        ("a part of an expired link", f"{expired}/init.mp4", 410, ("site", "-", "expired")),
+        ("a host outside its key's", link(key="hosts"), 403, ("hosts", "clip", "refused")),
+        ("longer than its key's", link(quote(end=3.5), "download", key="short"), 403, ("short", "download", "refused")),
+        ("no expiry, its key's lifetime", link(variant="poster", key="brief"), 403, ("brief", "poster", "refused")),
+        ("a local path", link(quote("/etc/passwd"), "captions"), 422, ("site", "captions", "failed")),
+        ("a source host not allowed", link(quote("https://evil.example/ep.mp4")), 422, ("site", "clip", "failed")),
+        ("a playlist of a local path", link(quote("/etc/passwd")) + "/index.m3u8", 422, ("site", "clip", "failed")),
+    ]
+
+
+def assert_one_refusal(app: TestClient, what: str, method: str, path: str, status: int, label: Label) -> Any:
+    """``method path`` refused with ``status``: the links' error answer, counted once under ``label``."""
+    before = counts(app)
+    answer = app.request(method, path)
+    assert answer.status_code == status, (what, method, answer.status_code, answer.text)
+    assert answer.headers["cache-control"] == "no-store", (what, method)
+    assert answer.headers["access-control-allow-origin"] == "*", (what, method)
+    if method == "GET":
+        assert set(answer.json()) == {"detail"} and "\n" not in answer.json()["detail"], (what, answer.text)
+    assert changed(before, counts(app)) == {label: 1}, (what, method)
+    return answer
+
+
+def test_every_refusal_is_the_one_error_answer_counted_once_under_its_outcome(app: TestClient) -> None:
+    for what, path, status, label in forged_cases():
+        methods = ("GET",) if path.count("/") > 3 else ("GET", "HEAD")  # a link's parts answer GET only
+        for method in methods:
+            answer = assert_one_refusal(app, what, method, path, status, label)
+            if method == "GET" and status == 403 and label[0] == "unknown":
+                assert answer.json() == {"detail": "this link is not valid"}  # which part failed is not said
+
+
+def test_a_refusal_decided_past_verification_goes_the_same_way(app: TestClient) -> None:
+    """Over its key's renders a minute (decided once the store is asked): 429 with Retry-After, counted once; the
+    render before it, held past QUOTECLIP_LINK_HOLD with no worker, is a 503 counted once too."""
+    before = counts(app)
+    held = app.get(link())
+    assert held.status_code == 503 and held.headers["cache-control"] == "no-store"
+    assert changed(before, counts(app)) == {("site", "clip", "unavailable"): 1}
+    limited = assert_one_refusal(app, "over its renders", "GET", link(quote(end=2)), 429, ("site", "clip", "limited"))
+    assert 1 <= int(limited.headers["retry-after"]) <= 60
+
+
+def test_only_a_streams_parts_are_behind_a_link(app: TestClient) -> None:
+    """Any other name after a link is no route (404), the link not read and nothing counted."""
+    before = counts(app)
+    assert app.get(link(expires=int(time.time()) - 1) + "/other").status_code == 404
+    assert changed(before, counts(app)) == {}
