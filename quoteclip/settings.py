@@ -1,15 +1,18 @@
-"""Settings: every environment variable quoteclip reads is declared once, in ``DECLARED`` (its name, the Settings
-field it fills, how its text is read, its default as users see it, one line of meaning). ``Settings.from_env`` reads
-the table once, in the entry point, and the Settings are passed down; the few variables read elsewhere are read
-through their declaration (``env_text``). ``python -m quoteclip.settings`` prints the configuration page
-(docs/configuration.md) from the same table. Nothing here reads the environment at import."""
+"""Settings: every environment variable quoteclip reads is declared once. A variable that fills a field of
+``Settings`` is declared on that field (``_setting``: its name and fallbacks, the field's type and default, how its
+text is read, its default as users see it, one line of meaning, its group on the configuration page); one read by
+another part (``read_by``) is declared in ``ELSEWHERE``; a field no variable fills says why (``_fixed``).
+``DECLARED`` lists them all. ``Settings.from_env`` reads the environment once, in the entry point, and the Settings
+are passed down; the few variables read elsewhere are read through their declaration (``env_text``).
+``python -m quoteclip.settings`` prints the configuration page (docs/configuration.md) from the same declarations.
+Nothing here reads the environment at import."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -243,9 +246,9 @@ class _Number:
 
 class Setting:
     """One environment variable: ``name`` (and ``also``, read in turn when it is unset or empty), the Settings
-    ``field`` it fills through ``parse`` (None: read where ``read_by`` says, through ``env_text``), its ``default``
-    as users see it (None: the field's own default, shown by the parser), its one line of ``meaning``, and its
-    ``group`` on the configuration page."""
+    ``field`` it fills through ``parse`` (the field it is declared on, set once the class is made; None: read where
+    ``read_by`` says, through ``env_text``), its ``default`` as users see it (None: the field's own default, shown by
+    the parser), its one line of ``meaning``, and its ``group`` on the configuration page."""
 
     __slots__ = ("name", "meaning", "group", "field", "parse", "default", "also", "read_by")
 
@@ -275,617 +278,476 @@ class Setting:
         return None
 
 
+def _setting(
+    name: str,
+    meaning: str,
+    *,
+    default: Any = None,
+    group: str,
+    parse: Callable[[str, str], Any] = _text,
+    shown: str | None = None,
+    also: tuple[str, ...] = (),
+    factory: Callable[[], Any] | None = None,
+    secret: bool = False,
+) -> Any:
+    """A Settings field filled by the variable ``name``: the field's ``default`` (or its ``factory``, called when
+    Settings are built) and the variable's declaration (``shown``: the default as the page says it, where the
+    field's own value does not say it well; ``secret``: kept out of the Settings' repr)."""
+    declared = Setting(name, meaning, group=group, parse=parse, default=shown, also=also)
+    if factory is not None:
+        return field(default_factory=factory, repr=not secret, metadata={"setting": declared})
+    return field(default=default, repr=not secret, metadata={"setting": declared})
+
+
+def _fixed(default: Any, meaning: str) -> Any:
+    """A Settings field no variable fills: a limit the product sets for itself (tests build Settings with others)."""
+    return field(default=default, metadata={"fixed": meaning})
+
+
 _PRESETS = ", ".join(f"`{p}`" for p in get_args(EncoderPreset))
 _QUEUE_HOSTS = ", ".join(DEFAULT_SOURCE_HOSTS)
-
-DECLARED: tuple[Setting, ...] = (
-    # storage
-    Setting(
-        "QUOTECLIP_STORAGE_DIR",
-        "the local clip folder (used when no S3 bucket is set)",
-        group="storage",
-        field="storage_dir",
-        parse=_path,
-        default="`clips` in the working directory",
-    ),
-    Setting(
-        "QUOTECLIP_S3_ENDPOINT",
-        "an S3-compatible store's endpoint URL",
-        group="storage",
-        field="s3_endpoint",
-        default="none (AWS S3)",
-    ),
-    Setting(
-        "QUOTECLIP_S3_BUCKET",
-        "the bucket clips are stored in; setting it turns S3 storage on",
-        group="storage",
-        field="s3_bucket",
-        default="none (the local clip folder)",
-    ),
-    Setting("QUOTECLIP_S3_REGION", "the bucket's region", group="storage", field="s3_region"),
-    Setting(
-        "AWS_ACCESS_KEY_ID",
-        "S3 credentials: the access key",
-        group="storage",
-        field="aws_access_key_id",
-        default="boto3's usual chain",
-    ),
-    Setting(
-        "AWS_SECRET_ACCESS_KEY",
-        "S3 credentials: the secret key",
-        group="storage",
-        field="aws_secret_access_key",
-        default="boto3's usual chain",
-    ),
-    Setting(
-        "QUOTECLIP_LINK_TTL",
-        "lifetime of a clip's links (presigned S3 links, signed download and file links), seconds",
-        group="storage",
-        field="link_ttl",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_PUBLIC_BASE_URL",
-        "S3 storage: return public URLs under this base (a public bucket or a CDN) instead of presigned links",
-        group="storage",
-        field="public_base_url",
-        parse=_base_url,
-    ),
-    # queue
-    Setting(
-        "QUOTECLIP_REDIS_URL",
-        "Redis for the queue",
-        group="queue",
-        field="redis_url",
-        also=("REDIS_URL",),
-        default="the embedded server a running `quoteclip up` recorded under the clip folder, "
-        "else `redis://127.0.0.1:6379/0`",
-    ),
-    # sources and fetching
-    Setting(
-        "QUOTECLIP_SOURCE_HOSTS",
-        "hosts remote sources may come from, comma-separated; `*` for any public host",
-        group="sources and fetching",
-        field="source_hosts",
-        parse=_hosts,
-        default=f"command line: any; queue: {_QUEUE_HOSTS}",
-    ),
-    Setting(
-        "QUOTECLIP_ALLOW_LOCAL_SOURCES",
-        "allow local paths as sources (`true` or `false`)",
-        group="sources and fetching",
-        field="allow_local_sources",
-        parse=_flag,
-        default="command line: yes; queue: no",
-    ),
-    Setting(
-        "QUOTECLIP_ALLOW_ADDRESSES",
-        "private or loopback networks sources may resolve to, comma-separated (e.g. `127.0.0.1`); never metadata "
-        "addresses",
-        group="sources and fetching",
-        field="allow_addresses",
-        parse=parse_networks,
-    ),
-    Setting(
-        "QUOTECLIP_CACHE_DIR",
-        "the source block cache's folder",
-        group="sources and fetching",
-        field="cache_dir",
-        parse=_path,
-        default="`quoteclip/sources` in the user's cache folder (`~/.cache/quoteclip/sources`)",
-    ),
-    Setting(
-        "QUOTECLIP_CACHE_MAX_MB",
-        "the source block cache's size, MB",
-        group="sources and fetching",
-        field="cache_max_bytes",
-        parse=_Number(1, unit=1024**2, whole=True),
-    ),
-    Setting(
-        "XDG_CACHE_HOME",
-        "the user's cache folder; quoteclip's is `quoteclip` in it (the block cache, ffmpeg's version, the demo's "
-        "video)",
-        group="sources and fetching",
-        default="`~/.cache`",
-    ),
-    Setting(
-        "QUOTECLIP_MAX_FETCH_MB",
-        "most a job fetches from its sources, MB",
-        group="sources and fetching",
-        field="max_fetch_bytes",
-        parse=_Number(1, unit=1024**2, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_FETCH_TIMEOUT",
-        "a source read that stalls this many seconds fails",
-        group="sources and fetching",
-        field="fetch_timeout",
-        parse=_Number(0.1),
-    ),
-    Setting(
-        "QUOTECLIP_FETCH_HEADER_TIMEOUT",
-        "a source request (media, playlist, segment) whose response headers are not all in within this many seconds "
-        "fails",
-        group="sources and fetching",
-        field="fetch_header_timeout",
-        parse=_Number(0.1),
-    ),
-    Setting(
-        "QUOTECLIP_MIN_FETCH_RATE",
-        "a source request averaging under this many KB/s, counted from the request (the wait for its headers "
-        "included), fails once `QUOTECLIP_FETCH_RATE_GRACE` has passed",
-        group="sources and fetching",
-        field="min_fetch_rate",
-        parse=_Number(1, unit=1024, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_FETCH_RATE_GRACE",
-        "seconds a source request may run before `QUOTECLIP_MIN_FETCH_RATE` applies",
-        group="sources and fetching",
-        field="fetch_rate_grace",
-        parse=_Number(0),
-    ),
-    Setting(
-        "QUOTECLIP_MAX_SOURCE_SECONDS",
-        "longest source, seconds",
-        group="sources and fetching",
-        field="max_source_seconds",
-        parse=_Number(1),
-    ),
-    Setting(
-        "QUOTECLIP_ORIGIN_CONCURRENCY",
-        "requests in flight to one origin host from one job at most",
-        group="sources and fetching",
-        field="origin_concurrency",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_ORIGIN_RATE",
-        "requests a second to one origin host from one job at most (0: no limit)",
-        group="sources and fetching",
-        field="origin_rate",
-        parse=_Number(0),
-    ),
-    Setting(
-        "QUOTECLIP_PROXY",
-        "one http:// proxy (a host and a port; `user:password@` allowed) for everything sources fetch, pages and "
-        "media; the address rules still apply to what quoteclip asks it for",
-        group="sources and fetching",
-        field="proxy",
-        parse=_proxy,
-    ),
-    # extraction
-    Setting(
-        "QUOTECLIP_COOKIES_FILE",
-        "a Netscape cookies file for yt-dlp (signed-in pages, bot checks); each job reads a private copy, the file "
-        "itself is never rewritten and never goes to Redis",
-        group="extraction",
-        field="cookies_file",
-        parse=_path,
-    ),
-    Setting(
-        "QUOTECLIP_EXTRACTOR_ARGS",
-        "yt-dlp `--extractor-args` values, space-separated (e.g. "
-        "`youtube:player_client=default,mweb;po_token=web.gvs+TOKEN`)",
-        group="extraction",
-        field="extractor_args",
-        parse=_words,
-    ),
-    Setting(
-        "QUOTECLIP_EXTRACTION_TTL",
-        "longest a page's extraction (its media URLs) is reused by the jobs of that page, seconds; never past its "
-        "URLs' `expire=`",
-        group="extraction",
-        field="extraction_ttl",
-        parse=_Number(0),
-    ),
-    Setting(
-        "QUOTECLIP_AVAILABLE_WAIT",
-        "longest a job waits for a format the site makes available later (`available_at`), seconds",
-        group="extraction",
-        field="available_wait",
-        parse=_Number(0),
-    ),
-    Setting(
-        "QUOTECLIP_PAGE_MAX_MB",
-        "most one response yt-dlp reads (a page, a script, a manifest) may give once decompressed, MB",
-        group="extraction",
-        parse=_Number(0.001, unit=1024**2, whole=True),
-        default="32",
-        read_by="sources.egress",
-    ),
-    Setting(
-        "QUOTECLIP_PAGE_TIMEOUT",
-        "most seconds one request yt-dlp makes may take, from connecting to the response's last byte",
-        group="extraction",
-        parse=_Number(0.1),
-        default="60",
-        read_by="sources.egress",
-    ),
-    Setting(
-        "QUOTECLIP_PAGE_STALL",
-        "a request yt-dlp makes fails when its server sends nothing for this many seconds (connecting included)",
-        group="extraction",
-        parse=_Number(0.1),
-        default="20",
-        read_by="sources.egress",
-    ),
-    Setting(
-        "QUOTECLIP_PAGE_MIN_RATE",
-        "KB/s a request yt-dlp makes must average once it has run `QUOTECLIP_PAGE_STALL` seconds",
-        group="extraction",
-        parse=_Number(0, unit=1024),
-        default="4",
-        read_by="sources.egress",
-    ),
-    # rendering
-    Setting(
-        "QUOTECLIP_MAX_CLIP_SECONDS",
-        "longest clip, seconds",
-        group="rendering",
-        field="max_clip_seconds",
-        parse=_Number(0.1),
-    ),
-    Setting(
-        "QUOTECLIP_ENCODER_PRESET",
-        f"x264 preset of final renders whose request names none: {_PRESETS}",
-        group="rendering",
-        field="encoder_preset",
-        parse=_preset,
-        default="`veryfast`",
-    ),
-    Setting(
-        "QUOTECLIP_BRAND_DIR",
-        "the operator's brand files (logos, fonts), named in specs as `brand:NAME`",
-        group="rendering",
-        field="brand_dir",
-        parse=_path,
-    ),
-    Setting(
-        "FFMPEG_BINARY",
-        "another ffmpeg (a path, or a command on the PATH); the version of each binary (for the manifest) is asked "
-        "once and remembered in the cache folder's `ffmpeg-versions.json`",
-        group="rendering",
-        field="ffmpeg_binary",
-        default="the imageio-ffmpeg wheel's binary, found by its path without a check run",
-    ),
-    Setting(
-        "IMAGEIO_FFMPEG_EXE",
-        "imageio-ffmpeg's own choice of ffmpeg: when set (and `FFMPEG_BINARY` is not), imageio-ffmpeg's lookup decides",
-        group="rendering",
-        read_by="renderer.ffmpeg",
-        default="the wheel's binary",
-    ),
-    # API and security
-    Setting(
-        "QUOTECLIP_API_KEYS",
-        "API keys, comma-separated; with keys set, every route needs one (`Authorization: Bearer KEY`)",
-        group="API and security",
-        field="api_keys",
-        parse=_items,
-        default="none (no key needed)",
-    ),
-    Setting(
-        "QUOTECLIP_RATE_LIMIT",
-        "clips a minute a client may ask for, per API key (per client address without keys): a clip request counts "
-        "its profiles, a batch its quotes × profiles, a preview or an upload 1",
-        group="API and security",
-        field="rate_limit_per_minute",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_AUTH_FAILURE_LIMIT",
-        "failed authentications (a wrong key or link token) a minute from one client address; past it, every keyed "
-        "route answers that address 429 until the minute has passed",
-        group="API and security",
-        field="auth_failures_per_minute",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_CORS_ORIGINS",
-        "browser origins allowed to call the API, comma-separated",
-        group="API and security",
-        field="cors_origins",
-        parse=_items,
-    ),
-    Setting(
-        "QUOTECLIP_LINK_SECRET",
-        "signs the expiring `?token=` of the download and file links a browser opens",
-        group="API and security",
-        field="link_secret",
-        default="derived from the API keys",
-    ),
-    Setting(
-        "QUOTECLIP_KEY_SECRET",
-        "mixed into every clip key, so clip URLs (public buckets) cannot be computed from a guessed request",
-        group="API and security",
-        field="key_secret",
-    ),
-    Setting(
-        "QUOTECLIP_TRUSTED_PROXIES",
-        "proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` the API trusts: addresses or networks, "
-        "comma-separated",
-        group="API and security",
-        field="trusted_proxies",
-        parse=parse_networks,
-    ),
-    # signed links
-    Setting(
-        "QUOTECLIP_SITE_KEYS",
-        "websites' keys for signed clip links, `ID:SECRET[,ID:SECRET…]` (secrets of at least 16 characters); with "
-        "none, the link routes do not exist; a key removed revokes its links (purge a CDN's copies of them: see the "
-        "websites page)",
-        group="signed links",
-        field="site_keys",
-        parse=_site_keys,
-        default="none",
-    ),
-    Setting(
-        "QUOTECLIP_SITE_KEYS_FILE",
-        'a JSON file of site keys with scopes: `{"keys": [{"id", "secret", "brand", "hosts", "max_seconds", '
-        '"lifetime"}]}` (see the websites page)',
-        group="signed links",
-        field="site_key_scopes",
-        parse=_site_keys_file,
-        default="none",
-    ),
-    Setting(
-        "QUOTECLIP_LINK_BASE_URL",
-        "the service's address as pages reach it, which `quoteclip sign` puts before a link's path",
-        group="signed links",
-        field="link_base_url",
-        parse=_service_url,
-        default="none (links start with /l/)",
-    ),
-    Setting(
-        "QUOTECLIP_LINK_HOLD",
-        "seconds a signed link's request for a clip or poster not yet stored waits while it renders (under a "
-        "CDN's origin timeout): for the clip's stream to begin, or for a download, a poster (or anything, with "
-        "streaming off) to be stored; then it is answered `503` with `Retry-After`",
-        group="signed links",
-        field="link_hold",
-        parse=_Number(0.0),
-    ),
-    Setting(
-        "QUOTECLIP_LINK_RENDERS",
-        "renders a minute each site key's links may start (a clip or a poster counts one; a stored one answered "
-        "counts none); over it, `429` with `Retry-After`",
-        group="signed links",
-        field="link_renders_per_minute",
-        parse=_Number(1, whole=True),
-    ),
-    # streaming
-    Setting(
-        "QUOTECLIP_STREAM",
-        "stream a clip while it renders: a signed link's (and the page's) request for a clip not yet stored is "
-        "answered with the clip's fragments as the worker encodes them, instead of being held until it is stored "
-        "(`true` or `false`; read by the workers, which relay the fragments, and by the API, which answers with them)",
-        group="streaming",
-        field="stream",
-        parse=_flag,
-        default="`true`",
-    ),
-    Setting(
-        "QUOTECLIP_STREAM_REDIS_URL",
-        "the Redis the workers relay a rendering clip's fragments through to the API: one without persistence, "
-        "with a `maxmemory`, apart from the queue's (see the streaming page)",
-        group="streaming",
-        field="stream_redis_url",
-        parse=_redis_url,
-        default="the queue's (`QUOTECLIP_REDIS_URL`)",
-    ),
-    Setting(
-        "QUOTECLIP_STREAM_MAX_MB",
-        "most of one clip's fragments the relay holds at once, MB; past it the oldest are dropped: viewers already "
-        "streaming go on, later ones wait for the stored clip",
-        group="streaming",
-        field="stream_max_bytes",
-        parse=_Number(1, unit=1024**2, whole=True),
-    ),
-    # webhooks
-    Setting(
-        "QUOTECLIP_WEBHOOK_SECRET",
-        "signs webhooks (Standard Webhooks; `whsec_…` or any text)",
-        group="webhooks",
-        field="webhook_secret",
-        default="unsigned",
-    ),
-    Setting(
-        "QUOTECLIP_WEBHOOK_TIMEOUT",
-        "seconds a webhook delivery may take in all: connecting, sending, and the receiver's status line and headers",
-        group="webhooks",
-        field="webhook_timeout",
-        parse=_Number(0.1),
-    ),
-    Setting(
-        "QUOTECLIP_WEBHOOK_CONCURRENCY",
-        "deliveries one webhook worker (`quoteclip worker --webhooks`) makes at once",
-        group="webhooks",
-        field="webhook_concurrency",
-        parse=_Number(1, whole=True),
-    ),
-    # workers
-    Setting(
-        "QUOTECLIP_SHUTDOWN_GRACE",
-        "seconds a worker lets its current render finish after SIGTERM",
-        group="workers",
-        field="shutdown_grace",
-        parse=_Number(0),
-    ),
-    Setting(
-        "QUOTECLIP_MAINTENANCE_INTERVAL",
-        "seconds between a worker's sweeps for abandoned jobs",
-        group="workers",
-        field="maintenance_interval",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_WORKER_LEASE",
-        "seconds a worker's lease in Redis lasts unrenewed (it renews it every third of that): a job whose worker's "
-        "lease lapsed goes back to the queue, taken by another worker",
-        group="workers",
-        field="worker_lease",
-        parse=_Number(3),
-    ),
-    Setting(
-        "QUOTECLIP_MAX_DEATHS",
-        "a clip's job fails when this many of its workers died running it (killed, out of memory: an input that "
-        "kills every worker it meets); until then it goes back to the queue, and these never spend an attempt",
-        group="workers",
-        field="max_deaths",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_MAX_HANDBACKS",
-        "a clip's job fails when this many workers' machines failed it (full disk, no memory, no working ffmpeg); "
-        "until then it goes back to the queue for another worker, and these never spend an attempt",
-        group="workers",
-        field="max_handbacks",
-        parse=_Number(1, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_MIN_FREE_MB",
-        "free space a worker needs on its temp folder and on its source cache folder to take a job (a job needs "
-        "room for its clips too)",
-        group="workers",
-        field="min_free_bytes",
-        parse=_Number(0, unit=1024**2, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_MIN_FREE_MEMORY_MB",
-        "memory a worker needs available (the machine's, or its container's) to take a job",
-        group="workers",
-        field="min_free_memory",
-        parse=_Number(0, unit=1024**2, whole=True),
-    ),
-    Setting(
-        "QUOTECLIP_SICK_PAUSE",
-        "seconds a worker takes no job after its machine failed one; then it takes jobs again once its disk, "
-        "memory and ffmpeg pass their checks",
-        group="workers",
-        field="sick_pause",
-        parse=_Number(0),
-    ),
-    # logging
-    Setting(
-        "QUOTECLIP_LOG_FORMAT",
-        "the worker's and the API's log lines: `text`, or `json` (one object a line)",
-        group="logging",
-        read_by="quoteclip.logs",
-        default="`text`",
-    ),
-    # command line
-    Setting(
-        "QUOTECLIP_DEBUG",
-        "set (to anything): a command's unexpected error shows its traceback instead of one line",
-        group="command line",
-        read_by="cli",
-        default="unset",
-    ),
-    Setting(
-        "PYDANTIC_DISABLE_PLUGINS",
-        "the `quoteclip` command sets it to `__all__` when unset (pydantic's search of every installed package for "
-        "plugins is a slice of each command's start-up); set it empty to let pydantic plugins load",
-        group="command line",
-        read_by="cli",
-        default="`__all__`",
-    ),
-)
-
-_BY_NAME = {setting.name: setting for setting in DECLARED}
-
-
-def env_text(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """The text of the declared variable ``name`` (or of a fallback it declares), None when unset or empty; an
-    undeclared name is a KeyError."""
-    return _BY_NAME[name].text(os.environ if env is None else env)
-
-
-def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    return Path(env_text("XDG_CACHE_HOME", env) or Path.home() / ".cache") / "quoteclip"
-
-
-def configured_redis_url(env: Mapping[str, str]) -> str | None:
-    return env_text("QUOTECLIP_REDIS_URL", env)
 
 
 @dataclass(frozen=True)
 class Settings:
-    storage_dir: Path = Path("clips")
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    s3_endpoint: str | None = None
-    s3_bucket: str | None = None
-    s3_region: str = "us-east-1"
-    aws_access_key_id: str | None = field(default=None, repr=False)
-    aws_secret_access_key: str | None = field(default=None, repr=False)
-    link_ttl: int = 3600
-    public_base_url: str | None = None
+    """Every setting a command, a worker or the API runs with: built once by ``from_env`` in the entry point and
+    passed down. Each field is declared with the variable that fills it (``_setting``), or as fixed (``_fixed``)."""
+
+    storage_dir: Path = _setting(
+        "QUOTECLIP_STORAGE_DIR",
+        "the local clip folder (used when no S3 bucket is set)",
+        default=Path("clips"),
+        group="storage",
+        parse=_path,
+        shown="`clips` in the working directory",
+    )
+    s3_endpoint: str | None = _setting(
+        "QUOTECLIP_S3_ENDPOINT", "an S3-compatible store's endpoint URL", group="storage", shown="none (AWS S3)"
+    )
+    s3_bucket: str | None = _setting(
+        "QUOTECLIP_S3_BUCKET",
+        "the bucket clips are stored in; setting it turns S3 storage on",
+        group="storage",
+        shown="none (the local clip folder)",
+    )
+    s3_region: str = _setting("QUOTECLIP_S3_REGION", "the bucket's region", default="us-east-1", group="storage")
+    aws_access_key_id: str | None = _setting(
+        "AWS_ACCESS_KEY_ID", "S3 credentials: the access key", group="storage", shown="boto3's usual chain", secret=True
+    )
+    aws_secret_access_key: str | None = _setting(
+        "AWS_SECRET_ACCESS_KEY",
+        "S3 credentials: the secret key",
+        group="storage",
+        shown="boto3's usual chain",
+        secret=True,
+    )
+    link_ttl: int = _setting(
+        "QUOTECLIP_LINK_TTL",
+        "lifetime of a clip's links (presigned S3 links, signed download and file links), seconds",
+        default=3600,
+        group="storage",
+        parse=_Number(1, whole=True),
+    )
+    public_base_url: str | None = _setting(
+        "QUOTECLIP_PUBLIC_BASE_URL",
+        "S3 storage: return public URLs under this base (a public bucket or a CDN) instead of presigned links",
+        group="storage",
+        parse=_base_url,
+    )
+    redis_url: str = _setting(
+        "QUOTECLIP_REDIS_URL",
+        "Redis for the queue",
+        default="redis://127.0.0.1:6379/0",
+        group="queue",
+        shown="the embedded server a running `quoteclip up` recorded under the clip folder, "
+        "else `redis://127.0.0.1:6379/0`",
+        also=("REDIS_URL",),
+    )
+    queue_name: str = _fixed("quoteclip", "the queues' names (tests use their own)")
     # Hosts remote sources may come from ("*": any public host). None: any for the CLI, the defaults for the queue.
-    source_hosts: tuple[str, ...] | None = None
+    source_hosts: tuple[str, ...] | None = _setting(
+        "QUOTECLIP_SOURCE_HOSTS",
+        "hosts remote sources may come from, comma-separated; `*` for any public host",
+        group="sources and fetching",
+        parse=_hosts,
+        shown=f"command line: any; queue: {_QUEUE_HOSTS}",
+    )
     # None: allowed for the CLI, refused for queued jobs (a website must not make a worker read its disk).
-    allow_local_sources: bool | None = None
-    # The operator's brand files (logos, fonts), named in specs as brand:NAME. None: no brand files.
-    brand_dir: Path | None = None
-    # Networks a source may resolve to although private or loopback (tests: 127.0.0.1/32). Never metadata.
-    allow_addresses: tuple[str, ...] = ()
-    cache_dir: Path = field(default_factory=lambda: default_cache_dir() / "sources")
-    cache_max_bytes: int = 2 * 1024**3
-    max_fetch_bytes: int = 1024**3  # per job
-    min_fetch_rate: int = 32 * 1024  # bytes/s, averaged over a request from its start, once fetch_rate_grace passed
-    fetch_timeout: float = 20.0  # a source read that stalls this long fails
-    fetch_header_timeout: float = 20.0  # a source request whose response headers take longer fails
-    fetch_rate_grace: float = 30.0  # seconds a request may run before min_fetch_rate applies
-    cookies_file: Path | None = None  # a Netscape cookies file for yt-dlp (each job reads a copy of it)
-    extractor_args: tuple[str, ...] = ()  # yt-dlp --extractor-args values (player clients, PO-token settings)
-    # A page's extraction (its media URLs) is reused by every job of that page for at most this many seconds, and
-    # never past the URLs' own expiry.
-    extraction_ttl: float = 3600.0
-    available_wait: float = 60.0  # seconds a job waits for a format the site makes available later (available_at)
-    origin_concurrency: int = 4  # requests in flight to one origin host from one job at most
-    origin_rate: float = 0.0  # requests a second to one origin host from one job at most (0: no limit)
-    # One HTTP proxy for everything sources fetch (yt-dlp's pages and the media), so extraction and fetches leave
-    # from one address. The address rules still apply to what quoteclip asks it for.
-    proxy: str | None = field(default=None, repr=False)
-    max_source_seconds: float = 6 * 3600
-    max_frame_pixels: int = 8192 * 8192
-    max_streams: int = 8
-    ffmpeg_binary: str | None = None
-    encoder_preset: EncoderPreset | None = None  # for requests that name none; None: the product's (veryfast)
-    max_clip_seconds: float = DEFAULT_MAX_SECONDS
-    # A render may take this many seconds per second of clip, plus a fixed allowance.
-    render_timeout_factor: float = 20.0
-    render_timeout_base: float = 60.0
-    queue_name: str = "quoteclip"
-    api_keys: tuple[str, ...] = field(default=(), repr=False)
-    rate_limit_per_minute: int = 600  # clips a minute per API key (or per client address without keys)
-    auth_failures_per_minute: int = 30  # failed authentications a minute from one client address
-    cors_origins: tuple[str, ...] = ()
-    # Signs the expiring ?token= of links a browser opens (download, file). Unset: derived from the API keys.
-    link_secret: str | None = field(default=None, repr=False)
-    # Mixed into every clip key: clip URLs (public buckets) cannot be computed from a guessed request.
-    key_secret: str | None = field(default=None, repr=False)
-    # Proxies whose X-Forwarded-For / X-Forwarded-Proto the API trusts (addresses or networks); none by default.
-    trusted_proxies: tuple[str, ...] = ()
-    # Websites' keys for signed links (QUOTECLIP_SITE_KEYS, and the scoped ones of QUOTECLIP_SITE_KEYS_FILE).
-    site_keys: tuple[SiteKey, ...] = field(default=(), repr=False)
-    site_key_scopes: tuple[SiteKey, ...] = field(default=(), repr=False)
-    link_base_url: str | None = None
-    link_hold: float = 25.0  # seconds a link's request waits for its render (a CDN's origin timeout is about 30 s)
-    link_renders_per_minute: int = 60  # renders a site key's links may start a minute
-    stream: bool = True  # a clip not yet stored is streamed to its viewers while it renders (jobs/relay.py)
-    stream_redis_url: str | None = None  # the relay's Redis; None: the queue's
-    stream_max_bytes: int = 96 * 1024**2  # most of one clip's fragments the relay holds
-    webhook_secret: str | None = field(default=None, repr=False)
-    webhook_timeout: float = 10.0  # seconds a delivery may take in all (connect, send, status line and headers)
-    webhook_concurrency: int = 16  # deliveries one webhook worker makes at once
-    shutdown_grace: float = 120.0  # seconds a worker lets its current render finish after SIGTERM
-    maintenance_interval: int = 60  # seconds between a worker's sweeps for abandoned jobs
-    worker_lease: float = 15.0  # seconds a worker's lease lasts unrenewed; then its job goes back to the queue
-    max_deaths: int = 3  # workers a clip's job may lose (killed mid-job) before it fails
-    max_handbacks: int = 3  # hand-backs by workers whose machine failed the job before it fails
-    min_free_bytes: int = 512 * 1024**2  # on the temp and source cache folders, to take a job
-    min_free_memory: int = 256 * 1024**2  # available memory, to take a job
-    sick_pause: float = 30.0  # seconds a worker takes no job after its machine failed one
+    allow_local_sources: bool | None = _setting(
+        "QUOTECLIP_ALLOW_LOCAL_SOURCES",
+        "allow local paths as sources (`true` or `false`)",
+        group="sources and fetching",
+        parse=_flag,
+        shown="command line: yes; queue: no",
+    )
+    allow_addresses: tuple[str, ...] = _setting(
+        "QUOTECLIP_ALLOW_ADDRESSES",
+        "private or loopback networks sources may resolve to, comma-separated (e.g. `127.0.0.1`); never metadata "
+        "addresses",
+        default=(),
+        group="sources and fetching",
+        parse=parse_networks,
+    )
+    cache_dir: Path = _setting(
+        "QUOTECLIP_CACHE_DIR",
+        "the source block cache's folder",
+        group="sources and fetching",
+        parse=_path,
+        shown="`quoteclip/sources` in the user's cache folder (`~/.cache/quoteclip/sources`)",
+        factory=lambda: default_cache_dir() / "sources",
+    )
+    cache_max_bytes: int = _setting(
+        "QUOTECLIP_CACHE_MAX_MB",
+        "the source block cache's size, MB",
+        default=2 * 1024**3,
+        group="sources and fetching",
+        parse=_Number(1, unit=1024**2, whole=True),
+    )
+    max_fetch_bytes: int = _setting(
+        "QUOTECLIP_MAX_FETCH_MB",
+        "most a job fetches from its sources, MB",
+        default=1024**3,
+        group="sources and fetching",
+        parse=_Number(1, unit=1024**2, whole=True),
+    )
+    fetch_timeout: float = _setting(
+        "QUOTECLIP_FETCH_TIMEOUT",
+        "a source read that stalls this many seconds fails",
+        default=20.0,
+        group="sources and fetching",
+        parse=_Number(0.1),
+    )
+    fetch_header_timeout: float = _setting(
+        "QUOTECLIP_FETCH_HEADER_TIMEOUT",
+        "a source request (media, playlist, segment) whose response headers are not all in within this many seconds "
+        "fails",
+        default=20.0,
+        group="sources and fetching",
+        parse=_Number(0.1),
+    )
+    # bytes a second (the variable counts KB/s)
+    min_fetch_rate: int = _setting(
+        "QUOTECLIP_MIN_FETCH_RATE",
+        "a source request averaging under this many KB/s, counted from the request (the wait for its headers "
+        "included), fails once `QUOTECLIP_FETCH_RATE_GRACE` has passed",
+        default=32 * 1024,
+        group="sources and fetching",
+        parse=_Number(1, unit=1024, whole=True),
+    )
+    fetch_rate_grace: float = _setting(
+        "QUOTECLIP_FETCH_RATE_GRACE",
+        "seconds a source request may run before `QUOTECLIP_MIN_FETCH_RATE` applies",
+        default=30.0,
+        group="sources and fetching",
+        parse=_Number(0),
+    )
+    max_source_seconds: float = _setting(
+        "QUOTECLIP_MAX_SOURCE_SECONDS",
+        "longest source, seconds",
+        default=6 * 3600,
+        group="sources and fetching",
+        parse=_Number(1),
+    )
+    max_frame_pixels: int = _fixed(8192 * 8192, "the largest frame the probe accepts (hostile input)")
+    max_streams: int = _fixed(8, "the most streams a source may have (hostile input)")
+    origin_concurrency: int = _setting(
+        "QUOTECLIP_ORIGIN_CONCURRENCY",
+        "requests in flight to one origin host from one job at most",
+        default=4,
+        group="sources and fetching",
+        parse=_Number(1, whole=True),
+    )
+    origin_rate: float = _setting(
+        "QUOTECLIP_ORIGIN_RATE",
+        "requests a second to one origin host from one job at most (0: no limit)",
+        default=0.0,
+        group="sources and fetching",
+        parse=_Number(0),
+    )
+    proxy: str | None = _setting(
+        "QUOTECLIP_PROXY",
+        "one http:// proxy (a host and a port; `user:password@` allowed) for everything sources fetch, pages and "
+        "media; the address rules still apply to what quoteclip asks it for",
+        group="sources and fetching",
+        parse=_proxy,
+        secret=True,
+    )
+    cookies_file: Path | None = _setting(
+        "QUOTECLIP_COOKIES_FILE",
+        "a Netscape cookies file for yt-dlp (signed-in pages, bot checks); each job reads a private copy, the file "
+        "itself is never rewritten and never goes to Redis",
+        group="extraction",
+        parse=_path,
+    )
+    extractor_args: tuple[str, ...] = _setting(
+        "QUOTECLIP_EXTRACTOR_ARGS",
+        "yt-dlp `--extractor-args` values, space-separated (e.g. "
+        "`youtube:player_client=default,mweb;po_token=web.gvs+TOKEN`)",
+        default=(),
+        group="extraction",
+        parse=_words,
+    )
+    extraction_ttl: float = _setting(
+        "QUOTECLIP_EXTRACTION_TTL",
+        "longest a page's extraction (its media URLs) is reused by the jobs of that page, seconds; never past its "
+        "URLs' `expire=`",
+        default=3600.0,
+        group="extraction",
+        parse=_Number(0),
+    )
+    available_wait: float = _setting(
+        "QUOTECLIP_AVAILABLE_WAIT",
+        "longest a job waits for a format the site makes available later (`available_at`), seconds",
+        default=60.0,
+        group="extraction",
+        parse=_Number(0),
+    )
+    max_clip_seconds: float = _setting(
+        "QUOTECLIP_MAX_CLIP_SECONDS",
+        "longest clip, seconds",
+        default=DEFAULT_MAX_SECONDS,
+        group="rendering",
+        parse=_Number(0.1),
+    )
+    encoder_preset: EncoderPreset | None = _setting(
+        "QUOTECLIP_ENCODER_PRESET",
+        f"x264 preset of final renders whose request names none: {_PRESETS}",
+        group="rendering",
+        parse=_preset,
+        shown="`veryfast`",
+    )
+    brand_dir: Path | None = _setting(
+        "QUOTECLIP_BRAND_DIR",
+        "the operator's brand files (logos, fonts), named in specs as `brand:NAME`",
+        group="rendering",
+        parse=_path,
+    )
+    ffmpeg_binary: str | None = _setting(
+        "FFMPEG_BINARY",
+        "another ffmpeg (a path, or a command on the PATH); the version of each binary (for the manifest) is asked "
+        "once and remembered in the cache folder's `ffmpeg-versions.json`",
+        group="rendering",
+        shown="the imageio-ffmpeg wheel's binary, found by its path without a check run",
+    )
+    # A render may take this many seconds per second of clip, plus a fixed allowance (render_timeout).
+    render_timeout_factor: float = _fixed(20.0, "a render's time limit per second of clip")
+    render_timeout_base: float = _fixed(60.0, "a render's fixed time allowance")
+    api_keys: tuple[str, ...] = _setting(
+        "QUOTECLIP_API_KEYS",
+        "API keys, comma-separated; with keys set, every route needs one (`Authorization: Bearer KEY`)",
+        default=(),
+        group="API and security",
+        parse=_items,
+        shown="none (no key needed)",
+        secret=True,
+    )
+    rate_limit_per_minute: int = _setting(
+        "QUOTECLIP_RATE_LIMIT",
+        "clips a minute a client may ask for, per API key (per client address without keys): a clip request counts "
+        "its profiles, a batch its quotes × profiles, a preview or an upload 1",
+        default=600,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
+    auth_failures_per_minute: int = _setting(
+        "QUOTECLIP_AUTH_FAILURE_LIMIT",
+        "failed authentications (a wrong key or link token) a minute from one client address; past it, every keyed "
+        "route answers that address 429 until the minute has passed",
+        default=30,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
+    cors_origins: tuple[str, ...] = _setting(
+        "QUOTECLIP_CORS_ORIGINS",
+        "browser origins allowed to call the API, comma-separated",
+        default=(),
+        group="API and security",
+        parse=_items,
+    )
+    link_secret: str | None = _setting(
+        "QUOTECLIP_LINK_SECRET",
+        "signs the expiring `?token=` of the download and file links a browser opens",
+        group="API and security",
+        shown="derived from the API keys",
+        secret=True,
+    )
+    key_secret: str | None = _setting(
+        "QUOTECLIP_KEY_SECRET",
+        "mixed into every clip key, so clip URLs (public buckets) cannot be computed from a guessed request",
+        group="API and security",
+        secret=True,
+    )
+    trusted_proxies: tuple[str, ...] = _setting(
+        "QUOTECLIP_TRUSTED_PROXIES",
+        "proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` the API trusts: addresses or networks, "
+        "comma-separated",
+        default=(),
+        group="API and security",
+        parse=parse_networks,
+    )
+    # Websites' keys for signed links: listed ones here, scoped ones in site_key_scopes (Settings.sites has both).
+    site_keys: tuple[SiteKey, ...] = _setting(
+        "QUOTECLIP_SITE_KEYS",
+        "websites' keys for signed clip links, `ID:SECRET[,ID:SECRET…]` (secrets of at least 16 characters); with "
+        "none, the link routes do not exist; a key removed revokes its links (purge a CDN's copies of them: see the "
+        "websites page)",
+        default=(),
+        group="signed links",
+        parse=_site_keys,
+        shown="none",
+        secret=True,
+    )
+    site_key_scopes: tuple[SiteKey, ...] = _setting(
+        "QUOTECLIP_SITE_KEYS_FILE",
+        'a JSON file of site keys with scopes: `{"keys": [{"id", "secret", "brand", "hosts", "max_seconds", '
+        '"lifetime"}]}` (see the websites page)',
+        default=(),
+        group="signed links",
+        parse=_site_keys_file,
+        shown="none",
+        secret=True,
+    )
+    link_base_url: str | None = _setting(
+        "QUOTECLIP_LINK_BASE_URL",
+        "the service's address as pages reach it, which `quoteclip sign` puts before a link's path",
+        group="signed links",
+        parse=_service_url,
+        shown="none (links start with /l/)",
+    )
+    link_hold: float = _setting(
+        "QUOTECLIP_LINK_HOLD",
+        "seconds a signed link's request for a clip or poster not yet stored waits while it renders (under a "
+        "CDN's origin timeout): for the clip's stream to begin, or for a download, a poster (or anything, with "
+        "streaming off) to be stored; then it is answered `503` with `Retry-After`",
+        default=25.0,
+        group="signed links",
+        parse=_Number(0.0),
+    )
+    link_renders_per_minute: int = _setting(
+        "QUOTECLIP_LINK_RENDERS",
+        "renders a minute each site key's links may start (a clip or a poster counts one; a stored one answered "
+        "counts none); over it, `429` with `Retry-After`",
+        default=60,
+        group="signed links",
+        parse=_Number(1, whole=True),
+    )
+    # the relay: jobs/relay.py
+    stream: bool = _setting(
+        "QUOTECLIP_STREAM",
+        "stream a clip while it renders: a signed link's (and the page's) request for a clip not yet stored is "
+        "answered with the clip's fragments as the worker encodes them, instead of being held until it is stored "
+        "(`true` or `false`; read by the workers, which relay the fragments, and by the API, which answers with them)",
+        default=True,
+        group="streaming",
+        parse=_flag,
+    )
+    stream_head: bool = _setting(
+        "QUOTECLIP_STREAM_HEAD",
+        "send Chromium-based players the stream's head (a first fragment listed in the moov) so they present the "
+        "first frame from one fragment; off sends every player the init segment and fragments as they are (`true` "
+        "or `false`)",
+        default=True,
+        group="streaming",
+        parse=_flag,
+    )
+    stream_redis_url: str | None = _setting(
+        "QUOTECLIP_STREAM_REDIS_URL",
+        "the Redis the workers relay a rendering clip's fragments through to the API: one without persistence, "
+        "with a `maxmemory`, apart from the queue's (see the streaming page)",
+        group="streaming",
+        parse=_redis_url,
+        shown="the queue's (`QUOTECLIP_REDIS_URL`)",
+    )
+    stream_max_bytes: int = _setting(
+        "QUOTECLIP_STREAM_MAX_MB",
+        "most of one clip's fragments the relay holds at once, MB; past it the oldest are dropped: viewers already "
+        "streaming go on, later ones wait for the stored clip",
+        default=96 * 1024**2,
+        group="streaming",
+        parse=_Number(1, unit=1024**2, whole=True),
+    )
+    webhook_secret: str | None = _setting(
+        "QUOTECLIP_WEBHOOK_SECRET",
+        "signs webhooks (Standard Webhooks; `whsec_…` or any text)",
+        group="webhooks",
+        shown="unsigned",
+        secret=True,
+    )
+    webhook_timeout: float = _setting(
+        "QUOTECLIP_WEBHOOK_TIMEOUT",
+        "seconds a webhook delivery may take in all: connecting, sending, and the receiver's status line and headers",
+        default=10.0,
+        group="webhooks",
+        parse=_Number(0.1),
+    )
+    webhook_concurrency: int = _setting(
+        "QUOTECLIP_WEBHOOK_CONCURRENCY",
+        "deliveries one webhook worker (`quoteclip worker --webhooks`) makes at once",
+        default=16,
+        group="webhooks",
+        parse=_Number(1, whole=True),
+    )
+    shutdown_grace: float = _setting(
+        "QUOTECLIP_SHUTDOWN_GRACE",
+        "seconds a worker lets its current render finish after SIGTERM",
+        default=120.0,
+        group="workers",
+        parse=_Number(0),
+    )
+    maintenance_interval: int = _setting(
+        "QUOTECLIP_MAINTENANCE_INTERVAL",
+        "seconds between a worker's sweeps for abandoned jobs",
+        default=60,
+        group="workers",
+        parse=_Number(1, whole=True),
+    )
+    worker_lease: float = _setting(
+        "QUOTECLIP_WORKER_LEASE",
+        "seconds a worker's lease in Redis lasts unrenewed (it renews it every third of that): a job whose worker's "
+        "lease lapsed goes back to the queue, taken by another worker",
+        default=15.0,
+        group="workers",
+        parse=_Number(3),
+    )
+    max_deaths: int = _setting(
+        "QUOTECLIP_MAX_DEATHS",
+        "a clip's job fails when this many of its workers died running it (killed, out of memory: an input that "
+        "kills every worker it meets); until then it goes back to the queue, and these never spend an attempt",
+        default=3,
+        group="workers",
+        parse=_Number(1, whole=True),
+    )
+    max_handbacks: int = _setting(
+        "QUOTECLIP_MAX_HANDBACKS",
+        "a clip's job fails when this many workers' machines failed it (full disk, no memory, no working ffmpeg); "
+        "until then it goes back to the queue for another worker, and these never spend an attempt",
+        default=3,
+        group="workers",
+        parse=_Number(1, whole=True),
+    )
+    min_free_bytes: int = _setting(
+        "QUOTECLIP_MIN_FREE_MB",
+        "free space a worker needs on its temp folder and on its source cache folder to take a job (a job needs "
+        "room for its clips too)",
+        default=512 * 1024**2,
+        group="workers",
+        parse=_Number(0, unit=1024**2, whole=True),
+    )
+    min_free_memory: int = _setting(
+        "QUOTECLIP_MIN_FREE_MEMORY_MB",
+        "memory a worker needs available (the machine's, or its container's) to take a job",
+        default=256 * 1024**2,
+        group="workers",
+        parse=_Number(0, unit=1024**2, whole=True),
+    )
+    sick_pause: float = _setting(
+        "QUOTECLIP_SICK_PAUSE",
+        "seconds a worker takes no job after its machine failed one; then it takes jobs again once its disk, "
+        "memory and ffmpeg pass their checks",
+        default=30.0,
+        group="workers",
+        parse=_Number(0),
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -931,18 +793,124 @@ class Settings:
         return self.render_timeout_base + self.render_timeout_factor * clip_seconds
 
 
+# Variables read by another part of the product (``read_by``), through ``env_text``; they fill no Settings field.
+ELSEWHERE: tuple[Setting, ...] = (
+    Setting(
+        "XDG_CACHE_HOME",
+        "the user's cache folder; quoteclip's is `quoteclip` in it (the block cache, ffmpeg's version, the demo's "
+        "video)",
+        group="sources and fetching",
+        default="`~/.cache`",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_MAX_MB",
+        "most one response yt-dlp reads (a page, a script, a manifest) may give once decompressed, MB",
+        group="extraction",
+        parse=_Number(0.001, unit=1024**2, whole=True),
+        default="32",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_TIMEOUT",
+        "most seconds one request yt-dlp makes may take, from connecting to the response's last byte",
+        group="extraction",
+        parse=_Number(0.1),
+        default="60",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_STALL",
+        "a request yt-dlp makes fails when its server sends nothing for this many seconds (connecting included)",
+        group="extraction",
+        parse=_Number(0.1),
+        default="20",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "QUOTECLIP_PAGE_MIN_RATE",
+        "KB/s a request yt-dlp makes must average once it has run `QUOTECLIP_PAGE_STALL` seconds",
+        group="extraction",
+        parse=_Number(0, unit=1024),
+        default="4",
+        read_by="sources.egress",
+    ),
+    Setting(
+        "IMAGEIO_FFMPEG_EXE",
+        "imageio-ffmpeg's own choice of ffmpeg: when set (and `FFMPEG_BINARY` is not), imageio-ffmpeg's lookup decides",
+        group="rendering",
+        read_by="renderer.ffmpeg",
+        default="the wheel's binary",
+    ),
+    Setting(
+        "QUOTECLIP_LOG_FORMAT",
+        "the worker's and the API's log lines: `text`, or `json` (one object a line)",
+        group="logging",
+        read_by="quoteclip.logs",
+        default="`text`",
+    ),
+    Setting(
+        "QUOTECLIP_DEBUG",
+        "set (to anything): a command's unexpected error shows its traceback instead of one line",
+        group="command line",
+        read_by="cli",
+        default="unset",
+    ),
+    Setting(
+        "PYDANTIC_DISABLE_PLUGINS",
+        "the `quoteclip` command sets it to `__all__` when unset (pydantic's search of every installed package for "
+        "plugins is a slice of each command's start-up); set it empty to let pydantic plugins load",
+        group="command line",
+        read_by="cli",
+        default="`__all__`",
+    ),
+)
+
+
+def _filled() -> tuple[Setting, ...]:
+    """The declarations on Settings' fields, in the fields' order, each told the field it fills."""
+    found = []
+    for each in fields(Settings):
+        if (setting := each.metadata.get("setting")) is not None:
+            setting.field = each.name
+            found.append(setting)
+    return tuple(found)
+
+
+# Every declared variable: the Settings fields' ones, then the ones read elsewhere.
+DECLARED: tuple[Setting, ...] = (*_filled(), *ELSEWHERE)
+_BY_NAME = {setting.name: setting for setting in DECLARED}
+
+
+def env_text(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The text of the declared variable ``name`` (or of a fallback it declares), None when unset or empty; an
+    undeclared name is a KeyError."""
+    return _BY_NAME[name].text(os.environ if env is None else env)
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    return Path(env_text("XDG_CACHE_HOME", env) or Path.home() / ".cache") / "quoteclip"
+
+
+def configured_redis_url(env: Mapping[str, str]) -> str | None:
+    return env_text("QUOTECLIP_REDIS_URL", env)
+
+
 def shown_default(setting: Setting) -> str:
     """The default as the configuration page shows it: the declaration's words, else the field's own default."""
     if setting.default is not None:
         return setting.default
     if setting.field is None:
         raise ValueError(f"{setting.name} fills no field, so its declaration must say its default")
-    value = {f.name: f.default for f in fields(Settings)}[setting.field]
+    value = Settings.__dataclass_fields__[setting.field].default
+    if value is MISSING:
+        raise ValueError(f"{setting.name}: its field's default is made when Settings are built, so say it (shown=)")
     show = getattr(setting.parse, "show", None)
     if show is not None:
         return str(show(value))
     if value is None or value == ():
         return "none"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _shown_number(value)
     return f"`{value}`"

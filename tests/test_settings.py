@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from quoteclip.errors import BadInput
-from quoteclip.settings import DECLARED, GROUPS, Settings, SiteKey, default_cache_dir, env_text
+from quoteclip.settings import (
+    DECLARED,
+    ELSEWHERE,
+    GROUPS,
+    Settings,
+    SiteKey,
+    default_cache_dir,
+    env_text,
+    shown_default,
+)
 from quoteclip.spec import WatermarkSpec
 from testkit import product_packages
 
@@ -28,15 +37,9 @@ PAGE = ROOT / "docs" / "configuration.md"
 # are declared). A name read by the product and neither declared nor listed here fails the first test.
 NOT_SETTINGS: dict[str, str] = {}
 
-# Settings fields no environment variable fills: limits the product sets for itself (tests construct Settings with
-# other values).
-FIXED_FIELDS = {
-    "max_frame_pixels": "the largest frame the probe accepts (hostile input)",
-    "max_streams": "the most streams a source may have (hostile input)",
-    "render_timeout_factor": "a render's time limit per second of clip",
-    "render_timeout_base": "a render's fixed time allowance",
-    "queue_name": "the queues' names (tests use their own)",
-}
+# Settings fields no environment variable fills (declared with ``_fixed``): limits the product sets for itself (tests
+# construct Settings with other values).
+FIXED_FIELDS = {"max_frame_pixels", "max_streams", "render_timeout_factor", "render_timeout_base", "queue_name"}
 
 # A valid text for every declared variable that fills a field, and the value it must give that field (never the
 # default, so a variable from_env does not read fails).
@@ -104,6 +107,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_STREAM": ("off", False),
     "QUOTECLIP_STREAM_REDIS_URL": ("redis://relay:6379/1", "redis://relay:6379/1"),
     "QUOTECLIP_STREAM_MAX_MB": ("8", 8 * 1024**2),
+    "QUOTECLIP_STREAM_HEAD": ("off", False),
     "QUOTECLIP_RATE_LIMIT": ("10", 10),
     "QUOTECLIP_AUTH_FAILURE_LIMIT": ("5", 5),
     "QUOTECLIP_CORS_ORIGINS": ("https://a.example,https://b.example", ("https://a.example", "https://b.example")),
@@ -245,6 +249,62 @@ def test_undeclared_names_are_refused() -> None:
     with pytest.raises(KeyError):
         env_text("QUOTECLIP_NOT_A_SETTING", {"QUOTECLIP_NOT_A_SETTING": "1"})
     assert env_text("QUOTECLIP_REDIS_URL", {"REDIS_URL": "redis://b", "QUOTECLIP_REDIS_URL": ""}) == "redis://b"
+
+
+def test_each_setting_is_declared_on_the_field_it_fills() -> None:
+    """A Settings field carries its variable's declaration (or says it is fixed); DECLARED is those declarations, in
+    the fields' order, then the ones read elsewhere; the page's default of each is the field's own."""
+    on_fields = []
+    for each in fields(Settings):
+        setting, fixed = each.metadata.get("setting"), each.metadata.get("fixed")
+        assert (setting is None) != (fixed is None), f"Settings.{each.name}: declare it with _setting or _fixed"
+        if fixed is not None:
+            assert each.name in FIXED_FIELDS and fixed.strip(), each.name
+            continue
+        assert setting.field == each.name and setting.group in GROUPS and setting.meaning.strip(), each.name
+        on_fields.append(setting)
+    assert DECLARED == (*on_fields, *ELSEWHERE)
+    names = [name for setting in DECLARED for name in (setting.name, *setting.also)]
+    assert len(names) == len(set(names)), "a variable declared twice"
+    assert all(setting.field is None and setting.default is not None for setting in ELSEWHERE)
+    built = Settings()
+    page = PAGE.read_text(encoding="utf-8")
+    for setting in on_fields:
+        assert f"`{setting.name}`" in page and f" | {shown_default(setting)} |" in page, setting.name
+        if setting.default is None:  # shown from the field's own default: the default Settings are built with
+            assert getattr(built, setting.field) == Settings.__dataclass_fields__[setting.field].default
+    assert shown_default(next(s for s in DECLARED if s.name == "QUOTECLIP_STREAM")) == "`true`"
+    assert shown_default(next(s for s in DECLARED if s.name == "QUOTECLIP_LINK_TTL")) == "3600"
+    assert shown_default(next(s for s in DECLARED if s.name == "QUOTECLIP_CACHE_MAX_MB")) == "2048"
+
+
+def test_the_stream_head_is_a_streaming_setting() -> None:
+    """QUOTECLIP_STREAM_HEAD fills Settings.stream_head (on unless turned off), on the page among the streaming
+    settings; a field no other part reads yet is accepted."""
+    head = next(setting for setting in DECLARED if setting.name == "QUOTECLIP_STREAM_HEAD")
+    assert (head.field, head.group, shown_default(head)) == ("stream_head", "streaming", "`true`")
+    assert Settings().stream_head is True and Settings.from_env({}).stream_head is True
+    assert Settings.from_env({"QUOTECLIP_STREAM_HEAD": "false"}).stream_head is False
+    assert Settings.from_env({"QUOTECLIP_STREAM_HEAD": "on"}).stream_head is True
+    with pytest.raises(BadInput, match="QUOTECLIP_STREAM_HEAD must be true or false, got 'sometimes'"):
+        Settings.from_env({"QUOTECLIP_STREAM_HEAD": "sometimes"})
+    streaming = PAGE.read_text(encoding="utf-8").split("## Streaming\n", 1)[1].split("\n## ", 1)[0]
+    assert "| `QUOTECLIP_STREAM_HEAD` | send Chromium-based players the stream's head" in streaming
+
+
+def test_importing_the_settings_reads_no_environment() -> None:
+    """Importing the module reads no variable (a bad value is refused when Settings are built, not at import) and
+    loads no settings library."""
+    bad = {setting.name: "soon" for setting in DECLARED if setting.field is not None and setting.name not in FREE_TEXT}
+    code = (
+        "import sys, quoteclip.settings as s; "
+        "assert 'pydantic_settings' not in sys.modules, 'pydantic_settings imported'; "
+        "print(len(s.DECLARED))"
+    )
+    env = {"PATH": "/usr/bin:/bin", **bad}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(DECLARED)
 
 
 def test_the_page_is_what_the_command_prints() -> None:
