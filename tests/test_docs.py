@@ -81,3 +81,20 @@ def test_the_docs_list_the_routes_let_in_without_a_key_as_the_code_does() -> Non
         said = _paragraph(page, "let in without a key")
         assert _paths(said) == set(code) | tokened, f"docs/{page} lists other routes than api/auth.py lets in"
         assert f"`{auth.PREFLIGHT}`" in said and said.count("`GET` and `HEAD`") == 1, f"docs/{page}: the pages' methods"
+
+
+def test_the_streaming_page_gives_the_cut_bound_the_relays_constants_make() -> None:
+    """A viewer of a worker killed outright is cut between ``MISSED_MS`` and ``MISSED_MS + READ_BLOCK_MS`` after
+    the worker's last sign of life (``jobs/relay.py``): the page says those numbers, from those constants."""
+    from jobs.relay import BEAT, MISSED_MS, READ_BLOCK_MS
+
+    said = _paragraph("streaming.md", "A worker killed outright says nothing")
+    missed, block = MISSED_MS / 1000, READ_BLOCK_MS / 1000
+    for phrase in (
+        f"cut {missed:g} to {missed + block:g} s after its last sign of life",
+        f"`BEAT` ({BEAT:g} s)",
+        f"`READ_BLOCK_MS` ({block:g} s)",
+        f"`MISSED_MS` ({missed:g} s)",
+        f"`MISSED_MS` + `READ_BLOCK_MS` = {missed + block:g} s",
+    ):
+        assert phrase in said, f"docs/streaming.md does not say {phrase!r}"
