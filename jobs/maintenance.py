@@ -55,35 +55,11 @@ def health(connection: Redis, storage: Storage) -> dict[str, str]:
 
 
 PENDING = redis_keys.PENDING  # job id → when it was (re)queued; removed when a worker starts it
-LOST_AFTER = 120  # seconds a queued job may be missing from its queue before it is pushed again
+LOST_AFTER = 30  # seconds a queued job may be missing from every queue and taken list before it is pushed again
 
 
 def mark_pending(connection: Redis, job_id: str) -> None:
     connection.zadd(PENDING, {job_id: time.time()})
-
-
-def requeue_lost(connection: Redis) -> list[str]:
-    """Push back queued jobs that are in no queue: a worker that popped one and died (or lost Redis) before
-    starting it leaves it so (rq's pop from several queues at once is not atomic with the start). Run by
-    workers in their maintenance pass."""
-    pushed = []
-    for raw in connection.zrangebyscore(PENDING, 0, time.time() - LOST_AFTER):
-        job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-        try:
-            job = Job.fetch(job_id, connection=connection)
-        except NoSuchJobError:
-            connection.zrem(PENDING, job_id)
-            continue
-        if job.get_status(refresh=False) != JobStatus.QUEUED:
-            connection.zrem(PENDING, job_id)
-            continue
-        queue = Queue(job.origin, connection=connection)
-        if connection.lpos(queue.key, job_id) is None:
-            queue.enqueue_job(job)
-            pushed.append(job_id)
-            log.warning("requeued %s: it was queued but in no queue", job_id)
-        mark_pending(connection, job_id)
-    return pushed
 
 
 # ---- a worker's machine: can it take a job? -------------------------------------------------------------------

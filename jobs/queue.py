@@ -25,11 +25,12 @@ from sources.safety import check_url
 from storage import Storage
 
 from .connection import JOB_ID, bulk_queue_name, clients, connect, job_id_for
-from .maintenance import PENDING, health, mark_pending, requeue_lost
+from .maintenance import PENDING, health, mark_pending
 from .metrics import record_cache_hit
 from .pipeline.assets import check_allowed
 from .pipeline.lookup import find_poster, lookup
 from .pipeline.stages import Stage
+from .reconcile import requeue_lost
 from .status import job_status, public_status
 from .webhooks import add_callback
 

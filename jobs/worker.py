@@ -22,7 +22,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job, JobStatus
+from rq.worker import WorkerStatus
 
 from quoteclip import redis_keys
 from quoteclip.errors import InternalError, QuoteclipError
@@ -36,13 +38,13 @@ from .maintenance import (
     give_back,
     machine_health,
     paused,
-    reclaim_lost,
     renew_lease,
-    requeue_lost,
 )
 from .metrics import record_failure, record_handback
 from .pipeline.produce import sweep_temp
 from .pipeline.stages import STAGE_START, Stage
+from .reconcile import TAKE_WAIT, leftover, put_back, reconcile, requeue_lost, still_taken, take
+from .reconcile import started as taken_started
 from .webhooks import ConcurrentDeliveries
 
 log = logging.getLogger("quoteclip.worker")
@@ -55,6 +57,7 @@ class ClipWorker(Worker):
     """An rq worker whose warm shutdown has a time limit, and whose log says a job's expected failure in one line."""
 
     shutdown_grace: float = 120.0
+    stop_asked: bool = False  # told to stop (SIGTERM, SIGINT): once Redis is away too, it exits rather than waits
 
     def handle_exception(self, job: Job, *exc_info: Any) -> None:
         """A project error (bad input, a source refused, a render that failed) is the request's, already logged
@@ -70,6 +73,7 @@ class ClipWorker(Worker):
         super().handle_exception(job, *exc_info)
 
     def request_stop(self, signum: Any, frame: Any) -> None:
+        self.stop_asked = True
         if self.horse_pid and not getattr(self, "_grace_timer", None):
             log.info("shutdown requested: the current render may finish within %.0f s", self.shutdown_grace)
             timer = threading.Timer(self.shutdown_grace, self._stop_horse)
@@ -142,7 +146,10 @@ class RenderWorker(ClipWorker):
                 drop_worker(self.connection, self.name)
             except RedisError:
                 pass
-        super().teardown()
+        try:
+            super().teardown()
+        except RedisError as exc:  # stopping while Redis is away: its registration expires by itself
+            self._redis_away("the worker's unregistration", exc)
 
     def check_health(self, run_ffmpeg: bool = False) -> Fault | None:
         """Whether this worker may take a job now: not pausing after a machine fault, and its machine passing
@@ -177,7 +184,74 @@ class RenderWorker(ClipWorker):
             if self.should_run_maintenance_tasks:
                 self.run_maintenance_tasks()
             time.sleep(HEALTH_RECHECK)
-        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        return self._take_job(timeout, max_idle_time)
+
+    def _take_job(self, timeout: int | None, max_idle_time: int | None) -> tuple[Job, Queue] | None:
+        """rq's wait for a job, taking it into this worker's taken list (jobs/reconcile.py) instead of popping
+        it, so that a job whose answer is lost (a partition, a dropped connection, this worker killed before the
+        start) is still somewhere the reconciler looks. A job this worker took and did not start comes first.
+        Waits at most ``timeout`` seconds (None: one look) before returning None for the maintenance pass; while
+        Redis is away it backs off and tries again, and a stop request ends the wait at once, Redis or not."""
+        self.set_state(WorkerStatus.IDLE)
+        self.procline("Listening on " + ",".join(self.queue_names()))
+        keys = [queue.key for queue in self._ordered_queues]
+        began, backoff = time.monotonic(), 1.0
+        wait = self.dequeue_timeout if len(keys) == 1 else TAKE_WAIT
+        while not self.stop_asked:
+            try:
+                self.heartbeat()
+                if self.should_run_maintenance_tasks:
+                    self.run_maintenance_tasks()
+                job_id = leftover(self.connection, self.name)
+                queue_key = None
+                if job_id is None:
+                    left = None if timeout is None else max(timeout - (time.monotonic() - began), 0)
+                    found = take(self.connection, self.name, keys, min(wait, left) if left else None)
+                    if found is None:
+                        if timeout is None or left == 0:
+                            return None
+                        if max_idle_time is not None and time.monotonic() - began >= max_idle_time:
+                            return None
+                        continue
+                    queue_key, job_id = found
+                    if not still_taken(self.connection, self.name, job_id):
+                        continue  # an answer that came late: the reconciler gave the job to another worker
+                taken = self._fetch_taken(job_id, queue_key)
+                if taken is not None:
+                    return taken
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                log.error("could not reach Redis (%s): trying again in %.0f s", str(exc).splitlines()[0], backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.max_connection_wait_time)
+        raise StopRequested()
+
+    def _fetch_taken(self, job_id: str, queue_key: str | None) -> tuple[Job, Queue] | None:
+        """The job and queue of an id in this worker's taken list, or None (the id left the list) when the job
+        is gone or is not queued any more (another worker started it after this one's lease lapsed)."""
+        try:
+            job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
+        except NoSuchJobError:
+            put_back(self.connection, self.name, job_id, own=True)
+            return None
+        if job.get_status(refresh=False) != JobStatus.QUEUED:
+            put_back(self.connection, self.name, job_id, own=True)
+            return None
+        queue = self.queue_class.from_queue_key(
+            queue_key or Queue(job.origin, connection=self.connection).key,
+            connection=self.connection,
+            job_class=self.job_class,
+            serializer=self.serializer,
+            death_penalty_class=self.death_penalty_class,
+        )
+        self.reorder_queues(reference_queue=queue)
+        job.redis_server_version = self.get_redis_server_version()
+        log.info("%s: %s", queue.name, job.id)
+        return job, queue
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """In the work-horse: the job is started (rq's bookkeeping), then it leaves this worker's taken list."""
+        super().prepare_job_execution(job, remove_from_intermediate_queue=False)
+        taken_started(self.connection, self.name, job.id)
 
     # ---- the work-horse ----
 
@@ -312,6 +386,7 @@ class RenderWorker(ClipWorker):
         """SIGTERM: take no new job; a render that will end within the grace (estimated from its progress and
         time) finishes, any other job is handed back at once. SIGINT (Ctrl-C, ``quoteclip up``): hand back at
         once. Either way nothing waits for rq's abandoned-job detection, and no attempt is spent."""
+        self.stop_asked = True
         job_id = self.get_current_job_id() if self.horse_pid else None
         if self.horse_pid and not job_id:  # a horse without a job known here: the plain time limit
             return super().request_stop(signum, frame)
@@ -415,11 +490,7 @@ class Lease(threading.Thread):
                 )
                 self.worker._settle(self.connection)
                 if self.connection.set(RECLAIM_LOCK, self.worker.name, nx=True, px=int(self.period * 1000)):
-                    for _, requeued in reclaim_lost(self.connection, self.queue_names, self.settings):
-                        if requeued:
-                            record_handback(self.connection, "worker died")
-                        else:
-                            record_failure(self.connection, "worker lost")
+                    reconcile(self.connection, self.queue_names, self.settings)
                 self.failing = False
             except RedisError as exc:
                 if not self.failing:
@@ -479,38 +550,46 @@ def run_worker(
     if not webhooks:
         preload(settings)
     delay = 1.0
-    while True:
-        try:
-            connection = connect(settings)
-            names = (
-                [redis_keys.webhook_queue(settings.queue_name)]
-                if webhooks
-                else [settings.queue_name]
-                if clicks_only
-                else [settings.queue_name, bulk_queue_name(settings)]
-            )
-            queues = [Queue(q, connection=connection) for q in names]
-            if webhooks:
-                # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout) to
-                # requeue jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after it dies.
-                worker: ClipWorker = WebhookWorker(
-                    queues,
-                    connection=connection,
-                    name=name,
-                    job_monitoring_interval=10,
-                    maintenance_interval=settings.maintenance_interval,
-                    worker_ttl=settings.maintenance_interval + 15,
+    worker: ClipWorker | None = None
+    try:
+        while True:
+            try:
+                connection = connect(settings)
+                names = (
+                    [redis_keys.webhook_queue(settings.queue_name)]
+                    if webhooks
+                    else [settings.queue_name]
+                    if clicks_only
+                    else [settings.queue_name, bulk_queue_name(settings)]
                 )
-                worker.shutdown_grace = settings.shutdown_grace
-            else:
-                worker = _render_worker(settings, queues, connection, name)
-            sweep_temp()
-            return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            log.warning("lost Redis (%s); reconnecting in %.0f s", str(exc).splitlines()[0], delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
-            name = None  # the old registration may linger until it expires: come back under a new name
+                queues = [Queue(q, connection=connection) for q in names]
+                if webhooks:
+                    # An idle worker wakes every maintenance interval (worker_ttl - 15 s is rq's dequeue timeout)
+                    # to requeue jobs abandoned by dead workers; job heartbeats every 10 s expire 70 s after it dies.
+                    worker = WebhookWorker(
+                        queues,
+                        connection=connection,
+                        name=name,
+                        job_monitoring_interval=10,
+                        maintenance_interval=settings.maintenance_interval,
+                        worker_ttl=settings.maintenance_interval + 15,
+                    )
+                    worker.shutdown_grace = settings.shutdown_grace
+                else:
+                    worker = _render_worker(settings, queues, connection, name)
+                sweep_temp()
+                return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=True))
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if worker is not None and worker.stop_asked:
+                    log.info("stopping as asked, with Redis away (%s)", str(exc).splitlines()[0])
+                    return False
+                log.warning("lost Redis (%s); reconnecting in %.0f s", str(exc).splitlines()[0], delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                name = None  # the old registration may linger until it expires: come back under a new name
+    except StopRequested:  # told to stop between two workers' lives (Redis away): nothing of this one's to hand back
+        log.info("stopping as asked, with Redis away")
+        return False
 
 
 def _render_worker(settings: Settings, queues: list[Queue], connection: Any, name: str | None) -> RenderWorker:

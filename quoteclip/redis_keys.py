@@ -96,3 +96,14 @@ def worker(name: str) -> str:
     ``host``, ``pid``, ``beat``) and its pause after a machine fault (``paused_until``, ``fault_reason``,
     ``fault_detail``). It expires a lease after the worker's last renewal: a worker without one is dead."""
     return f"{PREFIX}:worker:{name}"
+
+
+def taken(name: str) -> str:
+    """List: the job ids a render worker has taken from a queue and not yet started (each moved here from its queue
+    by one LMOVE/BLMOVE, so a job whose taking's answer was lost is still somewhere). The worker removes an id once
+    the job is started; the reconciler puts back the ids of a worker whose lease lapsed."""
+    return f"{PREFIX}:taken:{name}"
+
+
+# Set: the names of the render workers that have a ``taken`` list (the reconciler's index of them).
+TAKERS = f"{PREFIX}:takers"

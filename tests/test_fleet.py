@@ -1,0 +1,134 @@
+"""The fleet's faults with real processes: a job whose taking's answer was lost (a partition between a worker and
+Redis, then the worker killed) is found and run by another worker within a bound, no attempt spent; a worker told
+to stop while Redis is unreachable stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from conftest import Workers
+from rq import Queue
+from rq.job import Job
+
+from jobs.queue import PENDING, enqueue_clip, job_status
+from quoteclip import redis_keys
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from testkit.proxy import Proxy, proxy_to
+from testkit.services import wait_for
+
+LEASE = "3"  # seconds: the shortest lease a worker takes, so a dead worker's jobs come back soon
+
+
+@pytest.fixture
+def proxy(redis_url: str) -> Iterator[Proxy]:
+    parts = urlsplit(redis_url)
+    with proxy_to(parts.hostname or "127.0.0.1", parts.port or 6379) as found:
+        yield found
+
+
+def start_worker(workers: Workers, url: str, name: str, log: Path) -> subprocess.Popen[bytes]:
+    env = workers.full_env({"QUOTECLIP_REDIS_URL": url, "QUOTECLIP_WORKER_LEASE": LEASE})
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli", "worker", "--name", name], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def blocked_behind(conn: redis.Redis, proxy: Proxy) -> bool:
+    """Whether a client that came through ``proxy`` is blocked in Redis waiting for a job (BLPOP, BLMOVE)."""
+    ports = proxy.upstream_ports()
+    return any(
+        int(client["addr"].rsplit(":", 1)[1]) in ports and "b" in client["flags"] for client in conn.client_list()
+    )
+
+
+def hold_while_blocked(conn: redis.Redis, proxy: Proxy, worker: subprocess.Popen[bytes], log: Path) -> None:
+    """Hold the proxy at a moment its worker's wait for a job is with Redis: the next job pushed to the queue goes
+    to that wait, and its answer stays in the proxy."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, log.read_text(errors="replace")
+        if blocked_behind(conn, proxy):
+            proxy.hold()
+            if blocked_behind(conn, proxy):  # still waiting now that nothing can reach it
+                return
+            proxy.release()
+        time.sleep(0.05)
+    raise AssertionError("the worker never waited for a job: " + log.read_text(errors="replace"))
+
+
+@pytest.mark.slow
+def test_a_job_whose_answer_was_lost_runs_on_another_worker(media, queue_env, workers, redis_url, proxy, tmp_path):
+    """The lost clip of the fault run: a worker's wait for a job is answered while its network is silent, and the
+    worker is killed before it hears it. The job is queued by rq itself (as its scheduler queues a retry), so no
+    side index of quoteclip's knows it; it must still be run by another worker, its attempts untouched."""
+    conn = redis.Redis.from_url(redis_url)
+    database = urlsplit(redis_url).path.strip("/") or "0"
+    settings = Settings.from_env(queue_env)
+    spec = build_spec({"source": str(media(size="320x180", duration=4, gop=30)), "start": 1, "end": 2})
+    a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
+    a = start_worker(workers, proxy.url(database), "partitioned", a_log)
+    b = None
+    try:
+        hold_while_blocked(conn, proxy, a, a_log)
+        job_id = enqueue_clip(spec, settings).job_id
+        assert job_id is not None
+        conn.zrem(PENDING, job_id)  # queued as rq's scheduler queues a retry: no PENDING entry
+        queue = Queue(settings.queue_name, connection=conn)
+        wait_for(lambda: conn.lpos(queue.key, job_id) is None, 10, "the held worker's wait to take the job")
+        retries = Job.fetch(job_id, connection=conn).retries_left
+        assert job_status(job_id, settings)["status"] == "queued"
+        a.kill()  # killed before the answer reached it
+        a.wait(timeout=10)
+        killed = time.monotonic()
+        proxy.release()
+        b = start_worker(workers, redis_url, "survivor", b_log)
+        wait_for(
+            lambda: job_status(job_id, settings)["status"] == "finished",
+            60,
+            "the job to finish on the other worker: " + b_log.read_text(errors="replace")[-2000:],
+        )
+        took = time.monotonic() - killed
+        print(f"\nthe job whose answer was lost finished {took:.1f} s after its worker was killed")
+        job = Job.fetch(job_id, connection=conn)
+        assert job.retries_left == retries  # no attempt spent
+        assert not job.meta.get("deaths") and not job.meta.get("error")
+        assert not conn.exists(redis_keys.taken("partitioned"))
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_an_idle_worker_told_to_stop_with_redis_away_stops(queue_env, workers, redis_url, proxy, tmp_path) -> None:
+    conn = redis.Redis.from_url(redis_url)
+    database = urlsplit(redis_url).path.strip("/") or "0"
+    log = tmp_path / "worker.log"
+    worker = start_worker(workers, proxy.url(database), "stranded", log)
+    try:
+        wait_for(lambda: blocked_behind(conn, proxy), 90, "the worker waiting for a job")
+        proxy.cut()  # Redis unreachable from the worker from now on
+        wait_for(
+            lambda: "could not" in log.read_text(errors="replace") or worker.poll() is not None,
+            60,
+            "the worker seeing Redis gone",
+        )
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=15)
+        assert worker.returncode is not None
+    finally:
+        if worker.poll() is None:
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait()
