@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quoteclip.media import generated_source_argv
 from quoteclip.settings import Settings, default_cache_dir
 from renderer.ffmpeg import ffmpeg_binary, run_ffmpeg
 
@@ -15,34 +16,9 @@ def demo_source(settings: Settings, seconds: int = 15) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part.mp4")
-    argv = [
-        ffmpeg_binary(settings.ffmpeg_binary),
-        "-hide_banner",
-        "-nostdin",
-        "-loglevel",
-        "error",
-        "-y",
-        "-f",
-        "lavfi",
-        "-i",
-        f"testsrc2=size=1920x1080:rate=30:duration={seconds}",
-        "-f",
-        "lavfi",
-        "-i",
-        f"sine=frequency=440:sample_rate=48000:duration={seconds}",
-        "-c:v",
-        "libx264",
-        "-preset",
-        "ultrafast",
-        "-g",
-        "300",
-        "-pix_fmt",
-        "yuv420p",
-        "-c:a",
-        "aac",
-        "-shortest",
-        str(tmp),
-    ]
+    argv = generated_source_argv(
+        ffmpeg_binary(settings.ffmpeg_binary), str(tmp), size="1920x1080", duration=seconds, gop=300, strict_gop=False
+    )
     try:
         run_ffmpeg(argv, timeout=300)
         tmp.replace(path)

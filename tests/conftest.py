@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
+import functools
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from quoteclip import embedded
 from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 from testkit import add_plugins_to_path, with_plugins
+from testkit import media as testkit_media
 from testkit.services import HttpSource, S3Server, free_port, start_private_redis, start_seaweedfs, wait_for
 
 # The test video site's yt-dlp extractor is a plugin (testkit/plugins/yt_dlp_plugins), found on the Python path as
@@ -79,7 +79,8 @@ MediaFactory = Callable[..., Path]
 
 @pytest.fixture(scope="session")
 def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFactory:
-    """Generate a source once per session per set of parameters.
+    """Generate a source once per session per set of parameters (``testkit.media.source``: ``rotation``, and the
+    parameters of ``quoteclip.media.generated_source_argv``: size, fps, duration, gop, audio, vfr, …).
 
     ``bframes``: encoded with B-frames (x264 veryfast, 3 of them), as most real sources are.
 
@@ -88,74 +89,7 @@ def media(tmp_path_factory: pytest.TempPathFactory, ffmpeg_bin: str) -> MediaFac
     one flat gray level, so a frame is named by its mean: see ``mediacheck.frame_index``). ``fps`` may be a
     rational string ("30000/1001").
     """
-    folder = tmp_path_factory.mktemp("media")
-
-    def make(
-        size: str = "320x180",
-        fps: int | str = 30,
-        duration: float = 12,
-        gop: int | None = 300,
-        audio: bool = True,
-        rotation: int | None = None,
-        vfr: bool = False,
-        pattern: str = "testsrc",
-        bframes: bool = False,
-    ) -> Path:
-        params = json.dumps([size, fps, duration, gop, audio, rotation, vfr, pattern] + ([True] if bframes else []))
-        path = folder / f"src-{hashlib.sha1(params.encode()).hexdigest()[:12]}.mp4"
-        if path.exists():
-            return path
-        if pattern == "black":
-            video = f"color=c=black:s={size}:r={fps}:d={duration}"
-            sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
-        elif pattern == "levels":  # frame n is flat gray, luma 16 + (37·n mod 200): its mean names the frame
-            video = f"color=c=black:s={size}:r={fps}:d={duration},geq=lum='16+mod(N*37\\,200)':cb=128:cr=128"
-            sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
-        elif pattern == "flash":
-            video = f"color=c=black:s={size}:r={fps}:d={duration},drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)'"
-            sound = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={duration}"
-        else:
-            video = f"testsrc2=size={size}:rate={fps}:duration={duration}"
-            sound = f"sine=frequency=440:sample_rate=48000:duration={duration}"
-        argv = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", video]
-        if audio:
-            argv += ["-f", "lavfi", "-i", sound]
-        vf = ["select='mod(n,5)'"] if vfr else []
-        if vf:
-            argv += ["-vf", ",".join(vf), "-fps_mode", "vfr"]
-        # B-frames (as most real sources have): frames decoded out of presentation order
-        argv += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]
-        argv += ["-preset", "veryfast", "-bf", "3"] if bframes else []
-        if gop:
-            argv += ["-g", str(gop), "-keyint_min", str(gop), "-sc_threshold", "0"]
-        if audio:
-            argv += ["-c:a", "aac", "-shortest"]
-        tmp = path.with_suffix(".tmp.mp4")
-        subprocess.run([*argv, str(tmp)], check=True)
-        if rotation is not None:
-            rotated = path.with_suffix(".rot.mp4")
-            subprocess.run(
-                [
-                    ffmpeg_bin,
-                    "-hide_banner",
-                    "-loglevel",
-                    "error",
-                    "-y",
-                    "-display_rotation",
-                    str(rotation),
-                    "-i",
-                    str(tmp),
-                    "-c",
-                    "copy",
-                    str(rotated),
-                ],
-                check=True,
-            )
-            rotated.replace(tmp)
-        tmp.replace(path)
-        return path
-
-    return make
+    return functools.partial(testkit_media.source, tmp_path_factory.mktemp("media"), ffmpeg_bin)
 
 
 @pytest.fixture

@@ -4,13 +4,14 @@ else the brand's colour or image), the quote's waveform moving with its sound, c
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import run_cli, runs
 from mediacheck import first_loud_sample, gray_frames, rgb_frame, streams
+
+from testkit.media import ffmpeg, lavfi, with_artwork
 
 # the sound: a tone for the first half of every second, silence for the second half
 TONE = "aevalsrc='if(lt(mod(t,1),0.5),0.8*sin(2*PI*440*t),0)':s=48000:d=12"
@@ -19,32 +20,11 @@ TONE = "aevalsrc='if(lt(mod(t,1),0.5),0.8*sin(2*PI*440*t),0)':s=48000:d=12"
 @pytest.fixture(scope="session")
 def podcasts(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("podcasts")
-    quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
     plain, art, with_art, m4a = (folder / n for n in ("episode.mp3", "cover.png", "with-art.mp3", "episode.m4a"))
-    subprocess.run([*quiet, "-f", "lavfi", "-i", TONE, "-c:a", "libmp3lame", str(plain)], check=True)
-    subprocess.run([*quiet, "-f", "lavfi", "-i", TONE, "-c:a", "aac", str(m4a)], check=True)
-    subprocess.run([*quiet, "-f", "lavfi", "-i", "color=c=0xd01010:s=300x300", "-frames:v", "1", str(art)], check=True)
-    subprocess.run(
-        [
-            *quiet,
-            "-i",
-            str(plain),
-            "-i",
-            str(art),
-            "-map",
-            "0:a",
-            "-map",
-            "1:v",
-            "-c:a",
-            "copy",
-            "-c:v",
-            "mjpeg",
-            "-disposition:v",
-            "attached_pic",
-            str(with_art),
-        ],
-        check=True,
-    )
+    ffmpeg(ffmpeg_bin, *lavfi(TONE), "-c:a", "libmp3lame", str(plain))
+    ffmpeg(ffmpeg_bin, *lavfi(TONE), "-c:a", "aac", str(m4a))
+    ffmpeg(ffmpeg_bin, *lavfi("color=c=0xd01010:s=300x300"), "-frames:v", "1", str(art))
+    with_artwork(ffmpeg_bin, plain, art, with_art)
     return {"plain": plain, "artwork": with_art, "m4a": m4a}
 
 

@@ -18,6 +18,7 @@ from quoteclip.transcript import spread
 from renderer.captions import caption_track, write_track
 from renderer.timing import paginate
 from storage import LocalStorage
+from testkit.media import ffmpeg, lavfi
 
 WORDS = [
     {"text": "one", "start": 1.0, "end": 1.5},
@@ -300,47 +301,14 @@ def panning_face(tmp_path_factory, ffmpeg_bin) -> Path:
     folder = tmp_path_factory.mktemp("face")
     Image.fromarray(data.astronaut()).resize((300, 300)).save(folder / "astronaut.png")
     out = folder / "pan.mp4"
-    import subprocess
-
-    subprocess.run(
-        [
-            ffmpeg_bin,
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            "color=c=gray:s=1280x720:r=30:d=6",
-            "-loop",
-            "1",
-            "-i",
-            str(folder / "astronaut.png"),
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=d=6",
-            "-filter_complex",
-            "[0][1]overlay=x='60+150*t':y=210:shortest=1[v]",
-            "-map",
-            "[v]",
-            "-map",
-            "2:a",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-g",
-            "60",
-            "-pix_fmt",
-            "yuv420p",
-            "-c:a",
-            "aac",
-            "-shortest",
-            str(out),
-        ],
-        check=True,
+    overlay = "[0][1]overlay=x='60+150*t':y=210:shortest=1[v]"
+    ffmpeg(
+        ffmpeg_bin,
+        *lavfi("color=c=gray:s=1280x720:r=30:d=6"),
+        *["-loop", "1", "-i", str(folder / "astronaut.png"), *lavfi("sine=d=6")],
+        *["-filter_complex", overlay, "-map", "[v]", "-map", "2:a"],
+        *["-c:v", "libx264", "-preset", "ultrafast", "-g", "60", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest"],
+        str(out),
     )
     return out
 

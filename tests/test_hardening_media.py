@@ -12,20 +12,21 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from test_sites import EPISODE_SECONDS, assert_exact
+from test_sites import assert_exact
 from test_sites import episode_files as episode_files  # the session's episode, a fixture shared with test_sites
+from test_sites import site as site  # the video site serving it (separate video and audio formats, as YouTube's)
 
 from jobs.pipeline.produce import produce_clip
 from quoteclip.errors import SourceTransient
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage
+from testkit.media import ffmpeg, lavfi
 from testkit.services import free_port, wait_for
 from testkit.videosite import Episode, SiteFormat, VideoSite
 
@@ -200,38 +201,13 @@ def _answers(port: int) -> bool:
 def make_segments(folder: Path, ffmpeg_bin: str, count: int, seconds: float = 4.0) -> list[str]:
     """``count`` MPEG-TS segments of ``seconds`` each (one keyframe each) and a VOD playlist naming them."""
     source = folder / "whole.ts"
-    subprocess.run(
-        [
-            ffmpeg_bin,
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            f"testsrc2=size=160x90:rate=25:duration={count * seconds}",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-g",
-            str(int(25 * seconds)),
-            "-keyint_min",
-            str(int(25 * seconds)),
-            "-sc_threshold",
-            "0",
-            "-f",
-            "hls",
-            "-hls_time",
-            str(seconds),
-            "-hls_playlist_type",
-            "vod",
-            "-hls_segment_filename",
-            str(folder / "seg%d.ts"),
-            str(folder / "index.m3u8"),
-        ],
-        check=True,
+    gop = str(int(25 * seconds))
+    ffmpeg(
+        ffmpeg_bin,
+        *lavfi(f"testsrc2=size=160x90:rate=25:duration={count * seconds}"),
+        *["-c:v", "libx264", "-preset", "ultrafast", "-g", gop, "-keyint_min", gop, "-sc_threshold", "0"],
+        *["-f", "hls", "-hls_time", str(seconds), "-hls_playlist_type", "vod"],
+        *["-hls_segment_filename", str(folder / "seg%d.ts"), str(folder / "index.m3u8")],
     )
     source.unlink(missing_ok=True)
     return sorted(p.name for p in folder.glob("seg*.ts"))
@@ -442,7 +418,6 @@ def test_a_page_offering_a_playlist_of_tiny_segments_fails_its_clip_as_bad_input
     """End to end, from a video site's page (yt-dlp's extraction) to the clip: the playlist of 5000 segments of
     0.0001 s fails the clip as bad input (permanent), and the site's segment host is asked for nothing."""
     from quoteclip.errors import BadInput
-    from testkit.videosite import Episode, SiteFormat, VideoSite
 
     folder = tmp_path / "hls"
     folder.mkdir()
@@ -460,22 +435,6 @@ def test_a_page_offering_a_playlist_of_tiny_segments_fails_its_clip_as_bad_input
 
 
 # ---- links that expire every few requests -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def site(episode_files) -> Iterator[VideoSite]:
-    """The tests' video site with its 10-minute episode (separate video and audio formats, as YouTube's)."""
-    server = VideoSite()
-    server.episodes["ep1"] = Episode(
-        "Episode one",
-        EPISODE_SECONDS,
-        [
-            SiteFormat("137", episode_files["video"], vcodec="avc1.64001f", width=320, height=180),
-            SiteFormat("140", episode_files["audio"], ext="m4a", vcodec="none", acodec="mp4a.40.2"),
-        ],
-    )
-    yield server
-    server.close()
 
 
 def test_links_expiring_every_few_requests_are_extracted_again_until_the_clip_is_done(site, settings) -> None:

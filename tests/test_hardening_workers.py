@@ -42,6 +42,7 @@ from jobs.queue import enqueue_clip, job_status
 from quoteclip.errors import InternalError, MachineFault, RenderFailed, SourceTransient
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
+from testkit import media as testkit_media
 from testkit.services import free_port, wait_for
 
 ATTEMPTS = 3  # the queue's retries (jobs.queue.RETRY): a job that spent none still has them all
@@ -199,15 +200,8 @@ def _job(redis_url: str, job_id: str) -> Job:
 def dense_source(path: Path, ffmpeg_bin: str) -> Path:
     """A source of many bytes that renders fast: the test pattern, losslessly coded (about 0.6 MB a second),
     with a key frame every 4 s, so a cut 2 s in reads some 2 MB of it, more than a small tmpfs holds."""
-    if not path.exists():
-        subprocess.run(
-            [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"]
-            + ["-i", "testsrc2=size=640x360:rate=30:duration=8", "-f", "lavfi", "-i", "sine=duration=8"]
-            + ["-c:v", "libx264", "-preset", "ultrafast", "-qp", "0", "-g", "120", "-pix_fmt", "yuv420p"]
-            + ["-c:a", "aac", "-shortest", str(path)],
-            check=True,
-        )
-    return path
+    lossless = {"size": "640x360", "duration": 8, "gop": 120, "strict_gop": False, "video_options": ("-qp", "0")}
+    return testkit_media.source(path.parent, ffmpeg_bin, name=path.name, **lossless)
 
 
 def small_disk_wrap(folder: Path, size: str) -> list[str]:

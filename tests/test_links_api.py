@@ -492,28 +492,22 @@ def test_the_poster_alone_is_the_full_renders_poster(kind: str, media, settings,
     """The poster rendered alone (no services: the pipeline itself) is byte for byte the poster the clip's full
     render writes: a video's frame with captions (karaoke, a sequence of states) and watermark, an audiogram's
     waveform over its colour, over a source's artwork."""
-    import subprocess
-
     from jobs.pipeline.produce import produce_clip, produce_poster
     from quoteclip.spec import build_spec
     from storage import LocalStorage
+    from testkit.media import ffmpeg, lavfi, with_artwork
 
-    quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
     tone = "aevalsrc='if(lt(mod(t,1),0.5),0.8*sin(2*PI*440*t),0)':s=48000:d=6"
     if kind == "video":
         source = media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels")
     else:
         source = tmp_path / "episode.mp3"
-        subprocess.run([*quiet, "-f", "lavfi", "-i", tone, "-c:a", "libmp3lame", str(source)], check=True)
+        ffmpeg(ffmpeg_bin, *lavfi(tone), "-c:a", "libmp3lame", str(source))
     if kind == "artwork":
         cover, plain = tmp_path / "cover.png", source
         source = tmp_path / "with-art.mp3"
-        subprocess.run([*quiet, "-f", "lavfi", "-i", "color=c=0xd01010:s=300x300", "-frames:v", "1", str(cover)])
-        subprocess.run(
-            [*quiet, "-i", str(plain), "-i", str(cover), "-map", "0:a", "-map", "1:v", "-c:a", "copy"]
-            + ["-c:v", "mjpeg", "-disposition:v", "attached_pic", str(source)],
-            check=True,
-        )
+        ffmpeg(ffmpeg_bin, *lavfi("color=c=0xd01010:s=300x300"), "-frames:v", "1", str(cover))
+        with_artwork(ffmpeg_bin, plain, cover, source)
     spec = build_spec(
         {
             "source": str(source),

@@ -4,7 +4,6 @@ expire, formats available later, a cookie and headers every media request needs;
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +18,7 @@ from quoteclip.errors import SourceLinkExpired, SourceTransient, SourceUnavailab
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage
+from testkit.media import ffmpeg, lavfi
 from testkit.videosite import Episode, SiteFormat, VideoSite
 
 EPISODE_SECONDS = 600
@@ -36,84 +36,34 @@ def episode_files(ffmpeg_bin, tmp_path_factory) -> dict[str, Path]:
         "hls": folder / "hls" / "index.m3u8",
         "dash": folder / "dash" / "manifest.mpd",
     }
-    quiet = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y"]
     # noise makes the picture cost what real video does (about 1.3 Mbit/s, as 720p): "a few % of the bytes" means
     # something
     base = folder / "base.mp4"
     picture = "color=c=black:s=320x180:r=30:d=20,drawbox=c=white:t=fill:enable='lt(mod(t,1),0.1)',noise=alls=20:allf=t"
-    encode = [
-        "-c:v",
-        "libx264",
-        "-preset",
-        "ultrafast",
-        "-pix_fmt",
-        "yuv420p",
-        "-crf",
-        "30",
-        "-g",
-        "300",
-        "-keyint_min",
-        "300",
-        "-sc_threshold",
-        "0",
-    ]
-    subprocess.run([*quiet, "-f", "lavfi", "-i", picture, *encode, str(base)], check=True)
+    encode = ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-crf", "30"]
+    encode += ["-g", "300", "-keyint_min", "300", "-sc_threshold", "0"]
+    ffmpeg(ffmpeg_bin, *lavfi(picture), *encode, str(base))
     # the picture by looping (stream copy: quick); the beep made whole, since looped AAC drifts a frame per loop
-    subprocess.run(
-        [*quiet, "-stream_loop", str(EPISODE_SECONDS // 20 - 1), "-i", str(base), "-c", "copy", str(files["video"])],
-        check=True,
-    )
+    loops = str(EPISODE_SECONDS // 20 - 1)
+    ffmpeg(ffmpeg_bin, "-stream_loop", loops, "-i", str(base), "-c", "copy", str(files["video"]))
     beep = f"aevalsrc='if(lt(mod(t,1),0.1),0.8*sin(2*PI*1000*t),0)':s=48000:d={EPISODE_SECONDS}"
-    subprocess.run([*quiet, "-f", "lavfi", "-i", beep, "-c:a", "aac", str(files["audio"])], check=True)
-    subprocess.run(
-        [*quiet, "-i", str(files["video"]), "-i", str(files["audio"]), "-c", "copy", str(files["muxed"])], check=True
-    )
+    ffmpeg(ffmpeg_bin, *lavfi(beep), "-c:a", "aac", str(files["audio"]))
+    ffmpeg(ffmpeg_bin, "-i", str(files["video"]), "-i", str(files["audio"]), "-c", "copy", str(files["muxed"]))
     # the same episode as HLS VOD, as ffmpeg's own muxer cuts it: 10 s MPEG-TS segments on the keyframes (their
     # timestamps start at 1.4 s, not 0)
     files["hls"].parent.mkdir()
-    subprocess.run(
-        [
-            *quiet,
-            "-i",
-            str(files["muxed"]),
-            "-c",
-            "copy",
-            "-f",
-            "hls",
-            "-hls_time",
-            "10",
-            "-hls_playlist_type",
-            "vod",
-            "-hls_segment_filename",
-            str(files["hls"].parent / "seg%03d.ts"),
-            str(files["hls"]),
-        ],
-        check=True,
+    segments = str(files["hls"].parent / "seg%03d.ts")
+    ffmpeg(
+        ffmpeg_bin,
+        *["-i", str(files["muxed"]), "-c", "copy", "-f", "hls", "-hls_time", "10", "-hls_playlist_type", "vod"],
+        *["-hls_segment_filename", segments, str(files["hls"])],
     )
     # and as DASH: a manifest naming fMP4 fragments (SegmentTemplate), video and audio apart
     files["dash"].parent.mkdir()
-    subprocess.run(
-        [
-            *quiet,
-            "-i",
-            str(files["muxed"]),
-            "-map",
-            "0:v",
-            "-map",
-            "0:a",
-            "-c",
-            "copy",
-            "-f",
-            "dash",
-            "-seg_duration",
-            "10",
-            "-use_template",
-            "1",
-            "-use_timeline",
-            "0",
-            str(files["dash"]),
-        ],
-        check=True,
+    ffmpeg(
+        ffmpeg_bin,
+        *["-i", str(files["muxed"]), "-map", "0:v", "-map", "0:a", "-c", "copy", "-f", "dash", "-seg_duration", "10"],
+        *["-use_template", "1", "-use_timeline", "0", str(files["dash"])],
     )
     return files
 

@@ -23,6 +23,7 @@ from sources.http import Fetcher
 from sources.remote import RemoteFile
 from sources.safety import check_url
 from storage import LocalStorage
+from testkit.media import ffmpeg, lavfi
 from testkit.services import free_port
 
 
@@ -31,23 +32,7 @@ def long_source(media, ffmpeg_bin, tmp_path_factory) -> Path:
     """A 20-minute source (a 20 s clip looped with stream copy: quick to make), keyframes every 10 s."""
     base = media(size="320x180", duration=20, gop=300)
     out = tmp_path_factory.mktemp("long") / "episode.mp4"
-    subprocess.run(
-        [
-            ffmpeg_bin,
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-stream_loop",
-            "59",
-            "-i",
-            str(base),
-            "-c",
-            "copy",
-            str(out),
-        ],
-        check=True,
-    )
+    ffmpeg(ffmpeg_bin, "-stream_loop", "59", "-i", str(base), "-c", "copy", str(out))
     return out
 
 
@@ -303,9 +288,7 @@ def test_limits_refuse_before_rendering(media, settings, http_source, ffmpeg_bin
     with pytest.raises(SourceUnavailable, match=r"source download exceeds the 0.0625 MB limit"):
         clip(replace(settings, max_fetch_bytes=64 * 1024, cache_dir=tmp_path / "cold-cache"), url, 1, 2)
     many = tmp_path / "many.mp4"
-    argv = [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-y", "-i", str(src)]
-    argv += ["-map", "0:v"] + ["-map", "0:a"] * 9 + ["-c", "copy", str(many)]
-    subprocess.run(argv, check=True)
+    ffmpeg(ffmpeg_bin, "-i", str(src), "-map", "0:v", *["-map", "0:a"] * 9, "-c", "copy", str(many))
     (http_source.root / "many.mp4").symlink_to(many)
     with pytest.raises(SourceUnavailable, match=r"source has 10 streams, over the limit of 8"):
         clip(settings, http_source.url("many.mp4"), 1, 2)
@@ -454,25 +437,7 @@ def test_a_source_whose_frames_do_not_decode_is_bad_input(media, settings, tmp_p
 def test_crafted_huge_frame_header_is_refused_without_decoding_it(settings, http_source, ffmpeg_bin, tmp_path) -> None:
     """A real file whose frame is 20000 pixels wide (one tiny MJPEG frame): refused by the size cap."""
     wide = tmp_path / "wide.mov"
-    subprocess.run(
-        [
-            ffmpeg_bin,
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            "color=c=gray:s=20000x8:d=3:r=1",
-            "-c:v",
-            "mjpeg",
-            "-q:v",
-            "31",
-            str(wide),
-        ],
-        check=True,
-    )
+    ffmpeg(ffmpeg_bin, *lavfi("color=c=gray:s=20000x8:d=3:r=1"), "-c:v", "mjpeg", "-q:v", "31", str(wide))
     from renderer.probe import probe
 
     with pytest.raises(SourceUnavailable, match=r"source frame size 20000x8 is over the limit"):
@@ -614,28 +579,10 @@ def test_frames_that_grow_mid_stream_are_refused(settings, ffmpeg_bin, tmp_path)
     parts = []
     for n, (size, offset) in enumerate((("320x180", 0), ("640x360", 2))):
         part = tmp_path / f"p{n}.ts"
-        subprocess.run(
-            [
-                ffmpeg_bin,
-                "-hide_banner",
-                "-loglevel",
-                "error",
-                "-y",
-                "-f",
-                "lavfi",
-                "-i",
-                f"testsrc2=s={size}:r=30:d=2",
-                "-c:v",
-                "libx264",
-                "-g",
-                "30",
-                "-output_ts_offset",
-                str(offset),
-                "-f",
-                "mpegts",
-                str(part),
-            ],
-            check=True,
+        ffmpeg(
+            ffmpeg_bin,
+            *lavfi(f"testsrc2=s={size}:r=30:d=2"),
+            *["-c:v", "libx264", "-g", "30", "-output_ts_offset", str(offset), "-f", "mpegts", str(part)],
         )
         parts.append(part.read_bytes())
     grown = tmp_path / "grown.ts"
