@@ -2,8 +2,9 @@
 names, or raises ``Refused`` (api/links/outcomes.py): 403 for a link that is not one of ours as it stands (any byte
 changed, another key's signature, a removed key, a payload not in canonical form, an extension not its variant's)
 or that breaks its key's scopes (hosts, longest clip, link lifetime), 410 past its expiry, 422 for a clip the
-service cannot make (the spec and source rules ``POST /clips`` applies, api/clips.py). Which part of a link failed
-is never said. A sub-resource (``…/index.m3u8``) is verified as the link before it.
+service cannot make (the spec and source rules ``POST /clips`` applies, api/clips.py; 503 when a local source
+cannot be read). Which part of a link failed is never said. A sub-resource (``…/index.m3u8``) is verified as the
+link before it. Whatever decides whether a link is ours (its keys, their secrets) is read here and nowhere else.
 """
 
 from __future__ import annotations
