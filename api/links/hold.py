@@ -79,7 +79,7 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
     found = await streams.joined(svc, pending.job_id, deadline)
     if found is None:
         return None
-    head = streams.reads_a_head(request)
+    head = svc.settings.stream_head and streams.reads_a_head(request)
     return pending.linked.answer(streams.RelayResponse(*found, CORS, progressive=True, head=head), Outcome.STREAMED)
 
 
