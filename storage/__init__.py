@@ -18,8 +18,10 @@ class Storage(Protocol):
     def stat(self, key: str) -> dict[str, str] | None:
         """The stored clip's metadata, or None when the clip is not stored."""
 
-    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> None:
-        """Store ``path`` under ``key``. The clip becomes visible only once complete."""
+    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> bool:
+        """Store ``path`` under ``key``, once: the clip becomes visible only once complete, and a clip already
+        stored is never overwritten (two workers that rendered the same clip both succeed; the first one's bytes
+        stand). True when this call stored it, False when it was there already."""
 
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         """Store a file that goes with the clip (``.srt``, ``.vtt``, ``.jpg``, ``.manifest.json``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -27,11 +28,13 @@ class LocalStorage:
         except (OSError, ValueError):
             return {}
 
-    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> None:
-        """Metadata first, the mp4 last: a clip is stored once its mp4 is in place."""
+    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> bool:
+        """Metadata first, the mp4 last: a clip is stored once its mp4 is in place, and put there once (a hard
+        link, which fails on an existing name): of two workers storing the same clip the first one's bytes stand,
+        and the second is told so (False)."""
         meta = json.dumps({**metadata, "filename": filename}, indent=1).encode()
         self._write(self._file(key, ".json"), data=meta)
-        self._write(self._file(key), source=path)
+        return self._write(self._file(key), source=path, once=True)
 
     def has_sidecar(self, key: str, suffix: str) -> bool:
         return (self.root / f"{key}{suffix}").is_file()
@@ -51,8 +54,10 @@ class LocalStorage:
         except OSError as exc:
             raise StorageFailed(f"could not read asset {name} in {self.root}: {exc}") from exc
 
-    def _write(self, final: Path, data: bytes | None = None, source: Path | None = None) -> None:
-        """Atomically: a temp file in the same folder, synced, then renamed over ``final``."""
+    def _write(self, final: Path, data: bytes | None = None, source: Path | None = None, once: bool = False) -> bool:
+        """Atomically: a temp file in the same folder, synced, then renamed over ``final``; with ``once``, linked
+        to ``final`` instead, so a file already there stays (False). A file system without hard links is looked
+        at before the rename (a narrower window, not none)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".incoming-", suffix=final.suffix)
@@ -66,10 +71,12 @@ class LocalStorage:
                         out.write(data or b"")
                     out.flush()
                     os.fsync(out.fileno())
-                os.replace(tmp, final)
-            except BaseException:
+                if not once:
+                    os.replace(tmp, final)
+                    return True
+                return _create(Path(tmp), final)
+            finally:
                 Path(tmp).unlink(missing_ok=True)
-                raise
         except OSError as exc:
             raise StorageFailed(f"could not store {final.name} in {self.root}: {exc}") from exc
 
@@ -81,3 +88,18 @@ class LocalStorage:
 
     def local_path(self, key: str) -> Path | None:
         return self._file(key)
+
+
+def _create(tmp: Path, final: Path) -> bool:
+    """``tmp`` becomes ``final`` unless a file has that name already: True when it did."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+            raise
+        if final.exists():
+            return False
+        os.replace(tmp, final)
+    return True

@@ -5,14 +5,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import quote
 
 import boto3
-from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -25,6 +27,16 @@ PREFIX = "clips/"
 # Below this size a clip goes up in one PUT with Content-MD5 (the store verifies it); above, multipart with
 # a SHA-256 checksum per part. Either way the object appears under its key only once complete.
 SINGLE_PUT_LIMIT = 64 * 1024 * 1024
+PART_SIZE = 16 * 1024 * 1024
+PART_THREADS = 4  # parts in flight at once (each holds PART_SIZE in memory)
+# A marker of a few bytes written twice with If-None-Match: * (then deleted) to learn whether the store refuses
+# a second write of a key; a name of its own each time, so probes of several processes never meet
+PROBE = "probes/if-none-match-"
+_CONDITIONAL: dict[tuple[str, str], bool] = {}  # (endpoint, bucket) -> the probe's answer, once per process
+TAKEN = {"PreconditionFailed", "412"}  # If-None-Match: * refused: an object has the key
+CONFLICT = {"ConditionalRequestConflict", "409"}  # a write of the key under way at the same time
+UNSUPPORTED = {"NotImplemented", "501", "InvalidArgument", "InvalidRequest"}  # a store refusing the header itself
+NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 ASSETS = "assets/"  # uploaded brand files (logos, fonts), by content hash
 CACHE_CONTROL = "public, max-age=31536000, immutable"  # content-addressed: a key's bytes never change
 
@@ -63,7 +75,12 @@ class S3Storage:
             return dict(self.client.head_object(Bucket=self.bucket, Key=self.object_key(key)).get("Metadata", {}))
         return None
 
-    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> None:
+    def put(self, path: Path, key: str, filename: str, metadata: dict[str, str]) -> bool:
+        """Store the clip once: with ``If-None-Match: *`` where the store honours it, so of two workers rendering
+        the same clip (a job duplicated by a Redis failover, a lease that lapsed) only the first writes it; else
+        after a look for it (a narrower window, not none). True when this call stored the clip, False when it was
+        there already (the first writer's bytes stand: they are this clip) or when the stored object's ETag is not
+        this write's (a store that let two writes through: the last one's stands)."""
         name = self.object_key(key)
         size = path.stat().st_size
         extra = {
@@ -73,22 +90,115 @@ class S3Storage:
             "Metadata": metadata,
         }
         with _store_errors(f"upload of {name} to bucket {self.bucket} failed"):
-            if size <= SINGLE_PUT_LIMIT:
-                data = path.read_bytes()
-                md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
-                self.client.put_object(Bucket=self.bucket, Key=name, Body=data, ContentMD5=md5, **extra)
-            else:
-                self.client.upload_file(
-                    str(path),
-                    self.bucket,
-                    name,
-                    ExtraArgs={**extra, "ChecksumAlgorithm": "SHA256"},
-                    Config=TransferConfig(multipart_threshold=SINGLE_PUT_LIMIT, multipart_chunksize=16 * 1024 * 1024),
-                )
-            head = self.client.head_object(Bucket=self.bucket, Key=name)
+            once = self.conditional_writes()
+            etag = self._upload(path, name, size, extra, once) if once or not self._exists(name) else None
+            head = self.client.head_object(Bucket=self.bucket, Key=name) if etag is not None else {}
+        if etag is None or head.get("ETag") != etag:  # refused, or another writer's write landed after ours
+            log.info("%s was stored by another writer: its bytes stand", name)
+            return False
         if int(head.get("ContentLength", -1)) != size:
             raise StorageFailed(f"upload of {name} came back with {head.get('ContentLength')} bytes, expected {size}")
         log.info("uploaded %s (%d bytes)", name, size)
+        return True
+
+    def conditional_writes(self) -> bool:
+        """Whether the store refuses a second ``If-None-Match: *`` write of a key (AWS S3, MinIO, SeaweedFS do):
+        asked once per process and store, by writing a marker of a few bytes twice. Errors are the caller's."""
+        where = (str(self.client.meta.endpoint_url), self.bucket)
+        if where not in _CONDITIONAL:
+            _CONDITIONAL[where] = self._probe()
+        return _CONDITIONAL[where]
+
+    def _probe(self) -> bool:
+        marker = f"{PROBE}{uuid.uuid4().hex}"
+        try:
+            for _ in range(2):
+                self.client.put_object(Bucket=self.bucket, Key=marker, Body=b"If-None-Match: *\n", IfNoneMatch="*")
+        except ClientError as exc:
+            if _code(exc) not in TAKEN | UNSUPPORTED:
+                raise
+            refused = _code(exc) in TAKEN
+        else:
+            refused = False
+        finally:
+            with suppress(ClientError, BotoCoreError):  # a bucket that allows no delete keeps the marker
+                self.client.delete_object(Bucket=self.bucket, Key=marker)
+        if not refused:
+            log.warning("bucket %s does not refuse a second write of a key: clips are stored after a look", self.bucket)
+        return refused
+
+    def _upload(self, path: Path, name: str, size: int, extra: dict[str, Any], once: bool) -> str | None:
+        """One PUT with Content-MD5 (the store verifies it) up to SINGLE_PUT_LIMIT, multipart above it; with
+        ``once``, on condition that no object has the key. The stored object's ETag, or None when an object had
+        the key: a 412, or a 409 (a write of the key under way at the same time) once the key is found stored."""
+        condition = {"IfNoneMatch": "*"} if once else {}
+        conflicts = 0
+        while True:
+            try:
+                if size <= SINGLE_PUT_LIMIT:
+                    data = path.read_bytes()
+                    md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
+                    done = self.client.put_object(
+                        Bucket=self.bucket, Key=name, Body=data, ContentMD5=md5, **extra, **condition
+                    )
+                else:
+                    done = self._multipart(path, name, size, extra, condition)
+                return str(done["ETag"])
+            except ClientError as exc:
+                if once and _code(exc) in TAKEN:
+                    return None
+                if not (once and _code(exc) in CONFLICT):
+                    raise
+                if self._exists(name):
+                    return None
+                conflicts += 1
+                if conflicts > 2:  # the other write failed each time: the queue retries the job
+                    raise
+
+    def _multipart(
+        self, path: Path, name: str, size: int, extra: dict[str, Any], condition: dict[str, str]
+    ) -> dict[str, Any]:
+        """Parts of PART_SIZE, each with a SHA-256 checksum the store verifies, PART_THREADS at a time; the object
+        appears under its key only when the upload completes (with the condition), and is aborted otherwise."""
+        upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=name, ChecksumAlgorithm="SHA256", **extra)[
+            "UploadId"
+        ]
+
+        def send(number: int) -> dict[str, Any]:
+            with open(path, "rb") as file:
+                body = os.pread(file.fileno(), PART_SIZE, (number - 1) * PART_SIZE)
+            part = self.client.upload_part(
+                Bucket=self.bucket,
+                Key=name,
+                UploadId=upload,
+                PartNumber=number,
+                Body=body,
+                ChecksumAlgorithm="SHA256",
+            )
+            checksum = {"ChecksumSHA256": part["ChecksumSHA256"]} if part.get("ChecksumSHA256") else {}
+            return {"PartNumber": number, "ETag": part["ETag"], **checksum}
+
+        try:
+            with ThreadPoolExecutor(max_workers=PART_THREADS) as pool:
+                parts = list(pool.map(send, range(1, -(-size // PART_SIZE) + 1)))
+            return dict(
+                self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=name, UploadId=upload, MultipartUpload={"Parts": parts}, **condition
+                )
+            )
+        except BaseException:
+            with suppress(ClientError, BotoCoreError):
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=name, UploadId=upload)
+            raise
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=name)
+        except ClientError as exc:
+            if _code(exc) in NOT_FOUND:
+                return False
+            raise
+        return True
 
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         self._put_bytes(self.object_key(key, suffix), data, content_type)
@@ -148,11 +258,15 @@ def _store_errors(doing: str, absent: bool = False) -> Iterator[None]:
     try:
         yield
     except ClientError as exc:
-        if absent and exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+        if absent and _code(exc) in NOT_FOUND:
             return
         raise StorageFailed(f"{doing}: {exc}") from exc
     except BotoCoreError as exc:
         raise StorageFailed(f"{doing}: object store unreachable: {exc}") from exc
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def content_disposition(filename: str) -> str:

