@@ -4,6 +4,7 @@ workers, checked by decoding what was streamed and what was stored."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import signal
@@ -20,7 +21,7 @@ import av
 import numpy as np
 import psutil
 import pytest
-from mediacheck import boxes, frame_index, level, top_level_atoms
+from mediacheck import assert_same_encode, boxes, frame_index, level, top_level_atoms
 from starlette.requests import Request
 
 from api.streams import PLAYER_BLOCK, ForPlayers, reads_a_head
@@ -52,23 +53,6 @@ SAFARI = (
     "Version/18.0 Safari/605.1.15"
 )
 SITE, SECRET = "site", "site-secret-0123456789"
-
-
-@pytest.fixture
-def one_encoder_thread_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Renders (streamed or not) encode on one thread, so two of them are compared byte for byte (as conftest's
-    ``one_encoder_thread``, whose renders have no fragmented copy: a streamed render's output is the tee muxer's)."""
-    threaded = plan.build_outputs
-
-    def build(targets: list[plan.Target], *args: Any, **kwargs: Any) -> list[str]:
-        argv = threaded(targets, *args, **kwargs)
-        for target in targets:
-            at = next(n for n, arg in enumerate(argv) if target.output in arg)  # (the clip, or the tee of it)
-            argv[at:at] = ["-threads", "1"]
-        return argv
-
-    monkeypatch.setattr(plan, "build_outputs", build)
-    monkeypatch.setattr(render, "build_outputs", build)
 
 
 class Collected:
@@ -158,6 +142,88 @@ def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_co
     assert "-threads" not in teed[: teed.index("-i")]
 
 
+FLAGS = {"-hide_banner", "-nostdin", "-nostats", "-y"}  # ffmpeg's options without a value, as plan gives them
+
+
+def ffmpeg_parts(argv: list[str]) -> dict[str, Any]:
+    """An ffmpeg command as ``plan`` builds it, read back: each input's options and path, the filter graph, each
+    output's maps, options and path, and the global options."""
+    inputs: list[tuple[dict[str, str], str]] = []
+    outputs: list[tuple[list[str], dict[str, str], str]] = []
+    graph, options, maps, globals_ = "", {}, [], []
+    at = 1
+    while at < len(argv):
+        arg = argv[at]
+        if arg in FLAGS:
+            globals_.append(arg)
+            at += 1
+        elif arg == "-i":
+            inputs.append((options, argv[at + 1]))
+            options, at = {}, at + 2
+        elif arg == "-filter_complex":
+            graph, at = argv[at + 1], at + 2
+        elif arg == "-map":
+            maps.append(argv[at + 1])
+            at += 2
+        elif arg.startswith("-") and (maps or not outputs):  # an input's or an output's
+            assert arg not in options, f"{arg} twice"
+            options[arg] = argv[at + 1]
+            at += 2
+        elif arg.startswith("-"):  # after the last output: the global options
+            globals_ += [arg, argv[at + 1]]
+            at += 2
+        else:
+            outputs.append((maps, options, arg))
+            options, maps, at = {}, [], at + 1
+    return {"inputs": inputs, "graph": graph, "outputs": outputs, "globals": globals_}
+
+
+def tee_outputs(target: str) -> list[tuple[dict[str, str], str]]:
+    """The tee muxer's outputs: each one's options and path (the paths here need no escapes)."""
+    found = []
+    for output in target.split("|"):
+        options, _, path = output.removeprefix("[").partition("]")
+        found.append(({"-" + k: v for k, v in (o.split("=", 1) for o in options.split(":"))}, path))
+    return found
+
+
+@pytest.mark.parametrize("size, where", [("320x180", "file"), ("3840x2160", "http")])
+def test_a_streamed_render_writes_its_stored_clip_with_the_options_a_render_without_a_stream_has(
+    size, where, media
+) -> None:
+    """The two commands as data, with the production encoder settings: the same inputs, filter graph, maps, poster
+    and global options, and the stored clip encoded and muxed with the same options (the tee muxer's first output
+    is the stored clip, with the mp4 muxer's options a render without a stream gives it). What differs: the tee
+    muxer and its second output, the fragmented copy; the encoders asked for global headers, which an mp4 muxer
+    alone has them give (its AVFMT_GLOBALHEADER); and the source's decoder threads (one without a stream for a
+    source up to 1080p, ffmpeg's automatic threads with one), which decode the same frames."""
+    width, height = (int(n) for n in size.split("x"))
+    info = dataclasses.replace(
+        probe(str(media(size="320x180", duration=4)), first_frame=False), width=width, height=height
+    )
+    source = "http://127.0.0.1:1/src.mp4" if where == "http" else "/src/source.mp4"
+    spec = build_spec(quote(source) | {"watermark": {"text": "StarZero"}})
+    overlays = [plan.Overlay("/w/caption.txt", 0, 560, sequence=True), plan.Overlay("/w/mark.pam", 1000, 20)]
+    target = plan.Target(spec, overlays, "/w/clip.mp4", poster=("/w/poster.jpg", 0.0))
+    alone = ffmpeg_parts(plan.build_outputs([target], info, source))
+    teed = ffmpeg_parts(plan.build_outputs([dataclasses.replace(target, stream="/w/stream.mp4")], info, source))
+
+    assert teed["graph"] == alone["graph"] and teed["globals"] == alone["globals"]
+    decoder = dict(alone["inputs"][0][0])
+    assert decoder.pop("-threads", None) == ("1" if where == "file" else None)
+    assert teed["inputs"] == [(decoder, source), *alone["inputs"][1:]]
+    (maps, options, clip), poster = alone["outputs"]
+    assert teed["outputs"][1] == poster and teed["outputs"][0][0] == maps
+    teed_options, tee = teed["outputs"][0][1:]
+    (stored_options, stored), (copy_options, copy) = tee_outputs(tee)
+    muxer = {k: options.pop(k) for k in ("-f", "-movflags")}
+    assert (stored, stored_options) == (clip, muxer) == ("/w/clip.mp4", {"-f": "mp4", "-movflags": "+faststart"})
+    assert teed_options == options | {"-f": "tee", "-flags:v": "+global_header", "-flags:a": "+global_header"}
+    assert options["-vcodec"] == "libx264" and options["-preset"] == plan.PRESET and "-threads" not in options
+    assert copy == "/w/stream.mp4" and copy_options["-f"] == "mp4" and copy_options["-onfail"] == "ignore"
+    assert copy_options["-movflags"] == STREAM_MOVFLAGS and "-frag_duration" in copy_options
+
+
 def test_the_splitter_cuts_a_fragmented_mp4_into_its_init_and_timed_fragments(media, ffmpeg_bin, tmp_path) -> None:
     """Fed in any split, the splitter gives the init segment (with its codecs) and each fragment whole, in order,
     each timed by its video track: together they are the file less what a player does not need."""
@@ -186,13 +252,14 @@ def test_the_splitter_cuts_a_fragmented_mp4_into_its_init_and_timed_fragments(me
 
 
 @pytest.mark.parametrize("fps", ["24", "30000/1001", "60"])
-def test_a_streamed_renders_first_fragment_holds_the_frames_chromium_reads_before_it_plays(
+def test_a_streamed_renders_fragments_hold_9_frames_and_its_head_lists_the_first_ones(
     fps, media, ffmpeg_bin, tmp_path
 ) -> None:
-    """Chromium's <video src> presents the first frame of a stream's head once it holds 9 frames: the first fragment
-    holds at least that at film, NTSC and 60 fps rates (at 60 fps, a quarter of a second), and so do the fragments
-    after it. A fragment lasts two seconds at most (a source under 4.5 fps). The head (the init segment with the
-    first fragment's samples in its moov) lists exactly that fragment's frames and sound."""
+    """A render's fragments, demuxed (no browser here): the first holds 9 frames at film and NTSC rates and a
+    quarter of a second at 60 fps, every one but the last at least 9 (what Chromium's <video src> needs of a head
+    before it presents the first frame: tests/test_streaming_browser.py plays one); a fragment lasts two seconds at
+    most (a source under 4.5 fps). The head (the init segment with the first fragment's samples in its moov) lists
+    exactly that fragment's frames and sound."""
     src = media(size="320x180", fps=fps, duration=3, gop=60)
     info = probe(str(src), first_frame=False)
     spec = build_spec({"source": str(src), "start": 0.5, "end": 2.9})
@@ -265,12 +332,13 @@ def test_a_filler_ends_the_bytes_so_far_on_a_blocks_end() -> None:
     assert filler(0, 32768) == filler(65536, 32768) == b""
 
 
-def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(
-    media, settings, tmp_path, one_encoder_thread_too
-) -> None:
-    """The stored clip of a streamed render is byte for byte the clip rendered without a stream (so its key, frames
-    and sound are today's); the stream decodes to the same frames and samples; its first frame is the source's
-    frame at the quote's start with the caption and the watermark on it, and its picture and sound start at 0."""
+def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(media, settings, tmp_path) -> None:
+    """With the production encoder (x264 on its automatic threads), the stored clip of a streamed render has the key,
+    the frame times, the sound (sample for sample) and the pictures of the clip rendered without a stream: each
+    picture the same, or within what x264's frame threads now and then choose differently between any two renders
+    of one clip (``assert_same_encode``); the stream decodes to the stored clip's frames and samples; its first frame
+    is the source's frame at the quote's start with the caption and the watermark on it, and its picture and sound
+    start at 0."""
     src = media(size="320x180", fps="30000/1001", duration=6, gop=45, pattern="levels", bframes=True)
     spec = build_spec(quote(str(src)) | {"watermark": {"text": "StarZero"}})
     plain = produce_clips([spec], settings, LocalStorage(settings.storage_dir))[0]
@@ -278,7 +346,7 @@ def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(
     streamed = produce_clips([spec], settings, LocalStorage(tmp_path / "streamed"), stream=stream)[0]
     assert not streamed.cached and streamed.key == plain.key and stream.ended == "finished"
     stored = Path(str(streamed.path)).read_bytes()
-    assert stored == Path(str(plain.path)).read_bytes()
+    assert_same_encode(Path(str(streamed.path)), Path(str(plain.path)))
     assert top_level_atoms(Path(str(streamed.path)))[:3] == ["ftyp", "moov", "free"]  # faststart, as without
     assert decoded(stream.data()) == decoded(stored) and set(decoded(stored)) == {"video", "audio"}
     players = ForPlayers()
