@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -46,9 +47,22 @@ def record_handback(connection: Redis, reason: str) -> None:
     connection.hincrby(f"{PREFIX}:handbacks", reason, 1)
 
 
+def desired_workers(connection: Redis, queue_names: tuple[str, ...]) -> dict[str, int]:
+    """What each queue asks of the fleet: its jobs waiting plus its jobs running (rq keeps those out of the
+    queue's list, in its started registry, one entry per execution; counted while its heartbeat is live, read
+    without rq's clean-up). An autoscaler fed the queue alone falls to 0 mid-render and removes a busy worker."""
+    now = time.time()
+    pipe = connection.pipeline(transaction=False)
+    for name in queue_names:
+        pipe.llen(Queue(name, connection=connection).key)
+        pipe.zcount(StartedJobRegistry(name, connection=connection).key, now, "+inf")
+    counts = pipe.execute()
+    return {name: int(counts[2 * i]) + int(counts[2 * i + 1]) for i, name in enumerate(queue_names)}
+
+
 class QueueCollector(Collector):
-    """Jobs by status, queue depth, render seconds, cache hits, fetched bytes, failures by reason, jobs handed
-    back by reason, and render workers by health (the unhealthy ones by reason)."""
+    """Jobs by status, queue depth, desired workers, render seconds, cache hits, fetched bytes, failures by reason,
+    jobs handed back by reason, and render workers by health (the unhealthy ones by reason)."""
 
     def __init__(self, connection: Redis, queue_names: tuple[str, ...]) -> None:
         self.connection = connection
@@ -72,6 +86,14 @@ class QueueCollector(Collector):
         for queue in queues:
             depth.add_metric([queue.name], queue.count)
         yield depth
+        desired = GaugeMetricFamily(
+            "quoteclip_desired_workers",
+            "Render workers each queue could keep busy: clips waiting plus clips rendering (what to autoscale on)",
+            labels=["queue"],
+        )
+        for name, wanted in desired_workers(conn, self.queue_names).items():
+            desired.add_metric([name], wanted)
+        yield desired
         raw = {_text(k): _text(v) for k, v in conn.hgetall(f"{PREFIX}:render_seconds").items()}
         buckets = [(str(b), float(raw.get(f"le:{b}", 0))) for b in RENDER_BUCKETS]
         buckets.append(("+Inf", float(raw.get("count", 0))))

@@ -87,10 +87,17 @@ def test_compose_file() -> None:
         assert done.returncode == 0, done.stderr
 
 
-def test_keda_manifest_targets_the_rq_lists() -> None:
+def test_keda_manifest_scales_on_clips_waiting_and_rendering() -> None:
+    """The sample scales on quoteclip_desired_workers (queued + running, both queues summed), not on the rq lists
+    alone (which fall to 0 mid-render), and gives a worker more grace than its own shutdown grace."""
     docs = list(yaml.safe_load_all((ROOT / "deploy" / "keda-scaledobject.yaml").read_text()))
-    lists = {t["metadata"]["listName"] for t in docs[0]["spec"]["triggers"]}
-    assert lists == {"rq:queue:quoteclip", "rq:queue:quoteclip-bulk"}
+    (trigger,) = docs[0]["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "1"
+    query = trigger["metadata"]["query"]
+    assert query.startswith("sum(quoteclip_desired_workers") and "quoteclip-bulk" in query
+    assert "listName" not in str(docs[0])
+    pod = docs[1]["spec"]["template"]
+    assert pod["spec"]["terminationGracePeriodSeconds"] > Settings().shutdown_grace
 
 
 def test_worker_logs_json_with_the_job_id(media, queue_env, workers) -> None:
