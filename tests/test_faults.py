@@ -229,7 +229,7 @@ def test_redis_restart_during_a_batch_loses_nothing(media, tmp_path, workers, qu
         wait_for(lambda: sum(job_status(i, settings)["status"] == "finished" for i in ids) >= 1, 60, "a clip")
         redis_proc.send_signal(signal.SIGKILL)
         redis_proc.wait()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the outage's length (the workers meet a Redis that is down), not a wait for an event
         redis_proc = start()
         wait_for(lambda: _ping(redis, url), 10, "redis again")
         try:

@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Iterator
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from conftest import CHROMIUM_FLAGS
@@ -51,6 +52,20 @@ def gray(png: bytes, corner: float = 0.4) -> float:
     image = Image.open(io.BytesIO(png)).convert("L")
     box = (0, 0, int(image.width * corner), int(image.height * corner))
     return float(ImageStat.Stat(image.crop(box)).mean[0])
+
+
+def drawn(element: Any, timeout: float = 10) -> float:
+    """``gray`` of an element's picture once it is drawn: two screenshots in a row the same, and not the empty
+    element's black."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        now = gray(element.screenshot())
+        if now == last and now > 1:
+            return now
+        assert time.monotonic() < deadline, f"{element} was not drawn (gray {now})"
+        last = now
+        element.page.wait_for_timeout(50)
 
 
 def poster_frame(start: float, end: float) -> int:
@@ -113,9 +128,8 @@ def test_a_page_of_signed_links_on_another_origin_in_chromium(
                     " return i.complete && i.naturalWidth === 1280; })()",
                     timeout=30_000,
                 )
-                time.sleep(0.5)  # (the poster drawn)
-                plain_poster = gray(page.locator("#plain").screenshot())
-                card_poster = gray(page.locator("#card").locator("img.poster").screenshot())
+                plain_poster = drawn(page.locator("#plain"))
+                card_poster = drawn(page.locator("#card").locator("img.poster"))
                 labels = page.locator("#card").locator(".meta").inner_text()
                 foot = page.locator("#card").locator(".foot").inner_text()
                 assert page.evaluate("document.getElementById('plain').readyState") == 0  # no clip asked for yet
