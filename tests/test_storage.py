@@ -4,7 +4,11 @@ failure of boto3 becomes one StorageFailed saying what was being done (the queue
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,3 +168,51 @@ def test_two_writers_of_one_local_clip_store_it_once(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == sorted(
         f"race{r}{x}" for r in range(5) for x in (".mp4", ".json")
     )  # no temp file left behind
+
+
+TWIN = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+from jobs.pipeline.produce import produce_clip
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from storage import open_storage
+settings = Settings.from_env()
+spec = build_spec({"source": sys.argv[1], "start": 1, "end": 2, "quality": "preview", "encoder_preset": "ultrafast"})
+sys.stdin.readline()  # both processes ready: go
+done = produce_clip(spec, settings, open_storage(settings))
+print(json.dumps({"status": done.status, "key": done.key, "cached": done.cached, "width": done.width}), flush=True)
+"""
+
+
+def test_two_renders_of_one_clip_both_succeed_and_store_it_once(s3, media, tmp_path: Path) -> None:
+    """Two processes render the same clip at the same time (as two workers given one job): both answer the clip,
+    and the bucket holds one mp4 under its key."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECLIP_", "AWS_"))}
+    env.update(s3.env(), QUOTECLIP_ALLOW_LOCAL_SOURCES="true", QUOTECLIP_CACHE_DIR=str(tmp_path / "cache"))
+    source = str(media(size="320x180", duration=4, gop=30))
+    twins = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWIN, source],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for twin in twins:
+        assert twin.stdin is not None
+        twin.stdin.write("go\n")
+        twin.stdin.flush()
+    outs = [twin.communicate(timeout=120) for twin in twins]
+    answers = [json.loads(out.splitlines()[-1]) for out, _ in outs]
+    logs = "".join(err for _, err in outs)
+    assert all(t.returncode == 0 for t in twins)
+    assert answers[0] == answers[1] and answers[0]["status"] == "finished" and answers[0]["width"] == 640
+    assert answers[0]["cached"] is False  # both rendered: neither found the clip stored before its render
+    listed = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix="clips/")["Contents"]
+    assert [o["Key"] for o in listed if o["Key"].endswith(".mp4")] == [f"clips/{answers[0]['key']}.mp4"]
+    assert logs.count("storage.s3: uploaded clips/") == 1, logs  # one wrote it
+    assert logs.count("was stored by another writer") == 1, logs  # the other was refused, and succeeded
