@@ -69,6 +69,7 @@ class Production:
 
     @property
     def spec(self) -> ClipSpec:
+        """The first spec: the cut, the quality and the source all the specs share."""
         return self.specs[0]
 
     def source_open(self) -> tuple[OpenedSource, MediaInfo]:
@@ -79,8 +80,8 @@ class Production:
 
 @contextmanager
 def workspace(settings: Settings, need: int) -> Iterator[Path]:
-    """A temp folder named for this process (swept if it dies), whose failures are this machine's when they are
-    (``need``: the room the production's clips take)."""
+    """A temp folder named for this process (swept if the process dies), in which a failure that is this machine's
+    (a full disk, no memory, less room left than the ``need`` bytes the clips take) is a MachineFault."""
     with _machine_errors(settings, need), tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         yield Path(tmp)
 
@@ -106,8 +107,8 @@ def localise(ctx: Production) -> None:
 
 
 def draw_ahead(ctx: Production, ahead: ThreadPoolExecutor) -> None:
-    """Draw the overlays (Pillow) while the source is opened and probed (PyAV): they need only the cut. None for an
-    instant clip. (The pool is left, so the drawing has ended, before the temp folder goes.)"""
+    """Draw the overlays (Pillow) while the source is opened and probed (PyAV): they need only the cut. An instant
+    clip has none. (The pool is left, so the drawing has ended, before the temp folder goes.)"""
     if ctx.spec.quality != "instant":
         ctx.overlays = ahead.submit(draw_overlays, ctx.drawn, ctx.tmp, cut_for(ctx.spec, None))
 
