@@ -80,7 +80,7 @@ def start(settings: Settings, host: str, port: int, workers: int, choice: RedisC
         server = embedded.start(folder, persist=True, record=embedded.url_file(settings.storage_dir.resolve()))
         url = server.url
     env.update(QUOTECLIP_REDIS_URL=url, QUOTECLIP_STORAGE_DIR=str(settings.storage_dir.resolve()))
-    python = [sys.executable, "-m", "quoteclip"]
+    python = [sys.executable, "-m", "cli"]
 
     def child(*args: str) -> subprocess.Popen[bytes]:
         # each in its own process group: a Ctrl-C in the terminal reaches ``up`` alone, which stops the children
