@@ -7,7 +7,6 @@ import functools
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 from testkit import add_plugins_to_path, with_plugins
 from testkit import media as testkit_media
-from testkit.services import HttpSource, S3Server, free_port, start_private_redis, start_seaweedfs, wait_for
+from testkit.faces import serving, user_env
+from testkit.services import HttpSource, S3Server, start_private_redis, start_seaweedfs
 
 # The test video site's yt-dlp extractor is a plugin (testkit/plugins/yt_dlp_plugins), found on the Python path as
 # yt-dlp finds any plugin: here, and in every CLI and worker process the tests start.
@@ -126,15 +126,8 @@ def canary(tmp_path: Path) -> Iterator[HttpSource]:
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m cli`` (the ``quoteclip`` command) as a user would, with a clean, explicit environment."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}
-    full.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        cwd=cwd,
-        timeout=300,
+        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=user_env(env), cwd=cwd, timeout=300
     )
 
 
@@ -295,10 +288,7 @@ class Workers:
         self.tmp = tmp
 
     def full_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECLIP_", "AWS_"))}
-        env.update(self.env)
-        env.update(extra or {})
-        return env
+        return user_env({**self.env, **(extra or {})}, drop=("QUOTECLIP_", "AWS_"))
 
     def start(self, burst: bool = True, name: str | None = None, webhooks: bool = False) -> subprocess.Popen[str]:
         args = [sys.executable, "-m", "cli", "worker"] + (["--burst"] if burst else [])
@@ -311,28 +301,8 @@ class Workers:
     @contextlib.contextmanager
     def serve(self, extra: dict[str, str] | None = None) -> Iterator[str]:
         """``quoteclip serve`` with the workers' environment (and ``extra``), answering on loopback: its address."""
-        port = free_port()
-        api = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "--port", str(port)],
-            env=self.full_env(extra),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-
-        def answers() -> bool:
-            try:
-                with urllib.request.urlopen(base + "/healthz", timeout=1) as response:
-                    return bool(response.status == 200)
-            except OSError:
-                return False
-
-        try:
-            wait_for(answers, 30, "quoteclip serve")
-            yield base
-        finally:
-            api.terminate()
-            api.wait(timeout=30)
+        with serving(self.full_env(extra)) as served:
+            yield served.base
 
     def burst(self, count: int = 1, timeout: float = 180, webhooks: bool = False) -> list[str]:
         """Run ``count`` burst workers side by side until the queue is empty; return their logs."""

@@ -243,24 +243,12 @@ def test_every_route_needs_a_key_but_health(api_env, source_url, workers) -> Non
 def test_streamed_oversize_body_is_refused_without_reading_it_whole(api_env, tmp_path) -> None:
     """Against a running ``quoteclip serve``: a chunked body (no Content-Length) of up to 200 MB gets 413 once
     256 KiB have passed; the server stops reading and its memory stays flat (measured)."""
-    import subprocess
-    import sys
-
     import psutil
 
-    from testkit.services import free_port, wait_for
+    from testkit.faces import serving, user_env
 
     api_env["QUOTECLIP_API_KEYS"] = "k-secret"
-    port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **api_env}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: _answers(port), 30, "quoteclip serve")
+    with serving(user_env(api_env)) as (server, port, _):
         before = psutil.Process(server.pid).memory_info().rss
         sent, answer = 0, b""
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
@@ -282,9 +270,6 @@ def test_streamed_oversize_body_is_refused_without_reading_it_whole(api_env, tmp
             except (ConnectionResetError, TimeoutError):
                 pass
         after = psutil.Process(server.pid).memory_info().rss
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     print(
         f"\nstreamed body: {sent / 1024**2:.0f} MB sent before the server stopped reading; "
         f"API memory {before / 1024**2:.0f} MB before, {after / 1024**2:.0f} MB after"
@@ -301,16 +286,6 @@ def select_readable(conn: socket.socket) -> bool:
     poller = select.poll()
     poller.register(conn, select.POLLIN)
     return bool(poller.poll(0))
-
-
-def _answers(port: int) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 def test_cors_for_the_sites_origin(api_env) -> None:

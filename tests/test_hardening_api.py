@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import select
 import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from api import create_app
 from quoteclip.settings import Settings
-from testkit.services import free_port, start_private_redis, wait_for
+from testkit.faces import serving, user_env
+from testkit.services import start_private_redis, wait_for
 
 KEY = "k-hardening-secret"
 MB = 1024**2
@@ -35,36 +31,6 @@ def source_url(media, http_source) -> str:
 
 
 # ---- a live ``quoteclip serve`` ------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def serving(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """``quoteclip serve`` on a free loopback port, its log lines in ``log``; stopped on leaving."""
-    port = free_port()
-    full = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **env}
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "--port", str(port)],
-            env=full,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for(lambda: _answers(port), 30, "quoteclip serve")
-        yield server, port
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def _answers(port: int) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 def _readable(conn: socket.socket, wait: float = 0.0) -> bool:
@@ -127,7 +93,7 @@ def test_unauthenticated_uploads_are_refused_before_their_bodies_are_read(queue_
 
     env = {**queue_env, "QUOTECLIP_API_KEYS": KEY, "QUOTECLIP_AUTH_FAILURE_LIMIT": "1000"}
     count, offered = 10, 20 * MB
-    with serving(env, tmp_path / "api.log") as (server, port):
+    with serving(user_env(env), tmp_path / "api.log") as (server, port, _):
         api = psutil.Process(server.pid)
         before = api.memory_info().rss
         hold = Hold(count)
@@ -277,7 +243,7 @@ def test_link_tokens_and_keys_never_reach_the_access_log(queue_env, tmp_path) ->
     clip = "clip-" + "2" * 32
     link = sign_path(f"/clips/{clip}/download", Settings.from_env(env))
     token = link.split("token=")[1]
-    with serving(env, log) as (_, port):
+    with serving(user_env(env), log) as (_, port, _):
         for path in (link, f"/?key={KEY}&page=2", "/healthz?api_key=k-in-a-query", f"/clips/{clip}?token=t0ps3cret"):
             with contextlib.suppress(urllib.error.HTTPError):
                 urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10).close()

@@ -26,8 +26,8 @@ from quoteclip.errors import SourceTransient
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from storage import LocalStorage
+from testkit.faces import serving, user_env
 from testkit.media import ffmpeg, lavfi
-from testkit.services import free_port, wait_for
 from testkit.videosite import Episode, SiteFormat, VideoSite
 
 
@@ -125,20 +125,11 @@ def test_workers_and_previews_are_not_held_by_origins_dripping_headers(media, qu
         (http_source.root / f"drip{i}.mp4").symlink_to(good)
         http_source.header_drips[f"drip{i}.mp4"] = (0.5, 60)
     env = {**queue_env, "QUOTECLIP_FETCH_HEADER_TIMEOUT": "2"}
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", str(port)],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     answers: dict[int, tuple[int, str, float]] = {}
 
     def preview(i: int, name: str) -> None:
         body = json.dumps({"source": http_source.url(name), "start": 1, "end": 2}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/previews", body, {"Content-Type": "application/json"}
-        )
+        request = urllib.request.Request(base + "/previews", body, {"Content-Type": "application/json"})
         began = time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=60) as resp:
@@ -146,17 +137,13 @@ def test_workers_and_previews_are_not_held_by_origins_dripping_headers(media, qu
         except urllib.error.HTTPError as exc:
             answers[i] = (exc.code, exc.read().decode(), time.monotonic() - began)
 
-    try:
-        wait_for(lambda: _answers(port), 30, "quoteclip serve")
+    with serving(user_env(env)) as (_, _, base):
         threads = [threading.Thread(target=preview, args=(i, f"drip{i}.mp4")) for i in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=70)
         preview(4, "good.mp4")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     print(
         "\npreviews of origins dripping their headers: "
         + ", ".join(f"{a[0]} after {a[2]:.1f} s" for a in answers.values())
@@ -185,14 +172,6 @@ def test_workers_and_previews_are_not_held_by_origins_dripping_headers(media, qu
     assert job.meta["permanent"] is False and job.meta["error_kind"] == "source unavailable"
     assert took < 30
     assert http_source.requests["drip4.mp4"] == 1
-
-
-def _answers(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
@@ -480,9 +459,6 @@ def test_a_full_source_cache_is_the_machines_fault(media, http_source, tmp_path)
     machine's fault (a worker hands such a job back), and the file says so, not a cut-short source that ffmpeg
     would call invalid data."""
     import json
-    import os
-    import subprocess
-    import sys
 
     src = media(size="640x360", fps=30, duration=6, gop=60)
     (http_source.root / "ep.mp4").symlink_to(src)

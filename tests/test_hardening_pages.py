@@ -540,33 +540,21 @@ def test_a_compressed_page_does_not_inflate_in_a_running_api(pages, queue_env) -
     """POST /previews (made in the API process) of a page of 300 MB sent gzip-compressed: the answer names the
     cap, and the API's memory at its peak (VmHWM, reset before the request) is less than twice the cap above what
     it was (the bytes read up to the cap, held once)."""
-    from testkit.services import free_port, wait_for
+    from testkit.faces import serving, user_env
 
     pages.bodies["bomb.html"] = (bomb("gzip"), {"Content-Encoding": "gzip"})
-    port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_")}, **queue_env}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
-    def kib(field: str) -> int:
-        status = Path(f"/proc/{server.pid}/status").read_text()
+    def kib(pid: int, field: str) -> int:
+        status = Path(f"/proc/{pid}/status").read_text()
         return int(next(line for line in status.splitlines() if line.startswith(field + ":")).split()[1]) * 1024
 
-    try:
-        wait_for(lambda: _answers(port), 30, "quoteclip serve")
+    with serving(user_env(queue_env)) as (server, _, base):
         body = {"source": pages.url("page.html"), "start": 1, "end": 2}
-        post_json(f"http://127.0.0.1:{port}/previews", body)  # warm: a page read once
+        post_json(f"{base}/previews", body)  # warm: a page read once
         Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
-        before = kib("VmRSS")
-        status, answer = post_json(f"http://127.0.0.1:{port}/previews", {**body, "source": pages.url("bomb.html")})
-        after = kib("VmHWM")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        before = kib(server.pid, "VmRSS")
+        status, answer = post_json(f"{base}/previews", {**body, "source": pages.url("bomb.html")})
+        after = kib(server.pid, "VmHWM")
     print(
         f"\nPOST /previews of a 300 MB page sent gzip-compressed: the API's memory {before / 1024**2:.0f} MB before, "
         f"{after / 1024**2:.0f} MB at its peak (+{(after - before) / 1024**2:.0f} MB)"
@@ -588,16 +576,6 @@ def post_json(url: str, body: dict[str, Any]) -> tuple[int, Any]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def _answers(port: int) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 # ---- what a page may cost: time --------------------------------------------------------------------------------

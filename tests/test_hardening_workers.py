@@ -43,6 +43,7 @@ from quoteclip.errors import InternalError, MachineFault, RenderFailed, SourceTr
 from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from testkit import media as testkit_media
+from testkit.faces import answers, start_up
 from testkit.services import free_port, wait_for
 
 ATTEMPTS = 3  # the queue's retries (jobs.queue.RETRY): a job that spent none still has them all
@@ -552,32 +553,15 @@ def test_one_ctrl_c_stops_up_in_order_within_5_s(media, http_source, tmp_path) -
 
     (http_source.root / "ep.mp4").symlink_to(media(size="1280x720", duration=20, gop=300))
     store = tmp_path / "clips"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_") and k != "REDIS_URL"}
-    env.update(
-        QUOTECLIP_STORAGE_DIR=str(store),
-        QUOTECLIP_SOURCE_HOSTS="127.0.0.1",
-        QUOTECLIP_ALLOW_ADDRESSES="127.0.0.1/32",
-        QUOTECLIP_CACHE_DIR=str(tmp_path / "cache"),
-        TMPDIR=str(tmp_path),
-    )
-    port = free_port()
-    argv = [sys.executable, "-m", "cli", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"]
     with open(tmp_path / "up.log", "wb") as log:
-        up = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0)
-    base = f"http://127.0.0.1:{port}"
+        up, base = start_up(tmp_path, stdout=log, stderr=subprocess.STDOUT, process_group=0)
 
     def get(path: str) -> dict[str, object]:
         with urllib.request.urlopen(base + path, timeout=5) as resp:
             return dict(json.loads(resp.read()))
 
-    def healthy() -> bool:
-        try:
-            return get("/healthz")["status"] == "ok"
-        except OSError:
-            return False
-
     try:
-        wait_for(healthy, 60, "quoteclip up to answer")
+        wait_for(lambda: answers(base), 60, "quoteclip up to answer")
         body = {"source": http_source.url("ep.mp4"), "start": 1, "end": 19, "fit": "blur"}
         request = urllib.request.Request(
             base + "/clips", json.dumps(body).encode(), {"Content-Type": "application/json"}

@@ -4,10 +4,8 @@ worker, stopped cleanly; the other commands find the embedded server on their ow
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +16,8 @@ import pytest
 from conftest import run_cli
 
 from quoteclip import embedded
-from testkit.services import free_port, wait_for
+from testkit.faces import answers, start_up
+from testkit.services import wait_for
 
 
 def _get(url: str) -> tuple[int, bytes, dict[str, str]]:
@@ -46,24 +45,9 @@ def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
 def test_up_runs_the_whole_system_with_an_embedded_redis(media, http_source, tmp_path) -> None:
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=60))
     store = tmp_path / "clips"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECLIP_") and k != "REDIS_URL"}
-    env.update(
-        QUOTECLIP_STORAGE_DIR=str(store),
-        QUOTECLIP_SOURCE_HOSTS="127.0.0.1",
-        QUOTECLIP_ALLOW_ADDRESSES="127.0.0.1/32",
-        QUOTECLIP_CACHE_DIR=str(tmp_path / "cache"),
-        TMPDIR=str(tmp_path),
-    )
-    port = free_port()
-    up = subprocess.Popen(
-        [sys.executable, "-m", "cli", "up", "--redis", "embedded", "--port", str(port), "--workers", "1"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    up, base = start_up(tmp_path, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: _healthy(base), 60, "quoteclip up to answer /healthz")
+        wait_for(lambda: answers(base), 60, "quoteclip up to answer /healthz")
         url = embedded.recorded_url(store)
         assert url is not None and url.startswith("redis://127.0.0.1:")
         assert (store / ".redis" / "appendonlydir").is_dir()  # its data lives under the clip folder
@@ -102,13 +86,6 @@ def test_up_runs_the_whole_system_with_an_embedded_redis(media, http_source, tmp
     assert embedded.recorded_url(store) is None  # the URL is withdrawn with the server
     time.sleep(0.5)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return _get(base + "/healthz")[0] == 200
-    except OSError:
-        return False
 
 
 def _status(base: str, job_id: str) -> str:
