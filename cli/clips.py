@@ -12,9 +12,10 @@ from quoteclip.logs import setup_cli_logging
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec
 
+from . import options as opt
 from .app import app
 from .common import JsonOpt, Progress, VerboseOpt, emit, run_guarded
-from .options import ClipOptions, clip_options, specs_from_options
+from .options import ClipOptions, specs_from_options
 
 SourceArg = Annotated[str, typer.Argument(help="A local path, an http(s) media URL or a video page URL.")]
 
@@ -34,16 +35,62 @@ def _clip_call(
     run_guarded(go, as_json)
 
 
-@app.command("render", help="Render one clip inline and store it (an identical call returns the stored clip).")
-@clip_options()
-def render(source: SourceArg, opts: ClipOptions, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
-    _clip_call(opts, verbose, as_json, lambda specs, settings: render_and_print(specs, settings, as_json))
+def clip_command(name: str, help: str, action: Callable[[list[ClipSpec], Settings, bool], None]) -> None:
+    """Declare a command that takes a source and every clip option, and hands their spec(s) to ``action``."""
+
+    @app.command(name, help=help)
+    def command(
+        ctx: typer.Context,
+        source: SourceArg,
+        start: opt.Start = None,
+        end: opt.End = None,
+        caption: opt.Caption = None,
+        watermark: opt.Watermark = None,
+        watermark_position: opt.WatermarkPosition = None,
+        watermark_opacity: opt.WatermarkOpacity = None,
+        watermark_size: opt.WatermarkSize = None,
+        font: opt.Font = None,
+        caption_size: opt.CaptionSize = None,
+        style: opt.Style = None,
+        style_file: opt.StyleFile = None,
+        profile: opt.Profile = None,
+        profiles: opt.Profiles = None,
+        fit: opt.Fit = None,
+        quality: opt.Quality = None,
+        encoder_preset: opt.EncoderPreset = None,
+        pad_before: opt.PadBefore = None,
+        pad_after: opt.PadAfter = None,
+        no_fades: opt.NoFades = False,
+        video_fades: opt.VideoFades = False,
+        transcript: opt.Transcript = None,
+        as_json: JsonOpt = False,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        opts = ClipOptions.given(ctx.params)
+        _clip_call(opts, verbose, as_json, lambda specs, settings: action(specs, settings, as_json))
 
 
-@app.command("enqueue", help="Queue one clip for the workers; prints the job id at once.")
-@clip_options()
-def enqueue(source: SourceArg, opts: ClipOptions, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
-    _clip_call(opts, verbose, as_json, lambda specs, settings: _enqueue_and_print(specs, settings, as_json))
+def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
+    from jobs.pipeline.assets import upload_paths
+    from jobs.queue import enqueue_profiles
+    from storage import open_storage
+
+    storage = open_storage(settings)
+    uploaded = [upload_paths(spec, storage) for spec in specs]  # local files uploaded first
+    queued = enqueue_profiles(uploaded, settings, storage=storage)
+    if len(specs) == 1:
+        one = queued[0]
+        body = {**one.to_json(), "warnings": list(specs[0].warnings)}
+        emit(body, as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
+        return
+    clips = [
+        {**q.to_json(), "profile": s.profile, "warnings": list(s.warnings)} for s, q in zip(specs, queued, strict=True)
+    ]
+    lines = [
+        f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
+        for s, q in zip(specs, queued, strict=True)
+    ]
+    emit({"clips": clips}, as_json, "\n".join(lines))
 
 
 def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
@@ -74,35 +121,35 @@ def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -
     emit({"clips": clips}, as_json, "\n".join(lines))
 
 
-def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
-    from jobs.pipeline.assets import upload_paths
-    from jobs.queue import enqueue_profiles
-    from storage import open_storage
-
-    storage = open_storage(settings)
-    uploaded = [upload_paths(spec, storage) for spec in specs]  # local files uploaded first
-    queued = enqueue_profiles(uploaded, settings, storage=storage)
-    if len(specs) == 1:
-        one = queued[0]
-        body = {**one.to_json(), "warnings": list(specs[0].warnings)}
-        emit(body, as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
-        return
-    clips = [
-        {**q.to_json(), "profile": s.profile, "warnings": list(s.warnings)} for s, q in zip(specs, queued, strict=True)
-    ]
-    lines = [
-        f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
-        for s, q in zip(specs, queued, strict=True)
-    ]
-    emit({"clips": clips}, as_json, "\n".join(lines))
+clip_command(
+    "render", "Render one clip inline and store it (an identical call returns the stored clip).", render_and_print
+)
+clip_command("enqueue", "Queue one clip for the workers; prints the job id at once.", _enqueue_and_print)
 
 
 @app.command("batch")
-@clip_options(per_quote=False)
 def batch(
+    ctx: typer.Context,
     source: Annotated[str, typer.Argument(help="The episode: a local path, an http(s) media URL or a page URL.")],
     quotes_file: Annotated[str, typer.Argument(help="CSV with a header (start,end,caption), JSON or JSON lines.")],
-    opts: ClipOptions,
+    watermark: opt.Watermark = None,
+    watermark_position: opt.WatermarkPosition = None,
+    watermark_opacity: opt.WatermarkOpacity = None,
+    watermark_size: opt.WatermarkSize = None,
+    font: opt.Font = None,
+    caption_size: opt.CaptionSize = None,
+    style: opt.Style = None,
+    style_file: opt.StyleFile = None,
+    profile: opt.Profile = None,
+    profiles: opt.Profiles = None,
+    fit: opt.Fit = None,
+    quality: opt.Quality = None,
+    encoder_preset: opt.EncoderPreset = None,
+    pad_before: opt.PadBefore = None,
+    pad_after: opt.PadAfter = None,
+    no_fades: opt.NoFades = False,
+    video_fades: opt.VideoFades = False,
+    transcript: opt.Transcript = None,
     queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -110,6 +157,7 @@ def batch(
     """Render every quote of a file from one source, with shared options; a bad line does not stop the others.
 
     Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable."""
+    opts = ClipOptions.given(ctx.params)
     setup_cli_logging(verbose)
 
     def go() -> None:

@@ -1,18 +1,16 @@
-"""The CLI's clip options, declared once: their command-line forms (``CLIP_OPTIONS``), the decorator that gives a
-command all of them (``clip_options``), one typed record of their values (``ClipOptions``), and the one function
-that turns them (with a brand style file and a transcript) into a ClipSpec. The commands are in ``clips.py``."""
+"""The CLI's clip options, declared once: their command-line forms (typed aliases a command's signature lists:
+``start: opt.Start = None``), one typed record of their values (``ClipOptions``), and the one function that turns
+them (with a brand style file and a transcript) into a ClipSpec. The commands are in ``clips.py`` and ``sign.py``."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
@@ -20,112 +18,44 @@ from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 
-# Every option of a command that takes a clip spec: (parameter, type with its command-line form, default). None:
-# the spec's default, or the brand style file's. The parameter names are ClipOptions' fields.
-CLIP_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
-    ("start", Annotated[str | None, typer.Option(help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")], None),
-    ("end", Annotated[str | None, typer.Option(help="Quote end, same forms as --start.")], None),
-    ("caption", Annotated[str | None, typer.Option(help="The quote's text, burned in as captions.")], None),
-    ("watermark", Annotated[str | None, typer.Option(help="Brand text (e.g. StarZero) or a PNG logo path.")], None),
-    (
-        "watermark_position",
-        Annotated[str | None, typer.Option(help="top-left | top-right | bottom-left | bottom-right")],
-        None,
-    ),
-    ("watermark_opacity", Annotated[float | None, typer.Option(help="0.05–1.0 (default 0.8)")], None),
-    ("watermark_size", Annotated[float | None, typer.Option(help="Mark height / the frame's short side.")], None),
-    ("font", Annotated[str | None, typer.Option(help="A TTF/OTF file for captions and the text mark.")], None),
-    ("caption_size", Annotated[float | None, typer.Option(help="Font size / the frame's short side.")], None),
-    ("style", Annotated[str | None, typer.Option(help="clean | bold-outline | boxed | karaoke")], None),
-    ("style_file", Annotated[str | None, typer.Option(help="A brand style JSON file (docs/creators.md).")], None),
-    ("profile", Annotated[str | None, typer.Option(help="landscape (1280x720) | vertical | square | portrait")], None),
-    (
-        "profiles",
-        Annotated[
-            str | None,
-            typer.Option(help="Several shapes from one decode, e.g. landscape,vertical,square (one clip each)."),
-        ],
-        None,
-    ),
-    (
-        "fit",
-        Annotated[
-            str | None,
-            typer.Option(help="pad (bars) | blur (blurred fill) | center (crop) | speaker (follows the face)"),
-        ],
-        None,
-    ),
-    (
-        "quality",
-        Annotated[str | None, typer.Option(help="final | preview (half size, fast encode) | instant (copied frames)")],
-        None,
-    ),
-    (
-        "encoder_preset",
-        Annotated[str | None, typer.Option(help="veryfast (default) | superfast | ultrafast: less CPU, larger files.")],
-        None,
-    ),
-    ("pad_before", Annotated[float | None, typer.Option(help="Seconds of source before the quote.")], None),
-    ("pad_after", Annotated[float | None, typer.Option(help="Seconds of source after the quote.")], None),
-    ("no_fades", Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")], False),
-    (
-        "video_fades",
-        Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")],
-        False,
-    ),
-    (
-        "transcript",
-        Annotated[
-            str | None,
-            typer.Option(help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words."),
-        ],
-        None,
-    ),
-)
-# What a batch takes from each line of its quotes file instead of the command line.
-PER_QUOTE = frozenset({"start", "end", "caption"})
-
-Command = TypeVar("Command", bound=Callable[..., None])
-
-
-def clip_options(per_quote: bool = True) -> Callable[[Command], Command]:
-    """Give a command every clip option. The command declares ``source`` and ``opts: ClipOptions``; the options
-    take the place of ``opts`` among its parameters, and their values reach it as one ClipOptions. With
-    ``per_quote=False`` the command leaves out start, end and caption (a batch reads them from its file)."""
-
-    def decorate(command: Command) -> Command:
-        declared = inspect.signature(command).parameters
-        names = [name for name, _, _ in CLIP_OPTIONS if per_quote or name not in PER_QUOTE]
-        options = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-            for name, annotation, default in CLIP_OPTIONS
-            if name in names
-        ]
-        params: list[inspect.Parameter] = []
-        for param in declared.values():
-            if param.name == "opts":
-                params += options
-            elif params and params[-1].kind is inspect.Parameter.KEYWORD_ONLY:
-                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
-            else:
-                params.append(param)
-
-        @functools.wraps(command)
-        def run(**values: Any) -> None:
-            given = {name: values.pop(name) for name in names}
-            command(**values, opts=ClipOptions(source=values["source"], **given))
-
-        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in params}
-        del run.__wrapped__  # typer reads the options from the signature above, not the command's own
-        return run  # type: ignore[return-value]
-
-    return decorate
+# Every option of a command that takes a clip spec, declared once as a typed alias with its command-line form; a
+# command lists the ones it takes in its own signature (``start: opt.Start = None``, None: the spec's default, or
+# the brand style file's) and reads their values as one ClipOptions (``ClipOptions.given(ctx.params)``).
+Start = Annotated[str | None, typer.Option(help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
+End = Annotated[str | None, typer.Option(help="Quote end, same forms as --start.")]
+Caption = Annotated[str | None, typer.Option(help="The quote's text, burned in as captions.")]
+Watermark = Annotated[str | None, typer.Option(help="Brand text (e.g. StarZero) or a PNG logo path.")]
+WatermarkPosition = Annotated[str | None, typer.Option(help="top-left | top-right | bottom-left | bottom-right")]
+WatermarkOpacity = Annotated[float | None, typer.Option(help="0.05–1.0 (default 0.8)")]
+WatermarkSize = Annotated[float | None, typer.Option(help="Mark height / the frame's short side.")]
+Font = Annotated[str | None, typer.Option(help="A TTF/OTF file for captions and the text mark.")]
+CaptionSize = Annotated[float | None, typer.Option(help="Font size / the frame's short side.")]
+Style = Annotated[str | None, typer.Option(help="clean | bold-outline | boxed | karaoke")]
+StyleFile = Annotated[str | None, typer.Option(help="A brand style JSON file (docs/creators.md).")]
+Profile = Annotated[str | None, typer.Option(help="landscape (1280x720) | vertical | square | portrait")]
+Profiles = Annotated[
+    str | None, typer.Option(help="Several shapes from one decode, e.g. landscape,vertical,square (one clip each).")
+]
+Fit = Annotated[
+    str | None, typer.Option(help="pad (bars) | blur (blurred fill) | center (crop) | speaker (follows the face)")
+]
+Quality = Annotated[str | None, typer.Option(help="final | preview (half size, fast encode) | instant (copied frames)")]
+EncoderPreset = Annotated[
+    str | None, typer.Option(help="veryfast (default) | superfast | ultrafast: less CPU, larger files.")
+]
+PadBefore = Annotated[float | None, typer.Option(help="Seconds of source before the quote.")]
+PadAfter = Annotated[float | None, typer.Option(help="Seconds of source after the quote.")]
+NoFades = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]
+VideoFades = Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")]
+Transcript = Annotated[
+    str | None, typer.Option(help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words.")
+]
 
 
 @dataclass(frozen=True)
 class ClipOptions:
-    """The values of a clip command's options (None: the spec's default, or the style file's)."""
+    """The values of a clip command's options (None: the spec's default, or the style file's), in the order its
+    help lists them."""
 
     source: str
     start: str | None = None
@@ -140,15 +70,29 @@ class ClipOptions:
     style: str | None = None
     style_file: str | None = None
     profile: str | None = None
+    profiles: str | None = None
     fit: str | None = None
     quality: str | None = None
+    encoder_preset: str | None = None
     pad_before: float | None = None
     pad_after: float | None = None
     no_fades: bool = False
     video_fades: bool = False
     transcript: str | None = None
-    profiles: str | None = None
-    encoder_preset: str | None = None
+
+    @classmethod
+    def given(cls, params: Mapping[str, Any]) -> ClipOptions:
+        """The clip options among a command's parsed parameters (typer's ``ctx.params``: plain str, float and bool
+        values, as the aliases above declare them); those a command does not take keep their defaults."""
+        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
+
+
+# Every clip option: (parameter, type, default), in the order the help lists them; a batch takes all but PER_QUOTE.
+CLIP_OPTIONS: tuple[tuple[str, Any, Any], ...] = tuple(
+    (f.name, f.type, f.default) for f in fields(ClipOptions) if f.name != "source"
+)
+# What a batch takes from each line of its quotes file instead of the command line.
+PER_QUOTE = frozenset({"start", "end", "caption"})
 
 
 BRAND_FIELDS = {

@@ -7,20 +7,42 @@ import typer
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings, SiteKey
 
+from . import options as opt
 from .app import app
 from .clips import SourceArg
 from .common import JsonOpt, emit, run_guarded
-from .options import ClipOptions, clip_options
+from .options import ClipOptions
 
 # What a link carries of the clip options (quoteclip/links.py); any other option given is refused by name.
 LINKED = {"start", "end", "caption", "watermark", "profile", "fit", "style", "quality"}
 
 
 @app.command("sign")
-@clip_options()
 def sign(
+    ctx: typer.Context,
     source: SourceArg,
-    opts: ClipOptions,
+    *,
+    start: opt.Start = None,
+    end: opt.End = None,
+    caption: opt.Caption = None,
+    watermark: opt.Watermark = None,
+    watermark_position: opt.WatermarkPosition = None,
+    watermark_opacity: opt.WatermarkOpacity = None,
+    watermark_size: opt.WatermarkSize = None,
+    font: opt.Font = None,
+    caption_size: opt.CaptionSize = None,
+    style: opt.Style = None,
+    style_file: opt.StyleFile = None,
+    profile: opt.Profile = None,
+    profiles: opt.Profiles = None,
+    fit: opt.Fit = None,
+    quality: opt.Quality = None,
+    encoder_preset: opt.EncoderPreset = None,
+    pad_before: opt.PadBefore = None,
+    pad_after: opt.PadAfter = None,
+    no_fades: opt.NoFades = False,
+    video_fades: opt.VideoFades = False,
+    transcript: opt.Transcript = None,
     site: Annotated[str, typer.Option("--site", help="The site key's id (QUOTECLIP_SITE_KEYS or its file).")],
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="The service's address (default QUOTECLIP_LINK_BASE_URL).")
@@ -33,6 +55,7 @@ def sign(
 ) -> None:
     """Print a signed link to a clip (one line): a page puts it in an <a href>, a <video src> or a poster, and the
     service renders the clip on the first request. The secret comes from the site key's setting."""
+    opts = ClipOptions.given(ctx.params)
 
     def go() -> None:
         from quoteclip import links
