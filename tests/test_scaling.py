@@ -4,8 +4,8 @@ be scaled in (SIGTERM) at any moment without losing a clip or spending one of it
 A small scaler loop stands in for KEDA and the HPA: it reads ``desired_workers`` (the function behind
 ``quoteclip_desired_workers`` in ``/metrics``), starts real ``quoteclip worker`` processes up to the figure (at
 most MAX_WORKERS) and SIGTERMs the youngest when the figure falls below the fleet, busy or not (as a ReplicaSet
-picks, without a pod-deletion cost). Its cap drops for a few seconds mid-burst, so busy workers are asked to go
-with renders longer than their shutdown grace."""
+picks, without a pod-deletion cost). Its cap drops to 1 for a few seconds mid-burst, and then the workers sent
+away are those rendering a clip that takes longer than their shutdown grace (every fourth clip is one)."""
 
 from __future__ import annotations
 
@@ -48,21 +48,16 @@ def test_scale_in_during_a_burst_loses_no_clip_and_spends_no_attempt(media, queu
     connection = Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
     source = str(media(size="320x180", duration=20, gop=30))
     enqueued: dict[str, datetime] = {}
-    for i in range(CLIPS):  # most clips short, every fourth longer than the grace takes to render
+    long: set[str] = set()
+    for i in range(CLIPS):  # most clips short and small, every fourth one taking longer than the grace to render
         start = round(0.37 * i, 2)
-        length = 2.5 if i % 4 == 3 else 0.5
-        spec = build_spec(
-            {
-                "source": source,
-                "start": start,
-                "end": start + length,
-                "quality": "preview",
-                "encoder_preset": "ultrafast",
-            }
-        )
+        short = {"end": start + 0.5, "quality": "preview", "encoder_preset": "ultrafast"}
+        spec = build_spec({"source": source, "start": start, **(short if i % 4 != 3 else {"end": start + 4})})
         job_id = enqueue_clip(spec, settings, bulk=i % 2 == 1).job_id
         assert job_id is not None
         enqueued[job_id] = datetime.now(UTC)
+        if i % 4 == 3:
+            long.add(job_id)
     assert len(enqueued) == CLIPS
 
     # the figure /metrics exports, read as Prometheus would: every clip is waiting
@@ -95,10 +90,12 @@ def test_scale_in_during_a_burst_loses_no_clip_and_spends_no_attempt(media, queu
             while len(fleet) < target:
                 name = f"scaled-{len(fleet) + len(leaving)}-{time.monotonic_ns()}"
                 fleet.append((name, workers.start(burst=False, name=name)))
+            if len(fleet) > target:  # the youngest go, busy or not; in the wobble, those rendering a long clip
+                jobs_of = {n: _current_job(connection, n) for n, _ in fleet}
+                fleet.sort(key=lambda w: cap == 1 and jobs_of[w[0]] in long)  # stable: otherwise oldest first
             while len(fleet) > target:
-                name, victim = fleet.pop()  # the youngest, busy or not
-                found = Worker.find_by_key(f"{Worker.redis_worker_namespace_prefix}{name}", connection=connection)
-                busy_sigterms += bool(found and found.get_current_job_id())
+                name, victim = fleet.pop()
+                busy_sigterms += jobs_of[name] is not None
                 victim.send_signal(signal.SIGTERM)
                 sigterms += 1
                 leaving.append(victim)
@@ -131,3 +128,8 @@ def test_scale_in_during_a_burst_loses_no_clip_and_spends_no_attempt(media, queu
     )
     assert figure_held_renders  # where a trigger on the lists alone read 0
     assert busy_sigterms >= 1 and stops >= 1  # the wobble asked busy workers to go: a render was handed back
+
+
+def _current_job(connection: Redis, name: str) -> str | None:
+    found = Worker.find_by_key(f"{Worker.redis_worker_namespace_prefix}{name}", connection=connection)
+    return found.get_current_job_id() if found is not None else None
