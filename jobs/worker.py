@@ -190,8 +190,9 @@ class RenderWorker(ClipWorker):
         """rq's wait for a job, taking it into this worker's taken list (jobs/reconcile.py) instead of popping
         it, so that a job whose answer is lost (a partition, a dropped connection, this worker killed before the
         start) is still somewhere the reconciler looks. A job this worker took and did not start comes first.
-        Waits at most ``timeout`` seconds (None: one look) before returning None for the maintenance pass; while
-        Redis is away it backs off and tries again, and a stop request ends the wait at once, Redis or not."""
+        Waits until a job comes (``timeout`` None: one look, then None when there is none; ``max_idle_time``: None
+        after that long without one), beating and running the maintenance pass meanwhile; while Redis is away it
+        backs off and tries again, and a stop request ends the wait at once, Redis or not."""
         self.set_state(WorkerStatus.IDLE)
         self.procline("Listening on " + ",".join(self.queue_names()))
         keys = [queue.key for queue in self._ordered_queues]
@@ -205,11 +206,11 @@ class RenderWorker(ClipWorker):
                 job_id = leftover(self.connection, self.name)
                 queue_key = None
                 if job_id is None:
-                    left = None if timeout is None else max(timeout - (time.monotonic() - began), 0)
-                    found = take(self.connection, self.name, keys, min(wait, left) if left else None)
+                    found = take(self.connection, self.name, keys, None if timeout is None else min(wait, timeout))
+                    backoff = 1.0
                     if found is None:
-                        if timeout is None or left == 0:
-                            return None
+                        if timeout is None:
+                            return None  # a burst worker: the queues are empty
                         if max_idle_time is not None and time.monotonic() - began >= max_idle_time:
                             return None
                         continue
