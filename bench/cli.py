@@ -19,7 +19,7 @@ from .timing import pair_ratio, paired
 # the command as a user runs it: the console script pip installed beside this interpreter (``python -m`` when
 # there is none, as in an environment where the project is on the path but not installed)
 _SCRIPT = Path(sys.executable).with_name("quoteclip")
-COMMAND = (str(_SCRIPT),) if _SCRIPT.is_file() else (sys.executable, "-m", "quoteclip")
+COMMAND = (str(_SCRIPT),) if _SCRIPT.is_file() else (sys.executable, "-m", "cli")
 
 # what a cold render's own process imports: the render command's modules and the render path (figure 8c)
 RENDER_IMPORTS = "cli.app, cli.clips, cli.options, jobs.pipeline.produce"

@@ -141,7 +141,7 @@ def page_batch_figure(run: RunConfig, source: Path, work: Path) -> Reading:
         argv = [
             sys.executable,
             "-m",
-            "quoteclip",
+            "cli",
             "batch",
             site.url("episode"),
             str(quotes_file),

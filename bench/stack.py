@@ -89,7 +89,7 @@ class Stack:
         """``quoteclip serve`` on a free loopback port: the clicks of figures 3 and 4 go over HTTP to it."""
         self.port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "quoteclip", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "cli", "serve", "--port", str(self.port)],
             env=self.env,
             text=True,
             stdout=subprocess.DEVNULL,
@@ -129,7 +129,7 @@ class Stack:
 
     def start_worker(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "quoteclip", "worker", *args],
+            [sys.executable, "-m", "cli", "worker", *args],
             env=self.env,
             text=True,
             stdout=subprocess.DEVNULL,
