@@ -36,7 +36,7 @@ def _answers(url: str) -> bool:
 
     try:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
-    except Exception:
+    except (redis.RedisError, OSError, ValueError):
         return False
 
 

@@ -85,7 +85,7 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]] | Retry:
                 raise MachineFault(fault.detail, fault.reason)
         with relaying(settings, job, specs) as relay:  # a click's clip, streamed while it renders (jobs/relay.py)
             results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay)
-    except Exception as raised:
+    except Exception as raised:  # noqa: BLE001  (every failure is classified and said: _failed)
         keep = [s.source for s in specs] + [str(d.get("source", "")) for d in spec_data if isinstance(d, dict)]
         return _failed(job, raised, keep, settings)
     result = next((r for r in results if not r.cached), results[0])
@@ -189,7 +189,7 @@ def render_poster_job(spec_data: dict[str, Any]) -> dict[str, object] | Retry:
     try:
         spec = build_spec(spec_data, max_seconds=settings.max_clip_seconds)
         poster = produce_poster(spec, settings, open_storage(settings))
-    except Exception as raised:
+    except Exception as raised:  # noqa: BLE001  (every failure is classified and said: _failed)
         return _failed(job, raised, [str(spec_data.get("source", ""))], settings)
     if job is not None:
         job.meta.update(stage=Stage.FINISHED.value, progress=100, timings=poster.timings)

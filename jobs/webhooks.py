@@ -247,7 +247,7 @@ class ConcurrentDeliveries(BaseWorker):
     def _perform(self, job: Job, queue: Queue, execution: Execution) -> None:
         try:
             self.perform_job(job, queue, execution)  # rq's own bookkeeping: result, retry with backoff, failure
-        except Exception:  # noqa: BLE001  (perform_job records a job's failure itself; this is rq's own failing)
+        except Exception:
             log.exception("webhook delivery %s could not be recorded", job.id)
         finally:
             assert self._free is not None

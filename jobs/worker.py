@@ -289,7 +289,7 @@ class RenderWorker(ClipWorker):
                             record_handback(connection, "worker lost Redis")
                 except RedisError:
                     return  # later: once Redis answers
-                except Exception:  # noqa: BLE001  (the worker goes on; rq's abandoned-job detection is left)
+                except Exception:
                     log.exception("could not settle %s", job.id)
                 self._unsettled.pop(0)
 
@@ -334,7 +334,7 @@ class RenderWorker(ClipWorker):
         detail = f"work-horse {'stopped to hand it back' if cause == 'stopped' else 'killed'} ({how})"
         try:
             requeued = give_back(job, queue, execution, cause, self.settings, detail)
-        except Exception:  # noqa: BLE001  (rq's own handling, an attempt spent, rather than a dead worker)
+        except Exception:
             log.exception("could not hand %s back; rq retries it", job.id)
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         if requeued:
@@ -497,7 +497,7 @@ class Lease(threading.Thread):
                 if not self.failing:
                     log.warning("could not renew the lease in Redis: %s", str(exc).splitlines()[0])
                 self.failing = True
-            except Exception:  # noqa: BLE001  (the lease must keep beating)
+            except Exception:
                 log.exception("the lease thread's pass failed")
             self.wake.wait(self.period)
         self.connection.close()

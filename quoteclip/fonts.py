@@ -56,7 +56,7 @@ def coverage(ref: FontRef) -> frozenset[int]:
     try:
         with TTFont(ref[0], fontNumber=ref[1], lazy=True) as font:
             return frozenset(font.getBestCmap() or {})
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (any parser error: not a usable font)
         raise BadInput(f"font could not be read: {ref[0]!r} ({exc})") from None
 
 

@@ -256,7 +256,7 @@ class EgressProxy(LoopbackServer):
                     self.refuse()
                 self.close_connection = True
 
-            do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = forward  # noqa: N815
+            do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = forward
 
         return Handler
 

@@ -152,7 +152,7 @@ def deno_path() -> str | None:
         from deno import find_deno_bin
 
         return str(find_deno_bin())
-    except Exception:  # the deno wheel missing or broken: yt-dlp looks on PATH
+    except Exception:  # noqa: BLE001  (the deno wheel missing or broken: yt-dlp looks on PATH)
         return None
 
 

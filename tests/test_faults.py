@@ -328,7 +328,7 @@ def test_job_events_subscribe_again_after_a_redis_restart(tmp_path, monkeypatch)
 def _ping(redis, url: str) -> bool:  # type: ignore[no-untyped-def]
     try:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
-    except Exception:
+    except (redis.RedisError, OSError, ValueError):
         return False
 
 

@@ -152,7 +152,7 @@ class Fleet:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, extra: dict[str, str] | None = None, wrap: list[str] | None = None) -> int:
-        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115  (the worker writes it; closed with it)
+        log = open(self.folder / f"{name}.log", "ab")
         argv = [*(wrap or []), sys.executable, "-m", "cli", "worker", "--name", name]
         self.procs[name] = subprocess.Popen(argv, env=self.env | (extra or {}), stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -229,7 +229,7 @@ def test_a_link_plays_to_its_end_in_firefox_while_it_renders(
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             body = FIREFOX_PAGE.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -237,7 +237,7 @@ def test_a_link_plays_to_its_end_in_firefox_while_it_renders(
             self.end_headers()
             self.wfile.write(body)
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             reports.put(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(204)
             self.end_headers()
@@ -316,7 +316,7 @@ def test_chromium_presents_a_streams_first_frame_from_its_first_fragment_alone(
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(200)
             for name, value in (("Content-Type", "video/mp4"), ("Transfer-Encoding", "chunked")):
                 self.send_header(name, value)

@@ -40,7 +40,7 @@ def check_upload(data: bytes) -> str:
                 img.verify()
         except BadInput:
             raise
-        except Exception:
+        except Exception:  # noqa: BLE001  (any decoder error: the upload is not an image)
             raise BadInput("asset: not a readable PNG image") from None
         return "png"
     kind = {b"\x00\x01\x00\x00": "ttf", b"true": "ttf", b"OTTO": "otf", b"ttcf": "ttc"}.get(data[:4])
@@ -52,8 +52,8 @@ def check_upload(data: bytes) -> str:
 
     try:
         font = TTCollection(io.BytesIO(data)).fonts[0] if kind == "ttc" else TTFont(io.BytesIO(data), lazy=True)
-        font["cmap"]  # noqa: B018 (reading the character map proves the font can draw text)
-    except Exception:
+        font["cmap"]
+    except Exception:  # noqa: BLE001  (any parser error: the upload is not a font)
         raise BadInput("asset: not a readable TrueType/OpenType font") from None
     return kind
 
