@@ -586,8 +586,8 @@ def test_one_ctrl_c_stops_up_in_order_within_5_s(media, http_source, tmp_path) -
     assert took < 5, said[-3000:]
     assert not errors, errors
     assert up.returncode == 0 and "Traceback" not in said, said[-3000:]
-    time.sleep(0.5)
-    assert not [c for c in children if _alive(c)]  # the server, the API, the workers, the horse: all gone
+    # the server, the API, the workers, the horse: all gone
+    wait_for(lambda: not any(_alive(c) for c in children), 10, f"up's children to exit: {children}")
     server = embedded.start(embedded.data_dir(store.resolve()), persist=True)  # the queue as it was left
     try:
         job = Job.fetch(job_id, connection=redis.Redis.from_url(server.url))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -84,8 +83,14 @@ def test_up_runs_the_whole_system_with_an_embedded_redis(media, http_source, tmp
     assert up.returncode == 0, err
     assert "Traceback" not in err
     assert embedded.recorded_url(store) is None  # the URL is withdrawn with the server
-    time.sleep(0.5)
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    wait_for(lambda: not any(_alive(c) for c in children), 10, f"up's children to exit: {children}")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _status(base: str, job_id: str) -> str:
