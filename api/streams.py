@@ -1,5 +1,5 @@
 """A clip answered while it renders: the fragments its worker relays (jobs/relay.py), streamed to the viewer as they
-come, for a signed link's ``<video src>`` (api/links.py), its HLS playlist (a progressive fragmented MP4 is not
+come, for a signed link's ``<video src>`` (api/links/), its HLS playlist (a progressive fragmented MP4 is not
 played by Safari without ranges) and the page at ``/`` (``GET /clips/{id}/stream``, read by the page's player through
 Media Source Extensions with the key it signed in with).
 

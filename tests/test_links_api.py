@@ -1,4 +1,4 @@
-"""Signed clip links through the API (api/links.py) against real Redis, real rq workers, the local store and S3
+"""Signed clip links through the API (api/links/) against real Redis, real rq workers, the local store and S3
 (SeaweedFS): refused as a whole when anything is changed, rendered on the first request and held until stored,
 answered from the store with ETag, ranges and a cache lifetime no longer than the link's, poster and captions
 without the clip, a download with its name, the key's scopes and render allowance, metrics per key."""
