@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -198,27 +199,51 @@ def _enqueue_one(
             raise BadInput(f"callback_url: {exc}") from None
         add_callback(connection, job_id, callback_url)  # before enqueueing: a fast job still finds it
     queue = Queue(bulk_queue_name(settings) if bulk else settings.queue_name, connection=connection)
+
+    def create() -> None:
+        # rq's unique enqueue does not take dependencies: a clip's job waiting on its group is created by the
+        # one request that sets its marker; racing ones join it
+        if depends_on is not None and not connection.set(redis_keys.member(job_id), depends_on, nx=True, ex=60):
+            raise DuplicateJobError(job_id)
+        queue.enqueue(
+            "jobs.tasks.render_job",
+            spec.model_dump(mode="json"),
+            job_id=job_id,
+            unique=depends_on is None,  # atomic in Redis: of racing identical requests exactly one enqueues
+            retry=RETRY,
+            job_timeout=int(settings.render_timeout(spec.duration) + FETCH_ALLOWANCE),
+            result_ttl=RESULT_TTL,
+            failure_ttl=FAILURE_TTL,
+            description=f"clip {key} {spec.start:.3f}-{spec.end:.3f}",
+            meta={"stage": Stage.QUEUED.value, "progress": 0, **({"group": depends_on} if depends_on else {})},
+            depends_on=Dependency(jobs=[depends_on], allow_failure=True) if depends_on else None,
+            on_success=Callback("jobs.webhooks.on_success"),
+            on_failure=Callback("jobs.webhooks.on_failure"),
+        )
+
+    def existing(job: Job, status: JobStatus) -> Enqueued | None:
+        if status in ACTIVE:
+            stage = str(job.meta.get("stage", Stage.QUEUED.value))
+            return Enqueued(job_id, public_status(status), joined=True, stage=stage)
+        if status == JobStatus.FINISHED and storage.stat(key) is not None:
+            return Enqueued(job_id, Stage.FINISHED.value, link=storage.link(key))
+        return None  # failed, stopped, canceled, or finished but the object is gone: replace the old job
+
+    return _create_or_join(connection, job_id, create, existing)
+
+
+def _create_or_join(
+    connection: Redis,
+    job_id: str,
+    create: Callable[[], None],
+    existing: Callable[[Job, JobStatus], Enqueued | None],
+) -> Enqueued:
+    """Enqueue ``job_id`` with ``create`` (raising ``DuplicateJobError`` when the job exists), or answer with the
+    existing job: ``existing`` says what to answer for it, or ``None`` to replace it (deleted while its status is
+    still what was read, then created again). Three tries, for a job that changes state in between."""
     for _ in range(3):
         try:
-            # rq's unique enqueue does not take dependencies: a clip's job waiting on its group is created by the
-            # one request that sets its marker; racing ones join it
-            if depends_on is not None and not connection.set(redis_keys.member(job_id), depends_on, nx=True, ex=60):
-                raise DuplicateJobError(job_id)
-            queue.enqueue(
-                "jobs.tasks.render_job",
-                spec.model_dump(mode="json"),
-                job_id=job_id,
-                unique=depends_on is None,  # atomic in Redis: of racing identical requests exactly one enqueues
-                retry=RETRY,
-                job_timeout=int(settings.render_timeout(spec.duration) + FETCH_ALLOWANCE),
-                result_ttl=RESULT_TTL,
-                failure_ttl=FAILURE_TTL,
-                description=f"clip {key} {spec.start:.3f}-{spec.end:.3f}",
-                meta={"stage": Stage.QUEUED.value, "progress": 0, **({"group": depends_on} if depends_on else {})},
-                depends_on=Dependency(jobs=[depends_on], allow_failure=True) if depends_on else None,
-                on_success=Callback("jobs.webhooks.on_success"),
-                on_failure=Callback("jobs.webhooks.on_failure"),
-            )
+            create()
             log.info("enqueued %s", job_id)
             mark_pending(connection, job_id)
             return Enqueued(job_id, Stage.QUEUED.value)
@@ -230,12 +255,9 @@ def _enqueue_one(
             time.sleep(0.05)
             continue  # it expired or was replaced in between, or is being created: try again
         status = job.get_status(refresh=False)
-        if status in ACTIVE:
-            stage = str(job.meta.get("stage", Stage.QUEUED.value))
-            return Enqueued(job_id, public_status(status), joined=True, stage=stage)
-        if status == JobStatus.FINISHED and storage.stat(key) is not None:
-            return Enqueued(job_id, Stage.FINISHED.value, link=storage.link(key))
-        # Failed, stopped, canceled, or finished but the object is gone: replace the old job.
+        answer = existing(job, status)
+        if answer is not None:
+            return answer
         _delete_if_status(connection, job, status)
     raise BadInput(f"could not enqueue {job_id}: it kept changing state under us; try again")
 
@@ -281,35 +303,27 @@ def enqueue_poster(
         if _active(redis, clip_job):
             return Enqueued(clip_job, Stage.QUEUED.value, joined=True)
         queue = Queue(settings.queue_name, connection=redis)
-        for _ in range(3):
-            try:
-                queue.enqueue(
-                    "jobs.tasks.render_poster_job",
-                    spec.model_dump(mode="json"),
-                    job_id=job_id,
-                    unique=True,
-                    retry=RETRY,
-                    job_timeout=int(settings.render_timeout(0.0) + FETCH_ALLOWANCE),
-                    result_ttl=RESULT_TTL,
-                    failure_ttl=FAILURE_TTL,
-                    description=f"poster {key} {spec.start:.3f}-{spec.end:.3f}",
-                    meta={"stage": Stage.QUEUED.value, "progress": 0},
-                )
-                log.info("enqueued %s", job_id)
-                mark_pending(redis, job_id)
-                return Enqueued(job_id, Stage.QUEUED.value)
-            except DuplicateJobError:
-                pass
-            try:
-                job = Job.fetch(job_id, connection=redis)
-            except NoSuchJobError:
-                time.sleep(0.05)
-                continue
-            status = job.get_status(refresh=False)
+
+        def create() -> None:
+            queue.enqueue(
+                "jobs.tasks.render_poster_job",
+                spec.model_dump(mode="json"),
+                job_id=job_id,
+                unique=True,
+                retry=RETRY,
+                job_timeout=int(settings.render_timeout(0.0) + FETCH_ALLOWANCE),
+                result_ttl=RESULT_TTL,
+                failure_ttl=FAILURE_TTL,
+                description=f"poster {key} {spec.start:.3f}-{spec.end:.3f}",
+                meta={"stage": Stage.QUEUED.value, "progress": 0},
+            )
+
+        def existing(job: Job, status: JobStatus) -> Enqueued | None:
             if status in ACTIVE:
                 return Enqueued(job_id, str(job.meta.get("stage", Stage.QUEUED.value)), joined=True)
-            _delete_if_status(redis, job, status)  # failed, or finished and its poster gone: replace it
-        raise BadInput(f"could not enqueue {job_id}: it kept changing state under us; try again")
+            return None  # failed, or finished and its poster gone: replace it
+
+        return _create_or_join(redis, job_id, create, existing)
 
 
 @dataclass(frozen=True)
