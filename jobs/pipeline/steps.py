@@ -289,7 +289,8 @@ def _store(
     preview: dict[str, str] | None,
     storage: Storage,
 ) -> ClipResult:
-    """Store one rendered clip: the sidecars side by side, then the mp4 last (its presence marks it complete)."""
+    """Store one rendered clip: the sidecars side by side, then the mp4 last (its presence marks it complete). When
+    another worker stored it first, the answer describes the clip stored (its metadata), not this render."""
     filename = download_name(spec, key)
     sidecars = sidecar_files(spec, key, identity, title, result, binary, frames, preview)
     meta = {
@@ -305,7 +306,9 @@ def _store(
         puts = [pool.submit(storage.put_sidecar, key, x, data, kind) for x, (data, kind) in sidecars.items()]
         for put in puts:
             put.result()
-    storage.put(result.path, key, filename, meta)
+    if not storage.put(result.path, key, filename, meta):
+        # another worker stored the clip first: its bytes stand, so the answer is made from its metadata
+        meta = storage.stat(key) or meta
     return stored_result(storage, key, meta, cached=False)
 
 
