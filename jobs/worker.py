@@ -123,6 +123,10 @@ class RenderWorker(ClipWorker):
     _unsettled: list[tuple[Job, Queue, Any]]  # jobs whose horse ended, to check once Redis answers
     _settling: threading.Lock
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("work_horse_killed_handler", self.horse_killed)
+        super().__init__(*args, **kwargs)
+
     def configure(self, settings: Settings) -> None:
         self.settings = settings
         self.shutdown_grace = settings.shutdown_grace
@@ -305,8 +309,9 @@ class RenderWorker(ClipWorker):
             os._exit(1)  # the worker died before the call above
         super().main_work_horse(*args, **kwargs)
 
-    def handle_work_horse_killed(self, job: Job, retpid: Any, ret_val: Any, rusage: Any) -> None:
-        super().handle_work_horse_killed(job, retpid, ret_val, rusage)
+    def horse_killed(self, job: Job, retpid: Any, ret_val: Any, rusage: Any) -> None:
+        """rq's ``work_horse_killed_handler`` (after its own log line): the horse ended before settling its job;
+        note why, for ``handle_job_failure`` right after."""
         stopped = self._handing_back == job.id
         self._handing_back = None
         how = f"signal {os.WTERMSIG(ret_val)}" if ret_val and os.WIFSIGNALED(ret_val) else f"exit status {ret_val}"
