@@ -513,7 +513,8 @@ def preload(settings: Settings) -> None:
     the job code, the remote-source modules (every queued source is remote), Pillow's common image plugins (a
     first PNG save loads them), the caption fonts, ffmpeg's path and version, the call that ties an ffmpeg's
     life to its horse's and, for an S3 store, boto3 with its S3 model (a first client costs a horse about
-    0.3 s). A horse renders without importing a module (tests/test_deploy.py)."""
+    0.3 s) and whether its bucket refuses a second ``If-None-Match: *`` write (storage/s3.py, asked once a
+    process). A horse renders without importing a module (tests/test_deploy.py)."""
     import encodings.idna  # noqa: F401  (host names of requests)
 
     import av.subtitles.stream  # noqa: F401  (PyAV's first open loads it)
@@ -538,7 +539,10 @@ def preload(settings: Settings) -> None:
         log.warning("ffmpeg could not be found ahead of the jobs: %s", exc)
 
     try:
-        open_storage(settings)  # builds a client only: no request is made
+        store = open_storage(settings)
+        probe = getattr(store, "conditional_writes", None)  # S3 only: a local folder's writes are always once
+        if probe is not None:
+            probe()  # asked once here (a marker written twice), so each horse inherits the answer
     except Exception as exc:  # noqa: BLE001  (a warm-up: a store that cannot be opened fails the job, not the worker)
         log.warning("the object store could not be prepared ahead of the jobs: %s", exc)
 
