@@ -16,7 +16,6 @@ import inspect
 import os
 import signal
 import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,12 +98,6 @@ def test_every_override_of_rq_is_listed_here() -> None:
         f"overrides of rq's Worker not listed in OVERRIDES: {found - set(OVERRIDES)}"
     )
     assert set(OVERRIDES) - found == set(), f"listed in OVERRIDES but overridden nowhere: {set(OVERRIDES) - found}"
-
-
-def _rq_sources() -> Iterator[tuple[Path, ast.Module]]:
-    root = Path(rq.__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        yield path, ast.parse(path.read_text(), str(path))
 
 
 @functools.cache
