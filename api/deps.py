@@ -37,7 +37,10 @@ class Limits:
 
     @classmethod
     def open(cls, settings: Settings) -> Limits:
-        storage = RedisStorage(settings.redis_url, key_prefix=redis_keys.RATE_LIMITS, socket_connect_timeout=5)
+        # counted through the queue's own client (either form of QUOTECLIP_REDIS_URL): limits' own Sentinel storage
+        # reads a /DB in the URL as part of the service name, and reads its counts from replicas
+        pool = connect(settings).connection_pool
+        storage = RedisStorage("redis://", connection_pool=pool, key_prefix=redis_keys.RATE_LIMITS)
         return cls(
             MovingWindowRateLimiter(storage),
             RateLimitItemPerMinute(settings.rate_limit_per_minute, namespace="clips"),

@@ -9,10 +9,9 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from quoteclip import redis_keys
+from quoteclip import redis_keys, redis_url
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ class JobEvents:
         prefix = redis_keys.events("")
         while True:
             try:
-                async with Redis.from_url(self.redis_url) as redis, redis.pubsub() as pubsub:
+                async with redis_url.async_client(self.redis_url) as redis, redis.pubsub() as pubsub:
                     await pubsub.psubscribe(redis_keys.EVENTS)
                     self.subscribed = True
                     self._wake_all()  # those that began waiting unsubscribed wait on the shorter step no longer

@@ -29,6 +29,7 @@ from starlette.types import Send
 from jobs import relay
 from jobs.pipeline.stages import Stage
 from jobs.queue import JOB_ID, render_state
+from quoteclip import redis_url
 from renderer.fragments import FRAGMENT_SECONDS, filler
 from renderer.head import progressive_head
 
@@ -56,7 +57,7 @@ PLAYER_BLOCK = 32 * 1024
 
 def relay_client(svc: Services) -> AsyncRedis:
     """A client of the relay's Redis for one answer (closed with it)."""
-    return AsyncRedis.from_url(relay.relay_url(svc.settings), socket_connect_timeout=5)
+    return redis_url.async_client(relay.relay_url(svc.settings), socket_connect_timeout=5)
 
 
 async def joined(svc: Services, job_id: str, deadline: float) -> tuple[AsyncRedis, relay.Begun] | None:

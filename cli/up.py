@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from quoteclip import embedded
+from quoteclip import embedded, redis_url
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings, configured_redis_url
 
@@ -35,7 +35,7 @@ def _answers(url: str) -> bool:
     import redis
 
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+        return bool(redis_url.client(url, socket_connect_timeout=1).ping())
     except (redis.RedisError, OSError, ValueError):
         return False
 

@@ -8,10 +8,11 @@ from contextlib import ExitStack, contextmanager
 
 from redis import Redis
 
-from quoteclip import redis_keys
+from quoteclip import redis_keys, redis_url
 from quoteclip.settings import Settings
 from storage import Storage, open_storage
 
+COMMAND_TIMEOUT = 10.0  # seconds a command through Sentinel may take before its connection is given up
 JOB_ID = re.compile(r"\Aclip-([0-9a-f]{32})\Z")  # \Z: no trailing newline
 
 
@@ -20,7 +21,14 @@ def bulk_queue_name(settings: Settings) -> str:
 
 
 def connect(settings: Settings) -> Redis:
-    return Redis.from_url(settings.redis_url, socket_connect_timeout=5, health_check_interval=30)
+    """The queue's Redis (``QUOTECLIP_REDIS_URL``, either form quoteclip.redis_url reads). Through Sentinel a
+    command also times out after ``COMMAND_TIMEOUT`` seconds, so a primary that went silent is noticed and the
+    next connection asks the sentinels for the new one (rq raises it for a worker's blocking dequeue)."""
+    if redis_url.is_sentinel(settings.redis_url):
+        return redis_url.client(
+            settings.redis_url, socket_connect_timeout=5, socket_timeout=COMMAND_TIMEOUT, health_check_interval=30
+        )
+    return redis_url.client(settings.redis_url, socket_connect_timeout=5, health_check_interval=30)
 
 
 @contextmanager

@@ -34,7 +34,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 from rq.job import Job
 
-from quoteclip import redis_keys
+from quoteclip import redis_keys, redis_url
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
 from renderer.fragments import Piece
@@ -223,7 +223,7 @@ def relaying(settings: Settings, job: Job | None, specs: list[ClipSpec]) -> Iter
     if not settings.stream or job is None or len(specs) != 1 or job.origin == bulk_queue_name(settings):
         yield None
         return
-    connection = Redis.from_url(relay_url(settings), socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
+    connection = redis_url.client(relay_url(settings), socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
     relay = Relay(connection, job.id, specs[0].duration, settings.stream_max_bytes)
     try:
         yield relay

@@ -18,6 +18,7 @@ from typing import Any, get_args
 
 from . import embedded
 from .errors import BadInput
+from .redis_url import check as check_redis_url
 from .spec import DEFAULT_MAX_SECONDS, EncoderPreset, WatermarkSpec
 
 DEFAULT_SOURCE_HOSTS = (
@@ -95,10 +96,9 @@ def _service_url(text: str, name: str) -> str:
 
 
 def _redis_url(text: str, name: str) -> str:
-    """A Redis URL: ``redis://``, ``rediss://`` or ``unix://``."""
-    if not text.startswith(("redis://", "rediss://", "unix://")):
-        raise BadInput(f"{name} must be a Redis URL like redis://relay.internal:6379/0, got {text[:80]!r}")
-    return text
+    """A Redis URL: a server's (``redis://``, ``rediss://``, ``unix://``) or a Sentinel set's
+    (``redis+sentinel://HOST:PORT[,…]/SERVICE_NAME[/DB]``)."""
+    return check_redis_url(text, name)
 
 
 def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[str, ...]:
@@ -356,9 +356,13 @@ class Settings:
     )
     redis_url: str = _setting(
         "QUOTECLIP_REDIS_URL",
-        "Redis for the queue",
+        "Redis for the queue, the job states, their events and the API's rate limits: a server "
+        "(`redis://[:PASSWORD@]HOST:PORT/DB`, `rediss://`, `unix://`) or a primary found through Sentinel, "
+        "`redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT…]/SERVICE_NAME[/DB]` (the sentinels, the name they "
+        "monitor the primary by; `?sentinel_password=` when the sentinels have one of their own)",
         default="redis://127.0.0.1:6379/0",
         group="queue",
+        parse=_redis_url,
         shown="the embedded server a running `quoteclip up` recorded under the clip folder, "
         "else `redis://127.0.0.1:6379/0`",
         also=("REDIS_URL",),
@@ -653,7 +657,7 @@ class Settings:
     stream_redis_url: str | None = _setting(
         "QUOTECLIP_STREAM_REDIS_URL",
         "the Redis the workers relay a rendering clip's fragments through to the API: one without persistence, "
-        "with a `maxmemory`, apart from the queue's (see the streaming page)",
+        "with a `maxmemory`, apart from the queue's (see the streaming page); either form `QUOTECLIP_REDIS_URL` takes",
         group="streaming",
         parse=_redis_url,
         shown="the queue's (`QUOTECLIP_REDIS_URL`)",
