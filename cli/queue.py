@@ -63,10 +63,10 @@ app.command()(worker)
 
 
 def _shown(url: str) -> str:
-    """A Redis URL without its password."""
+    """A Redis URL without its passwords (the servers' in the address, the sentinels' in the query)."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
+    parts = urlsplit(url)._replace(query="")
     if parts.password:
         parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
     return parts.geturl()

@@ -190,3 +190,10 @@ def test_a_failover_mid_batch_renders_every_clip_and_stores_each_once(
             f"{len(stored)} mp4s stored, none written twice"
         )
         assert renders >= CLIPS
+
+
+def test_a_redis_url_is_shown_without_either_password() -> None:
+    from cli.queue import _shown
+
+    shown = _shown("redis+sentinel://:serverpw@h1:26379,h2:26379/mymaster/0?sentinel_password=sentinelpw")
+    assert "serverpw" not in shown and "sentinelpw" not in shown and "h1:26379,h2:26379/mymaster/0" in shown
