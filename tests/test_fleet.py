@@ -142,9 +142,9 @@ def test_an_idle_worker_told_to_stop_with_redis_away_stops(queue_env, workers, r
 @pytest.mark.slow
 def test_clips_survive_random_partitions_and_kills(media, queue_env, workers, redis_url, tmp_path) -> None:
     """A randomised run (seeded, the seed printed): three workers, two of them behind proxies that are held or
-    cut at random, any of them SIGKILLed and started again, while 12 clips render. Every clip ends finished and
+    cut at random, any of them SIGKILLed and started again, while clips render. Every clip ends finished and
     none spends an attempt on the faults.
-    (up to 16 clips of 4 s at 720p with a blurred fill, one arriving before each fault.)"""
+    (up to 12 clips of 4 s at 720p with a blurred fill, one arriving before each fault.)"""
     import random
 
     seed = int(os.environ.get("QUOTECLIP_FAULT_SEED", time.time_ns() % 100_000))
@@ -173,9 +173,9 @@ def test_clips_survive_random_partitions_and_kills(media, queue_env, workers, re
             job_ids: list[str] = []
             retries: dict[str, int | None] = {}
             faults = []
-            deadline = time.monotonic() + 40  # clips come and faults strike for 40 s, then the fleet heals
+            deadline = time.monotonic() + 25  # clips come and faults strike for 25 s, then the fleet heals
             while time.monotonic() < deadline:
-                for _ in range(1 if len(job_ids) < 16 else 0):  # clips arrive while the faults go on
+                for _ in range(1 if len(job_ids) < 12 else 0):  # clips arrive while the faults go on
                     i = len(job_ids)
                     spec = build_spec({"source": source, "start": 0.5 * i, "end": 0.5 * i + 4, "fit": "blur"})
                     job_id = enqueue_clip(spec, settings).job_id
@@ -208,10 +208,14 @@ def test_clips_survive_random_partitions_and_kills(media, queue_env, workers, re
 
             wait_for(ended, 150, "every clip to end")
             handbacks = {k.decode(): int(v) for k, v in conn.hgetall(f"{redis_keys.METRICS}:handbacks").items()}
-            print(
-                f"every clip ended {time.monotonic() - healed:.1f} s after the faults stopped; handed back: {handbacks}"
-            )
+            ended_after = time.monotonic() - healed
             states = {j: job_status(j, settings) for j in job_ids}
+            finished = sum(1 for state in states.values() if state["status"] == "finished")
+            renders = len((tmp_path / "ffmpeg-runs.log").read_text().splitlines())
+            print(
+                f"{len(job_ids)} clips accepted, {finished} finished, {len(job_ids) - finished} failed, every one "
+                f"ended {ended_after:.1f} s after the faults stopped; {renders} ffmpeg runs; handed back: {handbacks}"
+            )
             unfinished = {j: (s["status"], s.get("error")) for j, s in states.items() if s["status"] != "finished"}
             assert not unfinished, unfinished
             spent = {
