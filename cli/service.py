@@ -51,18 +51,21 @@ def up(
     port: Annotated[int, typer.Option("--port", help="Port of the API and page.")] = 8000,
     workers: Annotated[int | None, typer.Option("--workers", help="Worker processes (one per 2 cores).")] = None,
     redis: Annotated[
-        str, typer.Option("--redis", help="auto: the configured or running Redis, else embedded | embedded")
+        str,
+        typer.Option(
+            "--redis", help="auto: QUOTECLIP_REDIS_URL if set, else an embedded server | embedded | a Redis URL"
+        ),
     ] = "auto",
 ) -> None:
-    """Run the whole system on one machine: API, page and workers, with an embedded Redis when none is around."""
+    """Run the whole system on one machine: API, page and workers, with an embedded Redis unless one is named."""
 
     def go() -> None:
         from .up import default_workers, run
 
-        if redis not in ("auto", "embedded"):
-            raise BadInput(f"redis must be auto or embedded, got {redis!r}")
+        if redis not in ("auto", "embedded") and "://" not in redis:
+            raise BadInput(f"redis must be auto, embedded or a Redis URL, got {redis!r}")
         count = default_workers() if workers is None else workers
-        code = run(Settings.from_env(), host, port, count, redis)  # type: ignore[arg-type]
+        code = run(Settings.from_env(), host, port, count, redis)
         if code:
             raise typer.Exit(code)
 

@@ -1,8 +1,9 @@
 """``quoteclip up``: the whole system on one machine — the API and page, and one worker per 2 cores.
 
-Redis: the configured URL (``QUOTECLIP_REDIS_URL``/``REDIS_URL``); else a Redis answering at the default
-address; else an embedded server (``quoteclip.embedded``) with its data under the clip folder, its URL
-recorded where the other commands look. Production runs ``serve`` and ``worker`` apart against a real Redis.
+Redis: the URL given with ``--redis``, else the configured one (``QUOTECLIP_REDIS_URL``/``REDIS_URL``), else an
+embedded server (``quoteclip.embedded``) with its data under the clip folder, its URL recorded where the other
+commands look; never a Redis that merely answers at the default address. Production runs ``serve`` and ``worker``
+apart against a real Redis.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from quoteclip import embedded, redis_url
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings, configured_redis_url
 
+from .queue import _shown
+
 log = logging.getLogger(__name__)
 
-RedisChoice = Literal["auto", "embedded"]
+RedisChoice = str  # "auto" (the configured URL, else embedded), "embedded", or a Redis URL
 
 
 def default_workers() -> int:
@@ -48,27 +50,20 @@ class Running:
     how: str = ""  # how the Redis was chosen, as the start line says it
 
 
-# How ``up`` says it found a Redis that answers at the default address while nothing was configured: its
-# database 0 is shared with whatever else uses that server, and the user may not know it is there.
-FOUND = (
-    "found running, nothing configured: database 0 of that server, shared with whatever else uses it; "
-    "set QUOTECLIP_REDIS_URL (or --redis embedded) to choose"
-)
-
-
 def choose_redis(env: Mapping[str, str], settings: Settings, choice: RedisChoice) -> tuple[str, bool, str]:
-    """(URL, whether an embedded server must be started, how it was chosen: configured, found running, embedded)."""
+    """(URL, whether an embedded server must be started, how it was chosen: given, configured, embedded). A Redis
+    that answers at the default address while nothing names it is not used: its database may be another
+    program's."""
+    if choice not in ("auto", "embedded"):
+        redis_url.check(choice, "--redis")
+        return choice, False, "given with --redis"
     configured = configured_redis_url(env)
-    if choice == "embedded":
-        return "", True, "embedded"
-    if configured:
-        return configured, False, "configured"
-    if _answers(Settings.redis_url):
-        return Settings.redis_url, False, FOUND
+    if choice == "auto" and configured:
+        return configured, False, "configured (QUOTECLIP_REDIS_URL)"
     recorded = embedded.recorded_url(settings.storage_dir)
     if recorded and _answers(recorded):
         raise BadInput(f"another quoteclip up is running with its embedded Redis at {recorded}; stop it first")
-    return "", True, "embedded"
+    return "", True, "embedded (nothing configured: set QUOTECLIP_REDIS_URL or --redis URL to use another)"
 
 
 def start(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice) -> Running:
@@ -140,8 +135,8 @@ def run(settings: Settings, host: str, port: int, workers: int, choice: RedisCho
     running = start(settings, host, port, workers, choice)
     where = f"embedded, data in {running.embedded.folder}" if running.embedded else running.how
     print(
-        f"quoteclip up: page and API at http://{host}:{port}/ · {workers} worker(s) · Redis {running.redis_url} "
-        f"({where}) · clips in {settings.storage_dir.resolve()} · Ctrl-C stops",
+        f"quoteclip up: page and API at http://{host}:{port}/ · {workers} worker(s) · "
+        f"Redis {_shown(running.redis_url)} ({where}) · clips in {settings.storage_dir.resolve()} · Ctrl-C stops",
         file=sys.stderr,
     )
     code = 0

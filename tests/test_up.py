@@ -105,19 +105,25 @@ def test_up_refuses_a_bad_worker_count(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.strip() == "quoteclip: bad input: workers must be at least 1, got 0"
 
 
-@pytest.mark.integration  # (asks the machine's Redis on 6379)
-def test_up_says_how_it_chose_its_redis(tmp_path) -> None:
-    """A Redis configured is "configured"; one merely found answering at the default address is said to be found,
-    with the database it shares; with none, an embedded one."""
-    from cli.up import FOUND, choose_redis
+def test_up_uses_its_embedded_redis_unless_one_is_named(tmp_path) -> None:
+    """A Redis given with --redis or configured is used and said so; with none named, an embedded one, even when a
+    Redis answers at the default address (the machine's own does here: its database may be another program's)."""
+    from cli.up import choose_redis
+    from quoteclip.errors import BadInput
     from quoteclip.settings import Settings
 
     settings = Settings(storage_dir=tmp_path / "clips")
     assert choose_redis({"QUOTECLIP_REDIS_URL": "redis://r:1/3"}, settings, "auto") == (
         "redis://r:1/3",
         False,
-        "configured",
+        "configured (QUOTECLIP_REDIS_URL)",
     )
-    assert choose_redis({}, settings, "embedded")[1:] == (True, "embedded")
-    url, embedded, how = choose_redis({}, settings, "auto")  # the machine's own Redis answers on 6379
-    assert (url, embedded, how) == (Settings.redis_url, False, FOUND) and "database 0" in how and "shared" in how
+    assert choose_redis({"QUOTECLIP_REDIS_URL": "redis://r:1/3"}, settings, "redis://other:2/0")[:2] == (
+        "redis://other:2/0",
+        False,
+    )
+    assert choose_redis({"QUOTECLIP_REDIS_URL": "redis://r:1/3"}, settings, "embedded")[1] is True
+    url, embedded, how = choose_redis({}, settings, "auto")
+    assert (url, embedded) == ("", True) and how.startswith("embedded") and "QUOTECLIP_REDIS_URL" in how
+    with pytest.raises(BadInput, match="--redis must be a Redis URL"):
+        choose_redis({}, settings, "mysql://x")
