@@ -56,6 +56,10 @@ def up(
             "--redis", help="auto: QUOTECLIP_REDIS_URL if set, else an embedded server | embedded | a Redis URL"
         ),
     ] = "auto",
+    dev: Annotated[
+        bool,
+        typer.Option("--dev", help="Allow local files and loopback sources (for trying it here; loopback bind only)."),
+    ] = False,
 ) -> None:
     """Run the whole system on one machine: API, page and workers, with an embedded Redis unless one is named."""
 
@@ -65,7 +69,7 @@ def up(
         if redis not in ("auto", "embedded") and "://" not in redis:
             raise BadInput(f"redis must be auto, embedded or a Redis URL, got {redis!r}")
         count = default_workers() if workers is None else workers
-        code = run(Settings.from_env(), host, port, count, redis)
+        code = run(Settings.from_env(), host, port, count, redis, dev)
         if code:
             raise typer.Exit(code)
 

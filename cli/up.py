@@ -66,8 +66,28 @@ def choose_redis(env: Mapping[str, str], settings: Settings, choice: RedisChoice
     return "", True, "embedded (nothing configured: set QUOTECLIP_REDIS_URL or --redis URL to use another)"
 
 
-def start(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice) -> Running:
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def dev_env(env: Mapping[str, str], settings: Settings, host: str) -> dict[str, str]:
+    """What ``up --dev`` adds for trying quoteclip on this machine's own files and servers: local paths and
+    loopback sources allowed (the hosts and networks added to whatever is configured). Refused on a bind other
+    than loopback, where a visitor could make the workers read this machine's disk and local services."""
+    if host not in LOOPBACK_HOSTS:
+        raise BadInput(f"--dev allows local files and loopback sources, so it binds to loopback only, got {host}")
+    hosts = settings.for_queue().source_hosts or ()
+    networks = (*settings.allow_addresses, "127.0.0.0/8", "::1/128")
+    return {
+        "QUOTECLIP_ALLOW_LOCAL_SOURCES": "true",
+        "QUOTECLIP_SOURCE_HOSTS": ",".join(dict.fromkeys((*hosts, "127.0.0.1", "localhost"))),
+        "QUOTECLIP_ALLOW_ADDRESSES": ",".join(dict.fromkeys(networks)),
+    }
+
+
+def start(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice, dev: bool = False) -> Running:
     env = dict(os.environ)
+    if dev:
+        env.update(dev_env(env, settings, host))
     url, start_embedded, how = choose_redis(env, settings, choice)
     server = None
     if start_embedded:
@@ -122,21 +142,25 @@ def _stop_all(procs: list[subprocess.Popen[bytes]], signum: int, wait: float) ->
             proc.wait()
 
 
-def run(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice) -> int:
+def run(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice, dev: bool = False) -> int:
     """Start everything, wait for SIGINT/SIGTERM (or a child that dies), stop everything. Returns the exit code."""
     if workers < 1:
         raise BadInput(f"workers must be at least 1, got {workers}")
+    if dev:
+        dev_env(os.environ, settings, host)  # refused before anything starts
     stopping: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
         stopping.append(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    running = start(settings, host, port, workers, choice)
+    running = start(settings, host, port, workers, choice, dev)
     where = f"embedded, data in {running.embedded.folder}" if running.embedded else running.how
     print(
         f"quoteclip up: page and API at http://{host}:{port}/ · {workers} worker(s) · "
-        f"Redis {_shown(running.redis_url)} ({where}) · clips in {settings.storage_dir.resolve()} · Ctrl-C stops",
+        f"Redis {_shown(running.redis_url)} ({where}) · clips in {settings.storage_dir.resolve()}"
+        + (" · --dev: local files and loopback sources allowed" if dev else "")
+        + " · Ctrl-C stops",
         file=sys.stderr,
     )
     code = 0

@@ -127,3 +127,21 @@ def test_up_uses_its_embedded_redis_unless_one_is_named(tmp_path) -> None:
     assert (url, embedded) == ("", True) and how.startswith("embedded") and "QUOTECLIP_REDIS_URL" in how
     with pytest.raises(BadInput, match="--redis must be a Redis URL"):
         choose_redis({}, settings, "mysql://x")
+
+
+def test_up_dev_allows_local_sources_on_a_loopback_bind_only(tmp_path) -> None:
+    from cli.up import dev_env
+    from quoteclip.errors import BadInput
+    from quoteclip.settings import DEFAULT_SOURCE_HOSTS, Settings
+
+    settings = Settings(storage_dir=tmp_path / "clips")
+    env = dev_env({}, settings, "127.0.0.1")
+    assert env["QUOTECLIP_ALLOW_LOCAL_SOURCES"] == "true"
+    hosts = env["QUOTECLIP_SOURCE_HOSTS"].split(",")
+    assert {"127.0.0.1", "localhost", *DEFAULT_SOURCE_HOSTS} <= set(hosts)
+    assert "127.0.0.0/8" in env["QUOTECLIP_ALLOW_ADDRESSES"].split(",")
+    assert Settings.from_env(env).for_queue().allow_local_sources is True  # what the children read back
+    with pytest.raises(BadInput, match="loopback only, got 0.0.0.0"):
+        dev_env({}, settings, "0.0.0.0")
+    done = run_cli("up", "--dev", "--host", "0.0.0.0", env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")})
+    assert done.returncode == 2 and "loopback only" in done.stderr and "Traceback" not in done.stderr
