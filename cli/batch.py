@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ MAX_FILE_BYTES = 4 * 1024**2
 
 @dataclass(frozen=True)
 class Quote:
-    line: int  # the line of the file it came from (a CSV header is line 1), or the item's number in a JSON list
+    line: int  # the line of the file it starts on (a CSV header is line 1), or the item's number in a JSON list
     fields: dict[str, Any]
 
 
@@ -75,22 +76,61 @@ def _object(line: str, number: int) -> dict[str, Any]:
 
 
 def _csv(text: str, path: str) -> list[Quote]:
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip().lower() for h in reader.fieldnames or []]
+    """The rows of a CSV quotes file, each with the line it starts on; refuses the whole file (BadInput) when a
+    field runs on over a line break into a line that reads as a row of its own (a quote left open)."""
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip().lower() for h in next(reader, [])]
     if not header or not FIELDS & set(header):
         raise BadInput(f"quotes file needs a CSV header naming start, end and caption (or caption), got {header}")
     unknown = sorted(set(header) - FIELDS)
     if unknown:
         raise BadInput(f"quotes file has unknown columns {unknown} (allowed: start, end, caption): {path!r}")
-    reader.fieldnames = header
     quotes = []
-    for row in reader:
-        fields = {k: v.strip() for k, v in row.items() if k is not None and v is not None and v.strip()}
-        if None in row:  # more cells than columns
+    end = reader.line_num
+    for cells in reader:
+        first, end = end + 1, reader.line_num  # a row may span lines: it starts just after the last one ended
+        for name, cell in zip(header, cells, strict=False):
+            _refuse_a_row_inside(cell, name, first, header, path)
+        fields = {k: v.strip() for k, v in zip(header, cells, strict=False) if v.strip()}
+        if len(cells) > len(header):
             fields["_bad"] = "more cells than the header has columns"
         if fields:
-            quotes.append(Quote(reader.line_num, fields))
+            quotes.append(Quote(first, fields))
     return quotes
+
+
+TIME = re.compile(r"-?\d+(?::\d+){0,2}(?:\.\d*)?")
+
+
+def _refuse_a_row_inside(cell: str, column: str, line: int, header: list[str], path: str) -> None:
+    """A cell with a line break followed by a line that reads as a row (a time where the header has its first
+    time column, and more cells after it) is a quote left open, which swallowed the rows after it: BadInput. A
+    quoted cell with a line break followed by anything else is a legitimate multi-line caption."""
+    at = next((i for i, name in enumerate(header) if name in ("start", "end")), None)
+    if at is None or "\n" not in cell:  # a caption-only file has no row shape to tell a row from text
+        return
+    for offset, text in enumerate(cell.split("\n")[1:], 1):
+        row = next(csv.reader([text]), [])
+        if len(row) > max(at, 1) and TIME.fullmatch(row[at].strip()):
+            raise BadInput(
+                f"quotes file {path!r}: line {line}: the quote opened in the {column} is not closed, so it runs on "
+                f"into line {line + offset} ({text.strip()[:40]!r}), which reads as a row of its own; close it "
+                '(a quote inside a caption is written "")'
+            )
+
+
+def listed_quotes(path: str) -> list[dict[str, Any]]:
+    """The quotes of a file as read, for ``--dry-run``: number (from 1), line, start, end, caption (None when not
+    given), and ``error`` for an item that is not a quote; nothing is built, rendered or stored."""
+    listed: list[dict[str, Any]] = []
+    for number, quote in enumerate(read_quotes(path), 1):
+        fields = quote.fields
+        item: dict[str, Any] = {"number": number, "line": quote.line}
+        item |= {k: None if fields.get(k) is None else str(fields[k]) for k in ("start", "end", "caption")}
+        if "_bad" in fields:
+            item["error"] = str(fields["_bad"])
+        listed.append(item)
+    return listed
 
 
 def options_for(quote: Quote, shared: ClipOptions) -> ClipOptions:

@@ -1,6 +1,7 @@
 """Commands that make clips: ``render`` (inline), ``enqueue`` (for the workers), ``batch`` (a quotes file) and
 ``demo`` (a clip of a generated source)."""
 
+import json
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -151,17 +152,35 @@ def batch(
     video_fades: opt.VideoFades = False,
     transcript: opt.Transcript = None,
     queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the quotes as read from the file; render nothing.")
+    ] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Render every quote of a file from one source, with shared options; a bad line does not stop the others.
 
-    Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable."""
+    Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable. With
+    --dry-run: the quotes as read (number, line, start, end, caption), no render, no Redis, no store."""
     opts = ClipOptions.given(ctx.params)
     setup_cli_logging(verbose)
 
     def go() -> None:
-        from .batch import run_batch
+        from .batch import listed_quotes, run_batch
+
+        if dry_run:
+            listed = listed_quotes(quotes_file)
+            emit(
+                {"quotes": listed, "count": len(listed)},
+                as_json,
+                "\n".join(
+                    f"{q['number']}\tline {q['line']}\t{q['start'] or '-'}\t{q['end'] or '-'}\t"
+                    + (json.dumps(q["caption"], ensure_ascii=False) if q["caption"] is not None else "-")
+                    + (f"\tnot a quote: {q['error']}" if "error" in q else "")
+                    for q in listed
+                ),
+            )
+            return
 
         settings = Settings.from_env()
         outcomes = run_batch(source, quotes_file, opts, settings, queue, lambda line: typer.echo(line, err=True))

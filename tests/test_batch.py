@@ -168,3 +168,50 @@ def test_the_docs_creator_example_a_brand_kit_in_three_shapes(episode, tmp_path,
         corner = frame[: height // 6, width * 2 // 3 :].reshape(-1, 3)
         yellow = (corner[:, 0] > 180) & (corner[:, 1] > 150) & (corner[:, 2] < 90)
         assert yellow.sum() > 500, (clip["profile"], int(yellow.sum()))
+
+
+def test_a_quote_left_open_is_refused_by_its_line_and_nothing_renders(episode, tmp_path, ffmpeg_counter) -> None:
+    wrapper, log = ffmpeg_counter
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text('start,end,caption\n1.0,2.0,"unclosed quote, here\n3.0,4.0,next quote\n5,6,last\n')
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
+    done = run_cli("batch", episode, str(quotes), env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # one line
+    assert f"quotes file {str(quotes)!r}: line 2: the quote opened in the caption is not closed" in done.stderr
+    assert "into line 3 ('3.0,4.0,next quote')" in done.stderr
+    assert runs(log) == 0 and not (tmp_path / "clips").exists()
+    listed = run_cli("batch", episode, str(quotes), "--dry-run", env=env)  # the same refusal without rendering
+    assert listed.returncode == 2 and "line 2: the quote opened in the caption is not closed" in listed.stderr
+
+
+def test_dry_run_lists_the_quotes_as_read_and_renders_nothing(episode, tmp_path, ffmpeg_counter) -> None:
+    wrapper, log = ffmpeg_counter
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text(
+        'start,end,caption\n1,2.5,first quote\n\n4,5,"a caption on two lines,\nas meant"\n6,7,"he said ""hi"""\n'
+    )
+    env = {
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+        "FFMPEG_BINARY": wrapper,
+        "QUOTECLIP_REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens: a dry run needs no Redis
+    }
+    done = run_cli("batch", episode, str(quotes), "--dry-run", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "quotes": [
+            {"number": 1, "line": 2, "start": "1", "end": "2.5", "caption": "first quote"},
+            {"number": 2, "line": 4, "start": "4", "end": "5", "caption": "a caption on two lines,\nas meant"},
+            {"number": 3, "line": 6, "start": "6", "end": "7", "caption": 'he said "hi"'},
+        ],
+        "count": 3,
+    }
+    text = run_cli("batch", episode, str(quotes), "--dry-run", env=env)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines() == [
+        '1\tline 2\t1\t2.5\t"first quote"',
+        '2\tline 4\t4\t5\t"a caption on two lines,\\nas meant"',
+        '3\tline 6\t6\t7\t"he said \\"hi\\""',
+    ]
+    assert runs(log) == 0 and not (tmp_path / "clips").exists()
+    assert not list(tmp_path.glob("**/*.mp4"))
