@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote_plus
 
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
@@ -200,13 +200,33 @@ async def _answer(send: Send, status: int, detail: str, retry_after: str | None 
     await send({"type": "http.response.body", "body": body})
 
 
-# A query parameter whose name holds "key" or "token" (``?token=``, ``?key=``, ``?api_key=``, …): its value.
-SECRET_QUERY = re.compile(r"([?&][^=&\s\"]*(?:key|token)[^=&\s\"]*=)[^&\s\"#]*", re.IGNORECASE)
+# Words that make a query parameter a credential, read in its decoded, lower-cased name (``?k%65y=`` is ``key``).
+SECRET_WORDS = ("key", "token", "sig", "auth", "password", "secret", "credential")
+QUERY_PARAM = re.compile(r"([?&])([^=&\s\"#]*)=([^&\s\"#]*)")
+# A signed link's path: ``/l/<site>/<token>.<ext>`` (and its parts after it); the token is a credential while it lives.
+LINK_PATH = re.compile(r"(/l/[^/\s\"?#]+/)([^/\s\"?#]+)")
+
+
+def _param(found: re.Match[str]) -> str:
+    name = unquote_plus(found.group(2)).lower()
+    if any(word in name for word in SECRET_WORDS):
+        return f"{found.group(1)}{found.group(2)}=[redacted]"
+    return found.group(0)
+
+
+def _link(found: re.Match[str]) -> str:
+    token, dot, ext = found.group(2).rpartition(".")
+    if not dot or not ext.isalnum() or len(ext) > 5:
+        token, ext = found.group(2), ""
+    digest = hashlib.sha256(token.encode()).hexdigest()[:12]
+    return f"{found.group(1)}[link {digest}]" + (f".{ext}" if ext else "")
 
 
 def redact(text: str) -> str:
-    """``text`` with the value of every key or token query parameter replaced by ``[redacted]``."""
-    return SECRET_QUERY.sub(r"\1[redacted]", text)
+    """``text`` with every credential taken out: a signed link's token replaced by a short hash of it (its site and
+    extension kept, so a line still says which link), and the value of every query parameter whose decoded name
+    holds a credential word (SECRET_WORDS) replaced by ``[redacted]``."""
+    return QUERY_PARAM.sub(_param, LINK_PATH.sub(_link, text))
 
 
 class RedactSecrets(logging.Filter):
