@@ -31,6 +31,10 @@ q     quality     final | preview (final)
 v     variant     clip | download | poster | captions (clip)
 x     expires     unix seconds, rounded up (a key with a link lifetime asks for one; none otherwise)
 ====  ==========  ============================================================================
+
+Every number is bounded: ``start`` and ``end`` at most 24 hours (``MAX_MS``), ``expires`` at most ten years after
+the moment it is signed or verified (``MAX_LIFETIME``). A link outside them is refused when signed (LinkError,
+naming the field) and when verified (a 403, as any link that is not ours).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ PREFIX = "/l/"
 SIGNATURE_BYTES = 16
 MAX_PAYLOAD = 4096  # characters of base64url: a 1,000-character caption fits
 KEY_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
+MAX_SECONDS = 24 * 3600  # the latest start or end a link names: 24 hours
+MAX_MS = MAX_SECONDS * 1000
+MAX_LIFETIME = 10 * 365 * 24 * 3600  # the latest expiry: ten years after now (when signed, when verified)
 
 VARIANTS = {"clip": "mp4", "download": "mp4", "poster": "jpg", "captions": "vtt"}
 # field → (short name, default): what a link carries, in the order a spec names them
@@ -81,7 +88,19 @@ class LinkError(ValueError):
     """A link, or a clip to sign, that is not well formed (the message names the field)."""
 
 
-TIMECODE = re.compile(r"\A(?:(\d+):)??(?:(\d+):)?(\d+)(?:\.(\d{1,3}))?\Z")
+TIMECODE = re.compile(r"\A(?:(\d{1,12}):)??(?:(\d{1,12}):)?(\d{1,12})(?:\.(\d{1,3}))?\Z")
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: a number too large to print is named by its size (``repr`` of an int of more than
+    4,300 digits raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
+        return f"a number of {abs(value).bit_length()} bits"
+    return repr(value)
+
+
+def _too_late(field: str, value: object) -> LinkError:
+    return LinkError(f"{field} must be at most {MAX_SECONDS} s (24:00:00), got {_shown(value)}")
 
 
 def milliseconds(value: object, field: str) -> int:
@@ -89,14 +108,18 @@ def milliseconds(value: object, field: str) -> int:
     to the millisecond: a finer one is refused (no rounding rule for a signer in another language to disagree
     with)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise LinkError(f"{field} must be seconds or HH:MM:SS(.fff), got {value!r}")
+        raise LinkError(f"{field} must be seconds or HH:MM:SS(.fff), got {_shown(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise LinkError(f"{field} must not be negative, got {value!r}")
+            raise LinkError(f"{field} must not be negative, got {_shown(value)}")
+        if value > MAX_SECONDS:
+            raise _too_late(field, value)
         return value * 1000
     if isinstance(value, float):
         if not math.isfinite(value) or value < 0:
             raise LinkError(f"{field} must be a finite time of at least 0, got {value!r}")
+        if value > MAX_SECONDS:
+            raise _too_late(field, value)
         ms = round(value * 1000)
         if abs(value * 1000 - ms) > 1e-6:
             raise LinkError(f"{field} must be given to the millisecond, got {value!r}")
@@ -110,7 +133,10 @@ def milliseconds(value: object, field: str) -> int:
     if (minutes is not None and int(seconds) >= 60) or (hours is not None and int(minutes or 0) >= 60):
         raise LinkError(f"{field} must be seconds, MM:SS(.fff) or HH:MM:SS(.fff), got {value!r}")
     total = (int(hours or 0) * 60 + int(minutes or 0)) * 60 + int(seconds)
-    return total * 1000 + int((fraction or "").ljust(3, "0"))
+    ms = total * 1000 + int((fraction or "").ljust(3, "0"))
+    if ms > MAX_MS:
+        raise _too_late(field, value)
+    return ms
 
 
 def canonical(clip: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,7 +167,7 @@ def canonical(clip: Mapping[str, Any]) -> dict[str, Any]:
             value = milliseconds(value, name)
         elif name == "expires":
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise LinkError(f"expires must be unix seconds, got {value!r}")
+                raise LinkError(f"expires must be unix seconds, got {_shown(value)}")
         elif value is not None:
             if not isinstance(value, str):
                 raise LinkError(f"{name} must be text, got {value!r}")
@@ -186,7 +212,17 @@ def decode(payload: str) -> dict[str, Any]:
 
 
 def _seconds(ms: object) -> object:
-    return ms / 1000 if isinstance(ms, int) and not isinstance(ms, bool) else ms
+    if isinstance(ms, int) and not isinstance(ms, bool):
+        if abs(ms) > MAX_MS:  # before dividing: a number past a float's range would overflow
+            raise LinkError("the link's times are out of range")
+        return ms / 1000
+    return ms
+
+
+def check_expiry(expires: int | None, now: float | None = None) -> None:
+    """LinkError when ``expires`` is later than ``MAX_LIFETIME`` seconds after ``now``."""
+    if expires is not None and expires > (time.time() if now is None else now) + MAX_LIFETIME:
+        raise LinkError(f"expires must be at most {MAX_LIFETIME} s (ten years) from now, got {_shown(expires)}")
 
 
 def signature(secret: str | bytes, key_id: str, payload: str) -> str:
@@ -215,6 +251,7 @@ def sign(
     if not KEY_ID.match(key_id):
         raise LinkError(f"key id must be 1-64 letters, digits, - or _, got {key_id!r}")
     payload = encode(canonical({**clip, "variant": variant, "expires": expires}))
+    check_expiry(expires)
     return f"{base.rstrip('/')}{PREFIX}{key_id}/{payload}.{signature(secret, key_id, payload)}.{VARIANTS[variant]}"
 
 
@@ -242,7 +279,9 @@ def verify(path: str, secrets: Mapping[str, str | bytes], now: float | None = No
     if VARIANTS[clip["variant"]] != extension:
         raise LinkError("the link's extension does not match its variant")
     expires = clip.get("expires")
-    if expires is not None and (time.time() if now is None else now) > expires:
+    now = time.time() if now is None else now
+    check_expiry(expires, now)  # out of range: not a link we sign (a 403)
+    if expires is not None and now > expires:
         raise LinkExpired("the link has expired")
     clip["start"], clip["end"] = clip["start"] / 1000, clip["end"] / 1000
     return clip

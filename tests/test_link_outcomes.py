@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api import create_app
+from api.links.cache import cache_control
 from quoteclip import links
 from quoteclip.settings import Settings
 
@@ -79,7 +80,19 @@ def forged_cases() -> list[tuple[str, str, int, Label]]:
     spaced = base64.urlsafe_b64encode(json.dumps(data, indent=1).encode()).decode().rstrip("=")
     unknown = ("unknown", "-", "refused")
     expired = link(expires=int(time.time()) - 1)
+    huge = 10**400  # past a float's range: once an uncaught OverflowError, a plain 500
+
+    def signed(data: dict[str, Any]) -> str:  # a payload the signer refuses, signed by hand with the key's secret
+        payload = links.encode({"s": SOURCE, "a": 1000, "b": 3000, **data})
+        return f"/l/site/{payload}.{links.signature(SECRET, 'site', payload)}.mp4"
+
     return [
+        ("an expiry of 10**400", signed({"x": huge}), 403, unknown),
+        ("an expiry of 10**30", signed({"x": 10**30}), 403, unknown),
+        ("an expiry past ten years", signed({"x": int(time.time()) + links.MAX_LIFETIME + 60}), 403, unknown),
+        ("a start of 10**400 ms", signed({"a": huge, "b": huge + 1000}), 403, unknown),
+        ("an end past 24 h", signed({"b": links.MAX_MS + 1}), 403, unknown),
+        ("a part of a link expiring at 10**400", signed({"x": huge}) + "/index.m3u8", 403, unknown),
         (
             "a signature changed",
             f"/l/{key_id}/{payload}.{sig[:-1]}{'A' if sig[-1] != 'A' else 'B'}.{ext}",
@@ -143,4 +156,41 @@ def test_only_a_streams_parts_are_behind_a_link(app: TestClient) -> None:
     """Any other name after a link is no route (404), the link not read and nothing counted."""
     before = counts(app)
     assert app.get(link(expires=int(time.time()) - 1) + "/other").status_code == 404
+    assert changed(before, counts(app)) == {}
+
+
+def test_numbers_out_of_range_are_refused_at_signing() -> None:
+    """Times at most 24 h, an expiry at most ten years off: a LinkError naming the field, never a link."""
+    for expires in (10**30, 10**400, int(time.time()) + links.MAX_LIFETIME + 60):
+        with pytest.raises(links.LinkError, match="^expires must be at most"):
+            link(expires=expires)
+    for field, value in (("start", 10**400), ("start", 1e300), ("end", 86400.5), ("end", "24:00:01")):
+        clip = {**quote(), field: value}
+        with pytest.raises(links.LinkError, match=f"^{field} must be at most 86400 s"):
+            link(clip)
+    assert links.parse(link(quote(end=86400), expires=int(time.time()) + links.MAX_LIFETIME - 60))
+
+
+def test_a_link_is_cached_no_longer_than_it_lives(app: TestClient) -> None:
+    """A link expiring in 100 s: its captions (made without a render) cached at most the seconds it has left."""
+    expires = int(time.time()) + 100
+    captions = app.get(link(variant="captions", expires=expires))
+    assert captions.status_code == 200, captions.text
+    max_age = int(captions.headers["cache-control"].removeprefix("public, max-age="))
+    assert 90 <= max_age <= expires - time.time()
+    now = time.time()  # whatever reaches it, never more than the seconds left nor a year, in integer arithmetic
+    for far in (int(now) + 100, 10**30, 10**400):
+        seconds = int(cache_control(far, now=now).removeprefix("public, max-age="))
+        assert seconds <= 31536000 and (far > 10**20 or seconds <= far - now), far
+    assert cache_control(int(now) - 5, now=now) == "public, max-age=0"
+
+
+def test_a_trailing_slash_or_anything_else_under_l_is_a_404_never_a_redirect(app: TestClient) -> None:
+    """Starlette would answer ``…/link.mp4/`` with a redirect to the Host header's host: a 404, never cached."""
+    before = counts(app)
+    for path in (link() + "/", link() + "/index.m3u8/", "/l/site/", "/l/site/x/y/z"):
+        for method in ("GET", "HEAD"):
+            answer = app.request(method, path, headers={"Host": "evil.example"})
+            assert answer.status_code == 404, (method, path, answer.status_code, answer.headers)
+            assert "location" not in answer.headers and answer.headers["cache-control"] == "no-store", path
     assert changed(before, counts(app)) == {}

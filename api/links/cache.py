@@ -23,7 +23,8 @@ from quoteclip.settings import Settings
 from .outcomes import CORS
 from .verify import Linked
 
-IMMUTABLE = "public, max-age=31536000, immutable"  # a link that does not expire names one clip for good
+YEAR = 31536000  # the longest any answer is cached
+IMMUTABLE = f"public, max-age={YEAR}, immutable"  # a link that does not expire names one clip for good
 REDIRECT_MARGIN = 60  # seconds: a redirect to a presigned link is cached this much less than the link lives
 EMBED_MAX_AGE = 3600  # seconds /embed.js may be cached (it changes with the service's version)
 MEDIA = {"clip": "video/mp4", "download": "video/mp4", "poster": "image/jpeg", "captions": "text/vtt; charset=utf-8"}
@@ -96,6 +97,7 @@ def cache_control(expires: int | None, cap: int | None = None, now: float | None
     remaining life (and at most ``cap`` seconds)."""
     if expires is None and cap is None:
         return IMMUTABLE
-    left = [int(expires - (time.time() if now is None else now)) if expires is not None else math.inf]
-    seconds = int(max(0, min([*left, cap if cap is not None else math.inf])))
+    # whole seconds, in integers (an expiry is never turned into a float): at most the seconds until it, a year
+    left = expires - math.ceil(time.time() if now is None else now) if expires is not None else YEAR
+    seconds = max(0, min(left, YEAR, cap if cap is not None else YEAR))
     return f"public, max-age={seconds}"

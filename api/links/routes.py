@@ -1,6 +1,7 @@
 """The link routes: ``GET``/``HEAD /l/{key id}/{link}`` and a clip link's HLS parts ``GET /l/{key id}/{link}/{part}``,
 each answered from a verified link (``LinkDep``) and counted once in /metrics (``answered``); ``refused``, the app's
-handler of ``Refused``, answers and counts every refusal; ``/embed.js``, the player card.
+handler of ``Refused``, answers and counts every refusal; anything else under ``/l/`` a 404 (no redirect);
+``/embed.js``, the player card.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ..deps import Services, ServicesDep, services
 from . import metrics
 from .cache import embed_response
 from .hold import link_answer, part_answer
-from .outcomes import Answer, Refused
+from .outcomes import Answer, Refused, error_response
 from .verify import LinkDep, PartDep
 
 router = APIRouter()
@@ -30,6 +31,13 @@ async def signed_link_part(request: Request, part: PartDep, linked: LinkDep, svc
     """A clip link's HLS stream while it renders: ``…/index.m3u8``, ``…/init.mp4`` and ``…/N.m4s``. The link's
     signature covers them: the link is verified as a whole, its sub-resource named after it (docs/websites.md)."""
     return await answered(svc, await part_answer(request, svc, linked, part))
+
+
+@router.api_route("/l/{rest:path}", methods=["GET", "HEAD"], include_in_schema=False)
+def not_a_link(rest: str) -> Response:
+    """Anything else under /l/ (a link with a trailing slash, a name after a part): 404, never cached. Without it
+    Starlette's ``redirect_slashes`` would answer ``…/link.mp4/`` with a redirect built from the Host header."""
+    return error_response(404, "Not Found")
 
 
 @router.get("/embed.js", include_in_schema=False)

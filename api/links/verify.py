@@ -1,7 +1,8 @@
 """Verification: ``LinkDep``, the dependency every link route takes, turns a request into the ``Linked`` clip it
 names, or raises ``Refused`` (api/links/outcomes.py): 403 for a link that is not one of ours as it stands (any byte
-changed, another key's signature, a removed key, a payload not in canonical form, an extension not its variant's)
-or that breaks its key's scopes (hosts, longest clip, link lifetime), 410 past its expiry, 422 for a clip the
+changed, another key's signature, a removed key, a payload not in canonical form, an extension not its variant's,
+a number out of range: a time past 24 h or an expiry more than ten years off, quoteclip/links.py) or that breaks
+its key's scopes (hosts, longest clip, link lifetime), 410 past its expiry, 422 for a clip the
 service cannot make (the spec and source rules ``POST /clips`` applies, api/clips.py; 503 when a local source
 cannot be read). Which part of a link failed is never said. A sub-resource (``…/index.m3u8``) is verified as the
 link before it. Whatever decides whether a link is ours (its keys, their secrets) is read here and nowhere else.
@@ -82,7 +83,7 @@ def verify(path: str, request: Request, settings: Settings) -> Linked:
         clip = links.verify(path, request.app.state.link_secrets, now=now)
     except links.LinkExpired:
         raise Refused(410, "this link has expired", Outcome.EXPIRED, site=path.split("/")[2]) from None
-    except links.LinkError:
+    except (links.LinkError, OverflowError):  # a number out of range (links.MAX_MS, MAX_LIFETIME) is a LinkError
         raise Refused(403, INVALID, Outcome.REFUSED) from None
     site: SiteKey = request.app.state.site_keys[path.split("/")[2]]
     variant = str(clip["variant"])
