@@ -189,15 +189,11 @@ def batch(
         if as_json:
             emit({"clips": outcomes, "failed": failed}, True, "")
         else:
-            for o in outcomes:
-                what = (
-                    f"failed: {o['error']}"
-                    if "error" in o
-                    else f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
-                )
-                typer.echo(f"line {o['line']}{' ' + o['profile'] if opts.profiles else ''}: {what}")
-        made = len(outcomes) - failed - cached  # the summary on stderr, with --json too
-        typer.echo(f"{len(outcomes)} clips: {made} rendered, {cached} already stored, {failed} failed", err=True)
+            for o in outcomes:  # the clips made; each failure was said once, on stderr, with its line
+                if "error" not in o:
+                    what = f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
+                    typer.echo(f"line {o['line']}{' ' + o['profile'] if opts.profiles else ''}: {what}")
+        typer.echo(_summary(outcomes), err=True)  # with --json too
         if cached == len(outcomes):
             typer.echo(f"all {cached} clips were already stored: nothing was rendered", err=True)
         if failed:
@@ -230,3 +226,18 @@ def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
         render_and_print([spec], settings, as_json)
 
     run_guarded(go, as_json)
+
+
+def _summary(outcomes: list[dict[str, Any]]) -> str:
+    """``3 clips: 2 rendered, 1 already stored; 1 clip failed; 1 line not read as a quote``: clips and the file's
+    lines counted apart (a line refused before any clip was made is no clip)."""
+    lines = sum(1 for o in outcomes if "error" in o and "profile" not in o)
+    clips_failed = sum(1 for o in outcomes if "error" in o) - lines
+    cached = sum(1 for o in outcomes if o.get("cached"))
+    made = len(outcomes) - lines - clips_failed
+    said = f"{made} clips: {made - cached} rendered, {cached} already stored"
+    if clips_failed:
+        said += f"; {clips_failed} clip{'s' if clips_failed > 1 else ''} failed"
+    if lines:
+        said += f"; {lines} line{'s' if lines > 1 else ''} not read as a quote"
+    return said

@@ -30,6 +30,11 @@ def test_a_bad_line_is_named_and_the_others_render(episode, tmp_path, ffmpeg_cou
     assert "error" in bad and first["profile"] == "landscape" and first["status"] == "finished"
     assert abs(streams(first["path"])["duration"] - 1.5) < 0.05 and abs(third["duration"] - 1.0) < 0.05
     assert runs(log) == 2
+    assert "2 clips: 2 rendered, 0 already stored; 1 line not read as a quote" in done.stderr  # a line is no clip
+    again = run_cli("batch", episode, str(quotes), "--watermark", "StarZero", env=env)  # as text, the clips stored
+    said = again.stdout + again.stderr
+    assert again.returncode == 1 and said.count("end must be seconds") == 1, said  # each failure said once
+    assert "2 clips: 0 rendered, 2 already stored; 1 line not read as a quote" in again.stderr
 
 
 @pytest.mark.slow
@@ -44,7 +49,7 @@ def test_rerunning_a_batch_renders_nothing_and_says_so(episode, tmp_path, ffmpeg
     assert again.returncode == 0 and runs(log) == 2  # nothing rendered the second time
     assert "all 2 clips were already stored: nothing was rendered" in again.stderr
     assert "2/2 clips done (0 rendered, 2 already stored, 0 failed)" in again.stderr  # not "rendered"
-    assert "2 clips: 0 rendered, 2 already stored, 0 failed" in again.stderr  # the summary, with --json too
+    assert "2 clips: 0 rendered, 2 already stored" in again.stderr  # the summary, with --json too
     assert [c["line"] for c in json.loads(again.stdout)["clips"]] == [1, 3]
 
 
