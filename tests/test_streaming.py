@@ -332,6 +332,7 @@ def test_a_filler_ends_the_bytes_so_far_on_a_blocks_end() -> None:
     assert filler(0, 32768) == filler(65536, 32768) == b""
 
 
+@pytest.mark.integration  # two renders with the production encoder, frame by frame: not the everyday tier
 def test_a_streamed_render_stores_the_clip_a_render_without_a_stream_stores(media, settings, tmp_path) -> None:
     """With the production encoder (x264 on its automatic threads), the stored clip of a streamed render has the key,
     the frame times, the sound (sample for sample) and the pictures of the clip rendered without a stream: each
