@@ -158,7 +158,11 @@ def test_the_pages_play_button_plays_the_stream(browser, stream_api, worker, lev
         status for url, status in asked if url.startswith(f"{stream_api}/clips/clip-") and url.endswith("/stream")
     ]
     assert streams == [200], asked
-    assert frame_index(seen["first"]["gray"], 32) == 32 and seen["first"]["mediaTime"] == 0, seen
+    # The first frame presented is the quote's first, or, where a loaded machine's player dropped its first few
+    # (seen once in CI: presented from 0.1001 s), the very frame its media time names: never another.
+    first = seen["first"]
+    dropped = round(first["mediaTime"] * 30000 / 1001)
+    assert first["mediaTime"] <= 0.2 and frame_index(first["gray"], 32 + dropped) == 32 + dropped, seen
     assert page.inner_text("#stage") == "finished" and not page.locator("#play").is_disabled()
 
 
