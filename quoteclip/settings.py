@@ -120,6 +120,12 @@ def _preset(text: str, name: str) -> EncoderPreset:
     return text  # type: ignore[return-value]
 
 
+def _format_family(text: str, name: str) -> str:
+    if text.lower() not in ("auto", "hls"):
+        raise BadInput(f"{name} must be auto or hls, got {text[:40]!r}")
+    return text.lower()
+
+
 def _proxy(text: str, name: str) -> str:
     """An http:// proxy URL (host and port; user:password@ allowed)."""
     from urllib.parse import urlsplit
@@ -499,6 +505,31 @@ class Settings:
         group="extraction",
         parse=_Number(0),
     )
+    youtube_formats: str = _setting(
+        "QUOTECLIP_YOUTUBE_FORMATS",
+        "which formats a page (YouTube or another yt-dlp site) is read in: `auto` (plain http(s) files first, the "
+        "page's HLS rendition when they are refused, missing or SABR-only) or `hls` (HLS whenever the page offers it)",
+        default="auto",
+        group="extraction",
+        parse=_format_family,
+    )
+    plain_refused_ttl: float = _setting(
+        "QUOTECLIP_PLAIN_REFUSED_TTL",
+        "how long, once a site refused its plain formats (HTTP 403), the next clips of that site go to its HLS "
+        "rendition at once, seconds (remembered in Redis by workers, in the cache folder by the CLI)",
+        default=1800.0,
+        group="extraction",
+        parse=_Number(0),
+    )
+    source_caption_langs: tuple[str, ...] = _setting(
+        "QUOTECLIP_SOURCE_CAPTION_LANGS",
+        "the languages a source's own captions (`transcript: source`) are read in, comma-separated, first found "
+        "wins; a human-made track before an automatic one",
+        default=("en",),
+        group="extraction",
+        parse=_items,
+        shown="`en`",
+    )
     available_wait: float = _setting(
         "QUOTECLIP_AVAILABLE_WAIT",
         "longest a job waits for a format the site makes available later (`available_at`), seconds",
@@ -589,6 +620,69 @@ class Settings:
         group="API and security",
         parse=parse_networks,
     )
+    # the API's front door (api/server.py) and its Redis connections (api/deps.py)
+    header_timeout: float = _setting(
+        "QUOTECLIP_HEADER_TIMEOUT",
+        "seconds a connection to the API has to send a request's headers (from its connection, or from its first "
+        "byte after an answer); past it the connection is closed",
+        default=10.0,
+        group="API and security",
+        parse=_Number(0.1),
+    )
+    body_timeout: float = _setting(
+        "QUOTECLIP_BODY_TIMEOUT",
+        "seconds a request to the API has to send its body once its headers are in; past it the connection is closed",
+        default=60.0,
+        group="API and security",
+        parse=_Number(0.1),
+    )
+    keep_alive: float = _setting(
+        "QUOTECLIP_KEEP_ALIVE",
+        "seconds the API keeps an idle connection open between requests",
+        default=5.0,
+        group="API and security",
+        parse=_Number(0.1),
+    )
+    max_connections: int = _setting(
+        "QUOTECLIP_MAX_CONNECTIONS",
+        "connections one API process holds at once; one more is closed as it comes (raise the process's open-file "
+        "limit, `ulimit -n`, above it)",
+        default=1000,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
+    redis_connections: int = _setting(
+        "QUOTECLIP_API_REDIS_CONNECTIONS",
+        "Redis connections in each of an API process's two pools (its threads', its event loop's), whatever its "
+        "viewers and requests; besides them it holds one for job events and one per clip it is streaming",
+        default=4,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
+    client_streams: int = _setting(
+        "QUOTECLIP_CLIENT_STREAMS",
+        "streams of clips being rendered one client address may read at once from one API process; past it, `429` "
+        "with `Retry-After`",
+        default=8,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
+    client_held: int = _setting(
+        "QUOTECLIP_CLIENT_HELD",
+        "requests one client address may have held at once by one API process (waiting for a clip's stream or its "
+        "stored file); past it, `429` with `Retry-After`",
+        default=16,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
+    client_parts: int = _setting(
+        "QUOTECLIP_CLIENT_PARTS",
+        "HLS part requests (playlist, init segment, fragments) a second one client address may make to one API "
+        "process; past it, `429` with `Retry-After`",
+        default=200,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
     # Websites' keys for signed links: listed ones here, scoped ones in site_key_scopes (Settings.sites has both).
     site_keys: tuple[SiteKey, ...] = _setting(
         "QUOTECLIP_SITE_KEYS",
@@ -667,6 +761,21 @@ class Settings:
         "most of one clip's fragments the relay holds at once, MB; past it the oldest are dropped: viewers already "
         "streaming go on, later ones wait for the stored clip",
         default=96 * 1024**2,
+        group="streaming",
+        parse=_Number(1, unit=1024**2, whole=True),
+    )
+    stream_send_timeout: float = _setting(
+        "QUOTECLIP_STREAM_SEND_TIMEOUT",
+        "seconds one piece of a stream may take to reach its viewer; a viewer slower than that (or not reading) is "
+        "cut, its connection closed, and the other viewers never wait for it",
+        default=10.0,
+        group="streaming",
+        parse=_Number(0.1),
+    )
+    stream_viewer_bytes: int = _setting(
+        "QUOTECLIP_STREAM_VIEWER_MB",
+        "most of a stream one viewer may fall behind by since it joined, MB; past it the viewer is cut",
+        default=16 * 1024**2,
         group="streaming",
         parse=_Number(1, unit=1024**2, whole=True),
     )
