@@ -73,6 +73,9 @@ SAMPLES: dict[str, tuple[str, object]] = {
         ("youtube:player_client=mweb", "generic:impersonate"),
     ),
     "QUOTECLIP_EXTRACTION_TTL": ("0", 0.0),
+    "QUOTECLIP_YOUTUBE_FORMATS": ("HLS", "hls"),
+    "QUOTECLIP_PLAIN_REFUSED_TTL": ("60", 60.0),
+    "QUOTECLIP_SOURCE_CAPTION_LANGS": ("de, en", ("de", "en")),
     "QUOTECLIP_AVAILABLE_WAIT": ("5", 5.0),
     "QUOTECLIP_MAX_CLIP_SECONDS": ("30", 30.0),
     "QUOTECLIP_ENCODER_PRESET": ("ultrafast", "ultrafast"),
@@ -139,6 +142,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
 
 # Declared variables that take any text (paths, names, lists): nothing to refuse.
 FREE_TEXT = {
+    "QUOTECLIP_SOURCE_CAPTION_LANGS",
     "QUOTECLIP_STORAGE_DIR",
     "QUOTECLIP_S3_ENDPOINT",
     "QUOTECLIP_S3_BUCKET",
