@@ -19,6 +19,7 @@ from . import assets, batches, clips, errors, links, ops, page, previews
 from .auth import BodyLimit, RequireKey
 from .deps import open_services
 from .errors import MAX_BODY
+from .links.outcomes import LinkHeaders
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -44,10 +45,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = svc
     app.state.registry = CollectorRegistry()
     app.state.registry.register(QueueCollector(svc.connection, (settings.queue_name, bulk_queue_name(settings))))
-    # A request meets, outermost first: CORS (answers preflights, puts its headers on every answer, a 401 too; reads
-    # no body), the key (checked from the headers alone: a request without one is answered 401 or 429 and its body
-    # never read), the body limit (uploads' larger caps for keyed requests only; 256 KiB for the public routes and
-    # signed links), then the routes. add_middleware puts each one outside those added before it.
+    # A request meets, outermost first: under /l/, the signed links' headers (api/links/outcomes.py: any origin,
+    # preflights answered, no-store on errors); CORS (answers preflights, puts its headers on every answer, a 401
+    # too; reads no body), the key (checked from the headers alone: a request without one is answered 401 or 429
+    # and its body never read), the body limit (uploads' larger caps for keyed requests only; 256 KiB for the
+    # public routes and signed links), then the routes. add_middleware puts each one outside those added before it.
     app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
     app.add_middleware(RequireKey, settings=settings, failures=svc.limits)
     if settings.cors_origins:
@@ -57,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
         )
+    app.add_middleware(LinkHeaders)  # outermost: every answer under /l/ has the links' headers, preflights too
     errors.install(app)
     for router in (clips.router, previews.router, batches.router, assets.router, ops.router, page.router):
         app.include_router(router)

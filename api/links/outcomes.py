@@ -9,10 +9,13 @@ and counted in one place: the handler ``install`` puts on the app (api/links/rou
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import MutableHeaders
 
 from quoteclip.errors import BadInput, QuoteclipError
 
@@ -27,6 +30,13 @@ CORS = {
         f"Accept-Ranges, Content-Length, Content-Range, ETag, Retry-After, {streams.CODECS}"
     ),
 }
+PREFLIGHT = {
+    **CORS,
+    "Access-Control-Allow-Methods": "GET, HEAD",
+    "Access-Control-Allow-Headers": "Range, If-None-Match, If-Range, If-Modified-Since",
+    "Access-Control-Max-Age": "86400",
+}
+LINKS = "/l/"
 UNKNOWN = "unknown"  # the site a request is counted under before its link's signature held
 NO_VARIANT = "-"  # the variant a request is counted under before its link's payload is read
 
@@ -92,3 +102,45 @@ class Refused(Exception):
 
     def answer(self) -> Answer:
         return Answer(error_response(self.status, self.detail, self.headers), self.outcome, self.site, self.variant)
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+
+class LinkHeaders:
+    """The link headers on every answer under ``/l/``, whoever gave it (a route, a refusal, the app's Redis-away
+    503, a 404 or 405, an uncaught error): the links' CORS headers, and ``Cache-Control: no-store`` on any error;
+    and a browser's CORS preflight (``OPTIONS``) answered here, 204, any origin. The app's outermost layer, so the
+    API's own CORS settings (``QUOTECLIP_CORS_ORIGINS``) never narrow what signed links promise."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Any) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(LINKS):
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS":
+            await Response(status_code=204, headers=PREFLIGHT)(scope, receive, send)
+            return
+        started = False
+
+        async def headed(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(scope=message)
+                headers.update(CORS)
+                if message["status"] >= 400:
+                    headers["Cache-Control"] = NO_STORE
+            await send(message)
+
+        try:
+            await self.app(scope, receive, headed)
+        except Exception:
+            if started:
+                raise
+            await error_response(500, "the service failed answering this link; try again later")(scope, receive, send)
+            raise
