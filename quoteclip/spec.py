@@ -14,14 +14,17 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from . import assets
 from .errors import BadInput
+from .platforms import PLATFORMS, PlatformName
 
 DEFAULT_MAX_SECONDS = 180.0
 MAX_CAPTION_CHARS = 1000
@@ -170,6 +173,20 @@ class CaptionStyle(BaseModel):
     position: Literal["bottom", "middle", "top"] = "bottom"
     max_lines: int = Field(default=2, ge=1, le=3)
     uppercase: bool = False
+    # The margins the captions keep clear of, as shares of the frame: at the bottom (of its height), and at the right
+    # (of its width; the lines stay centred, so the left keeps as much). None: the profile's own. A platform preset
+    # sets them to its app's overlay zones (quoteclip/platforms.py).
+    bottom_safe: float | None = Field(default=None, ge=0.0, le=0.5)
+    right_safe: float | None = Field(default=None, ge=0.0, le=0.3)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # margins not set are left out: a style without them dumps (and so keys its clip) as before they existed
+        data: dict[str, Any] = handler(self)
+        for name in ("bottom_safe", "right_safe"):
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
 
 
 class ClipSpec(BaseModel):
@@ -202,6 +219,59 @@ class ClipSpec(BaseModel):
     # The x264 preset of a final render; None: not named (the operator's, else veryfast). Previews and instant
     # clips ignore it.
     encoder_preset: EncoderPreset | None = None
+    # A platform preset (quoteclip/platforms.py): its shape, caption margins, longest clip, loudness and limits.
+    platform: PlatformName | None = None
+    # The sound levelled to this integrated loudness (EBU R128, LUFS) by one gain, its true peak kept under
+    # TRUE_PEAK; None: the source's sound as it is (the default; a platform preset's otherwise). "off": None.
+    loudness: float | None = Field(default=None, ge=-40.0, le=-5.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _platform_preset(cls, data: Any) -> Any:
+        """A platform's preset filled in: its profile (another one named is refused), its loudness and caption
+        margins unless given. ``loudness: "off"`` is no levelling, even on a platform."""
+        if not isinstance(data, dict):
+            return data
+        level = data.get("loudness")
+        if isinstance(level, str):
+            if level.strip().lower() == "off":
+                data = {**data, "loudness": None}
+            elif not re.fullmatch(r"\s*[-+]?\d+(\.\d+)?\s*", level):
+                raise ValueError(f"loudness: a target in LUFS (such as -14) or off, got {level[:40]!r}")
+        name = data.get("platform")
+        if not isinstance(name, str) or name not in PLATFORMS:
+            return data  # (none, or a name the field refuses)
+        preset = PLATFORMS[name]
+        data = dict(data)
+        if data.get("profile") not in (None, preset.profile):
+            raise ValueError(
+                f"profile: platform {name} renders {preset.profile}, got profile {data['profile']!r} "
+                "(leave the profile out)"
+            )
+        data["profile"] = preset.profile
+        data.setdefault("loudness", preset.loudness)
+        style = data.get("style") or {}
+        if isinstance(style, CaptionStyle):
+            style = style.model_dump()
+        if isinstance(style, dict):
+            style = dict(style)
+            if preset.bottom_safe is not None:
+                style.setdefault("bottom_safe", preset.bottom_safe)
+            if preset.right_safe is not None:
+                style.setdefault("right_safe", preset.right_safe)
+            data["style"] = style
+        return data
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # fields added later are left out when not used: a clip without them dumps (and keys) as before. A
+        # platform's clip keeps its loudness, None included (so "off" stays off when the spec is read back).
+        data: dict[str, Any] = handler(self)
+        if data.get("platform", 0) is None:
+            del data["platform"]
+            if data.get("loudness", 0) is None:
+                del data["loudness"]
+        return data
 
     @field_validator("background")
     @classmethod
@@ -248,6 +318,16 @@ class ClipSpec(BaseModel):
     def _span(self, info: ValidationInfo) -> ClipSpec:
         if self.end <= self.start:
             raise ValueError(f"end must be after start, got start={self.start} end={self.end}")
+        if self.platform is not None and self.duration > PLATFORMS[self.platform].max_seconds:
+            raise ValueError(
+                f"platform {self.platform} takes at most {PLATFORMS[self.platform].max_seconds:g} s; "
+                f"this quote is {self.duration:g} s"
+            )
+        if self.loudness is not None and self.quality == "instant":
+            raise ValueError(
+                "loudness: an instant clip copies the source's sound as it is; level it in a final or preview "
+                "render (or give loudness off)"
+            )
         limit = (info.context or {}).get("max_seconds")
         if limit is not None and self.end - self.start > float(limit):
             raise ValueError(
