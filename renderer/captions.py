@@ -115,12 +115,15 @@ def caption_track(
     text = " ".join(w.text for w in words)
     font = font_set(text, font_path, px, weight=800 if style.preset == "bold-outline" else 700)
     max_w = MAX_WIDTH * width
+    if style.right_safe is not None:  # centred lines (boxes and strokes included) clear of the right margin
+        max_w = min(max_w, width * (1 - 2 * style.right_safe) - 2 * (round(px * 0.45) + _stroke_px(style, px)))
     pages = paginate(words, font.length, max_w, MAX_CHARS.get(profile, 32), style.max_lines, duration)
     line_h = round(px * LINE_SPACING)
     pad_x, pad_y = round(px * 0.45), round(px * 0.25)
     canvas_h = style.max_lines * line_h + 2 * pad_y
     if style.position == "bottom":
-        y = height - round(BOTTOM_SAFE.get(profile, 0.07) * height) - canvas_h
+        bottom = style.bottom_safe if style.bottom_safe is not None else BOTTOM_SAFE.get(profile, 0.07)
+        y = height - round(bottom * height) - canvas_h
     elif style.position == "top":
         y = round(TOP_SAFE.get(profile, 0.07) * height)
     else:
