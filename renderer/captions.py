@@ -226,6 +226,7 @@ def _shown(text: str, style: CaptionStyle) -> str:
 # A caption's timed states are written as PAM up to this many bytes in all, else as PNG (compressed: the states
 # of a long word-highlighted clip would otherwise take gigabytes of temp space)
 STATE_BYTES = 16 * 1024**2
+TIME_BASE = 1000  # ticks a second of the timed states' stream: the states' times are whole milliseconds
 
 
 def write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[str, bool, CaptionTrack]:
@@ -262,14 +263,20 @@ def _write_track(track: CaptionTrack, workdir: Path, duration: float) -> tuple[s
     write(Image.new("RGBA", track.canvas, TRANSPARENT), workdir / f"c-blank{ext}")
     lines = ["ffconcat version 1.0"]
     t = 0.0
+
+    def timed(name: str, seconds: float) -> list[str]:
+        # each image read on a millisecond clock: the list's stream takes the first file's time base, and the
+        # image demuxers' own (1/25 s) moved each state's start to the nearest 40 ms, a frame early or late
+        return [f"file '{name}'", f"option framerate {TIME_BASE}", f"duration {seconds:.3f}"]
+
     for n, state in enumerate(track.states):
         if state.start > t + 0.0005:
-            lines += [f"file 'c-blank{ext}'", f"duration {state.start - t:.3f}"]
+            lines += timed(f"c-blank{ext}", state.start - t)
         name = f"c-{n:04d}{ext}"
         write(_drawn(track, state), workdir / name)  # drawn, written, let go
-        lines += [f"file '{name}'", f"duration {state.end - state.start:.3f}"]
+        lines += timed(name, state.end - state.start)
         t = state.end
-    lines += [f"file 'c-blank{ext}'", f"duration {max(0.04, duration - t + 1):.3f}"]
+    lines += timed(f"c-blank{ext}", max(0.04, duration - t + 1))
     path = workdir / "captions.ffconcat"
     path.write_text("\n".join(lines) + "\n")
     return str(path), True

@@ -265,8 +265,10 @@ def _picture(
         video = _fit(video, width, height, spec.fit, target.crop_x)
     for overlay in target.overlays:
         if overlay.sequence:
+            # safe=0 lets the list give each image its clock ("option framerate": renderer/captions.py writes the
+            # list, its own files by relative names only; the format and protocol whitelists still hold)
             layer = ffmpeg.input(
-                overlay.path, f="concat", safe=1, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
+                overlay.path, f="concat", safe=0, protocol_whitelist="file", format_whitelist=SEQUENCE_FORMATS
             )
         else:
             layer = ffmpeg.input(overlay.path, protocol_whitelist="file", format_whitelist=STILL_FORMATS)

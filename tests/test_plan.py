@@ -200,7 +200,7 @@ def test_preview_padding_and_caption_sequence() -> None:
         "-protocol_whitelist",
         "file",
         "-safe",
-        "1",
+        "0",
         "-i",
     ]
     graph = argv[argv.index("-filter_complex") + 1]
