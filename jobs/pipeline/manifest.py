@@ -21,6 +21,7 @@ def sidecar_files(
     ffmpeg_bin: str,
     frames: FrameSpan,
     preview: dict[str, str] | None = None,
+    source_format: str | None = None,
 ) -> dict[str, tuple[bytes, str]]:
     """SRT and WebVTT of the captions (clip time), a poster JPEG (not for an instant preview: the page shows the
     video itself) and a JSON manifest, by file suffix."""
@@ -35,7 +36,9 @@ def sidecar_files(
     files[".manifest.json"] = (
         manifest(
             key=key,
-            source={"url": spec.source, "id": identity, "title": title},
+            # "format": the page's format family read (https, hls, dash), when it is a page
+            source={"url": spec.source, "id": identity, "title": title}
+            | ({"format": source_format} if source_format else {}),
             quote={"start": spec.start, "end": spec.end},
             source_times={"start": result.source_start, "end": round(result.source_start + result.duration, 3)},
             frames=frames.to_json(),
