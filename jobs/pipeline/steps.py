@@ -64,6 +64,7 @@ class Production:
     fetched: int | None = None  # bytes fetched from a remote source (None: a local one)
     title: str | None = None  # the page's title, for the manifest
     extractions: int = 0  # page extractions this production made
+    source_format: str | None = None  # a page's format family read (https, hls, dash), for the manifest
     began: dict[str, float] = field(default_factory=dict)  # when each stage was announced (perf_counter)
     rendered_at: float = 0.0  # when the render was over (perf_counter)
 
@@ -139,6 +140,7 @@ def opened_source(ctx: Production, announce_waits: bool) -> Iterator[None]:
         yield
         ctx.fetched = opened.fetched_bytes if ctx.source.remote else None
         ctx.title, ctx.extractions = opened.title, opened.extractions
+        ctx.source_format = opened.format_family
 
 
 def probe_source(ctx: Production) -> None:
@@ -273,7 +275,18 @@ def store_clips(ctx: Production) -> list[ClipResult]:
     frames = frame_span(cut_start, cut_start + cut_length, source_rate(ctx.info))
     stored = []
     for spec, key, result in zip(ctx.specs, ctx.keys, ctx.rendered, strict=True):
-        clip = _store(spec, key, ctx.source.identity, ctx.title, result, ctx.binary, frames, ctx.preview, ctx.storage)
+        clip = _store(
+            spec,
+            key,
+            ctx.source.identity,
+            ctx.title,
+            result,
+            ctx.binary,
+            frames,
+            ctx.preview,
+            ctx.storage,
+            ctx.source_format,
+        )
         stored.append(replace(clip, source_bytes=ctx.fetched))
     return stored
 
@@ -288,11 +301,12 @@ def _store(
     frames: FrameSpan,
     preview: dict[str, str] | None,
     storage: Storage,
+    source_format: str | None = None,
 ) -> ClipResult:
     """Store one rendered clip: the sidecars side by side, then the mp4 last (its presence marks it complete). When
     another worker stored it first, the answer describes the clip stored (its metadata), not this render."""
     filename = download_name(spec, key)
-    sidecars = sidecar_files(spec, key, identity, title, result, binary, frames, preview)
+    sidecars = sidecar_files(spec, key, identity, title, result, binary, frames, preview, source_format)
     meta = {
         "width": str(result.width),
         "height": str(result.height),
