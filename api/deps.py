@@ -9,19 +9,23 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
-from jobs.queue import connect
-from quoteclip import redis_keys
+from jobs.pipeline.stages import Stage
+from jobs.queue import connect, render_state
+from quoteclip import redis_keys, redis_url
 from quoteclip.settings import Settings
 from storage import LocalStorage, Storage, open_storage
 
 from .auth import given_key, sign_path
+from .caps import ClientCaps
 from .errors import APIError
 from .events import JobEvents
+from .fanout import Hub, blocking_client
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,11 @@ class Limits:
     auth_failures: RateLimitItem
 
     @classmethod
-    def open(cls, settings: Settings) -> Limits:
+    def open(cls, settings: Settings, connection: Redis | None = None) -> Limits:
         # counted through the queue's own client (either form of QUOTECLIP_REDIS_URL): limits' own Sentinel storage
-        # reads a /DB in the URL as part of the service name, and reads its counts from replicas
-        pool = connect(settings).connection_pool
+        # reads a /DB in the URL as part of the service name, and reads its counts from replicas; the API's own
+        # pool when given (its connections shared, never more of them)
+        pool = (connection or connect(settings)).connection_pool
         storage = RedisStorage("redis://", connection_pool=pool, key_prefix=redis_keys.RATE_LIMITS)
         return cls(
             MovingWindowRateLimiter(storage),
@@ -90,6 +95,8 @@ class Services:
     storage: Storage
     limits: Limits
     events: JobEvents
+    hub: Hub
+    caps: ClientCaps
 
     def link_for(self, job_id: str, link: str | None, route: str = "file") -> str | None:
         """Local-folder links are file:// URIs a browser cannot open: served through the API instead (signed,
@@ -99,13 +106,32 @@ class Services:
         return link
 
 
+def api_connection(settings: Settings) -> Redis:
+    """The API's client of the queue's Redis, for its threads: a pool of ``QUOTECLIP_API_REDIS_CONNECTIONS``
+    (api/fanout.py) that a thread waits on, so the API's connections never grow with its requests. Through Sentinel,
+    the queue's own client (its pool as rq's)."""
+    if redis_url.is_sentinel(settings.redis_url):
+        return connect(settings)
+    return blocking_client(
+        settings.redis_url, settings.redis_connections, socket_connect_timeout=5, health_check_interval=30
+    )
+
+
 def open_services(settings: Settings) -> Services:
+    connection = api_connection(settings)
+
+    async def rendering(job_id: str) -> bool:
+        state = await run_in_threadpool(render_state, job_id, connection)
+        return state.state == "active" and state.stage != Stage.FINISHED.value
+
     return Services(
         settings,
-        connect(settings),
+        connection,
         open_storage(settings),
-        Limits.open(settings),
+        Limits.open(settings, connection),
         JobEvents(settings.redis_url),
+        Hub(settings, rendering),
+        ClientCaps(settings),
     )
 
 

@@ -12,28 +12,28 @@ joins the next render or gets the stored clip. Viewers that come once the clip i
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import re
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from jobs import relay
-from jobs.pipeline.stages import Stage
-from jobs.queue import JOB_ID, render_state
-from quoteclip import redis_url
+from jobs.queue import JOB_ID
 from renderer.fragments import FRAGMENT_SECONDS, filler
 from renderer.head import progressive_head
 
+from .caps import CapReached, address
 from .deps import Services, ServicesDep
+from .fanout import Clip, etag
+from .server import ABORT
 
 log = logging.getLogger(__name__)
 
@@ -55,34 +55,22 @@ SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 PLAYER_BLOCK = 32 * 1024
 
 
-def relay_client(svc: Services) -> AsyncRedis:
-    """A client of the relay's Redis for one answer (closed with it)."""
-    return redis_url.async_client(relay.relay_url(svc.settings), socket_connect_timeout=5)
-
-
-async def joined(svc: Services, job_id: str, deadline: float) -> tuple[AsyncRedis, relay.Begun] | None:
-    """The job's stream once it can be joined from its start (with the client reading it), or None: streaming is off,
-    the render ended without one (stored, failed, or its worker does not stream), or ``deadline`` passed."""
+async def joined(svc: Services, job_id: str, deadline: float) -> Clip | None:
+    """The job's stream as this process reads it (api/fanout.py: one reader a clip, whatever its viewers), once it
+    can be joined from its start, or None: streaming is off, the render ended without one (stored, failed, or its
+    worker does not stream), or ``deadline`` passed. The caller makes its answer at once (``RelayResponse``): the
+    reader counts its viewers, and stops when none is left."""
     if not svc.settings.stream:
         return None
-
-    async def rendering() -> bool:
-        state = await run_in_threadpool(render_state, job_id, svc.connection)
-        return state.state == "active" and state.stage != Stage.FINISHED.value
-
-    redis = relay_client(svc)
-    try:
-        begun = await relay.begin(redis, job_id, deadline, rendering)
-    except RedisError as exc:
-        log.warning("the relay's Redis did not answer (%s): the request waits for the stored clip", exc)
-        begun = None
-    except BaseException:
-        await redis.aclose()
-        raise
-    if begun is None:
-        await redis.aclose()
+    clip = svc.hub.clip(job_id)
+    async with clip.viewer():
+        try:
+            await asyncio.wait_for(clip.settled.wait(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return None
+    if clip.begun is None or (clip.done and clip.cut is not None):
         return None
-    return redis, begun
+    return clip
 
 
 def reads_a_head(request: Request) -> bool:
@@ -128,43 +116,90 @@ class ForPlayers:
 
 
 class RelayResponse(StreamingResponse):
-    """A streamed answer that can end without its last chunk: when the stream is cut, the connection is closed with
-    the body incomplete (a player then shows an error, never a clip that ends early as if whole)."""
+    """A streamed answer, sent from its clip's one reader (api/fanout.py) at the viewer's own pace, that can end
+    without its last chunk: when the stream is cut, the connection is closed with the body incomplete (a player
+    then shows an error, never a clip that ends early as if whole). A viewer that takes longer than
+    ``QUOTECLIP_STREAM_SEND_TIMEOUT`` for a chunk, or falls behind what was relayed since it joined by more than
+    ``QUOTECLIP_STREAM_VIEWER_MB``, is cut at once: its connection aborted, what it had buffered freed; the clip's
+    other viewers never wait for it. ``release`` is called once the answer ends (a per-client cap's count)."""
 
     def __init__(
-        self, redis: AsyncRedis, begun: relay.Begun, headers: dict[str, str], progressive: bool, head: bool = False
+        self,
+        clip: Clip,
+        settings_of: Services,
+        headers: dict[str, str],
+        progressive: bool,
+        head: bool = False,
+        release: Callable[[], None] | None = None,
     ) -> None:
-        self.redis, self.begun, self.progressive, self.head = redis, begun, progressive, head
+        assert clip.begun is not None
+        self.clip, self.progressive, self.head, self.release = clip, progressive, head, release
+        self.send_timeout = settings_of.settings.stream_send_timeout
+        self.behind = settings_of.settings.stream_viewer_bytes
+        self.abort: Callable[[], None] | None = None
+        clip.viewers += 1  # (counted until the answer ends)
+        self._counted = True
         super().__init__(
-            self._chunks(),
+            iter(()),
             media_type="video/mp4",
-            headers={"Cache-Control": NO_STORE, CODECS: begun.codecs, **headers},
+            headers={"Cache-Control": NO_STORE, CODECS: clip.begun.codecs, **headers},
         )
 
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        # (a MediaSource is given the fragments as they are)
-        padded = ForPlayers(self.head) if self.progressive else None
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.abort = scope.get("extensions", {}).get(ABORT)
         try:
-            async for chunk in relay.follow(self.redis, self.begun):
-                if out := chunk if padded is None else padded(chunk):
-                    yield out
-            if padded is not None and (held := padded.rest()):
-                yield held
+            await super().__call__(scope, receive, send)
         finally:
-            await self.redis.aclose()
+            self.done()
+
+    def done(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.clip.viewers -= 1
+            if self.release is not None:
+                self.release()
+
+    def _maker(self) -> Callable[[bytes], bytes] | None:
+        # (a MediaSource is given the fragments as they are)
+        return ForPlayers(self.head) if self.progressive else None
 
     async def stream_response(self, send: Send) -> None:
+        clip, kind = self.clip, (self.progressive, self.head)
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        try:
-            async for chunk in self.body_iterator:
-                body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-        except (relay.StreamCut, RedisError) as cut:
-            log.warning(
-                "the stream of %s was cut (%s): its viewer's player stops with an error", self.begun.job_id, cut
-            )
-            return  # the last chunk never sent: the server closes the connection
+        position = sent = 0
+        joined_at: int | None = None
+        while True:
+            made = clip.outputs(kind, self._maker)
+            joined_at = made.size if joined_at is None else joined_at
+            if position < len(made.chunks):
+                if made.size - max(sent, joined_at) > self.behind:
+                    return self._cut(f"it fell {self.behind // 1024**2} MB behind the stream")
+                chunk = made.chunks[position]
+                position += 1
+                message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                try:
+                    await asyncio.wait_for(send(message), self.send_timeout)
+                except TimeoutError:
+                    return self._cut(f"a chunk took longer than {self.send_timeout:g} s to reach it")
+                sent += len(chunk)
+            elif clip.done:
+                if clip.cut is not None or not made.closed:
+                    log.warning(
+                        "the stream of %s was cut (%s): its viewer's player stops with an error", clip.job_id, clip.cut
+                    )
+                    return  # the last chunk never sent: the server closes the connection
+                break
+            else:
+                await clip.changed()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _cut(self, why: str) -> None:
+        """A viewer that does not keep up: its connection aborted (what it had buffered freed), or, on a server
+        without the abort (api/server.py), closed."""
+        log.info("a viewer of %s was cut: %s", self.clip.job_id, why)
+        self.done()
+        if self.abort is not None:
+            self.abort()
 
 
 def is_part(name: str) -> bool:
@@ -205,47 +240,79 @@ def playlist(index: relay.Index) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def part_answer(svc: Services, job_id: str, part: str, cors: dict[str, str]) -> Response:
-    """A stream's init segment (``init.mp4``) or fragment (``N.m4s``) from the relay, 404 when it is not there (not
-    relayed yet, dropped, or gone once the clip is stored)."""
+def matches(request: Request | None, tag: str) -> bool:
+    given = request.headers.get("if-none-match", "") if request is not None else ""
+    return bool(given) and (given.strip() == "*" or tag in (each.strip() for each in given.split(",")))
+
+
+def kept_answer(
+    request: Request | None, body: bytes | str, tag: str, media_type: str, cors: dict[str, str]
+) -> Response:
+    """A part or playlist made once (api/fanout.py), with its ``ETag``; 304 when the player has it."""
+    headers = {"Cache-Control": NO_STORE, "ETag": tag, **cors}
+    if matches(request, tag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+async def part_answer(
+    svc: Services, job_id: str, part: str, cors: dict[str, str], request: Request | None = None
+) -> Response:
+    """A stream's init segment (``init.mp4``) or fragment (``N.m4s``), 404 when it is not there (not relayed yet,
+    dropped, or gone once the clip is stored): from this process's reader of the clip when it has it, else from the
+    parts kept in memory, else from the relay (one read, through the shared pool, then kept)."""
     found = SEGMENT.match(part)
     number = 0 if part == INIT_NAME else int(found.group(1)) if found else None
     if number is None or not svc.settings.stream:
         return not_streamed(cors)
-    redis = relay_client(svc)
-    try:
-        index = await relay.index(redis, job_id)
-        data = await relay.segment(redis, job_id, number, index.attempt) if index is not None else None
-    except RedisError:
-        data = None
-    finally:
-        await redis.aclose()
-    if data is None:
-        return not_streamed(cors)
-    return Response(data, media_type="video/mp4", headers={"Cache-Control": NO_STORE, **cors})
+    data: bytes | None
+    clip = svc.hub.clips.get(job_id)
+    if clip is not None and clip.begun is not None and clip.cut is None and number < len(clip.pieces):
+        attempt, data = clip.begun.attempt, clip.pieces[number]
+    else:
+        try:
+            redis = svc.hub.redis()
+            index = await relay.index(redis, job_id)
+            if index is None:
+                return not_streamed(cors)
+            attempt = index.attempt
+            data = svc.hub.parts.get((job_id, attempt, number))
+            if data is None:
+                data = await relay.segment(redis, job_id, number, attempt)
+                if data is not None:
+                    svc.hub.builds["part"] += 1
+                    svc.hub.parts.put((job_id, attempt, number), data)
+        except RedisError:
+            data = None
+        if data is None:
+            return not_streamed(cors)
+    assert data is not None
+    return kept_answer(request, data, etag(job_id, attempt, number), "video/mp4", cors)
 
 
-async def playlist_answer(svc: Services, job_id: str, cors: dict[str, str], wait: float = 0.0) -> Response | None:
+async def playlist_answer(
+    svc: Services, job_id: str, cors: dict[str, str], wait: float = 0.0, request: Request | None = None
+) -> Response | None:
     """The stream's playlist when it can be joined from its start and has a fragment (waiting up to ``wait``
-    seconds for its first), else None."""
+    seconds for its first), else None; built once for each state of the stream (its fragments, its end)."""
     if not svc.settings.stream:
         return None
-    redis = relay_client(svc)
     deadline = time.monotonic() + wait
     try:
+        redis = svc.hub.redis()
         while True:
             index = await relay.index(redis, job_id)
             if index is None or index.aborted or not index.whole:
                 return None
             if index.fragments:
-                return Response(playlist(index), media_type=PLAYLIST, headers={"Cache-Control": NO_STORE, **cors})
+                state = (job_id, index.attempt, len(index.fragments), index.fragments[-1][0], index.ended)
+                text, tag = svc.hub.playlist(state, functools.partial(playlist, index))
+                return kept_answer(request, text, tag, PLAYLIST, cors)
             if time.monotonic() > deadline:
                 return None
             await asyncio.sleep(PLAYLIST_STEP)
     except RedisError:
         return None
-    finally:
-        await redis.aclose()
 
 
 def not_streamed(cors: dict[str, str], detail: str = "this clip is not streaming: play its link") -> JSONResponse:
@@ -264,7 +331,17 @@ async def clip_stream(clip_id: str, request: Request, svc: ServicesDep) -> Respo
     cannot: links that play in a ``<video src>`` are the signed links)."""
     if not JOB_ID.match(clip_id):
         return not_streamed({}, f"no such clip: {clip_id[:80]!r}")
-    found = await joined(svc, clip_id, time.monotonic() + svc.settings.link_hold)
+    try:
+        release = svc.caps.take("streams", address(request))
+    except CapReached as over:
+        headers = {"Cache-Control": NO_STORE, **over.headers}
+        return JSONResponse({"detail": over.detail}, status_code=429, headers=headers)
+    try:
+        found = await joined(svc, clip_id, time.monotonic() + svc.settings.link_hold)
+    except BaseException:
+        release()
+        raise
     if found is None:
+        release()
         return not_streamed({})
-    return RelayResponse(*found, {}, progressive=False)
+    return RelayResponse(found, svc, {}, progressive=False, release=release)

@@ -17,7 +17,8 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
 ) -> None:
-    """Run the HTTP API and the demo page (an ASGI app on uvicorn)."""
+    """Run the HTTP API and the demo page (an ASGI app on uvicorn), with header and body deadlines, keep-alive and a
+    cap on connections (QUOTECLIP_HEADER_TIMEOUT, _BODY_TIMEOUT, _KEEP_ALIVE, _MAX_CONNECTIONS)."""
 
     def go() -> None:
         import logging
@@ -26,6 +27,7 @@ def serve(
 
         from api import create_app
         from api.auth import RedactSecrets
+        from api.server import server_options
         from quoteclip.logs import setup_service_logging
 
         setup_service_logging()
@@ -40,6 +42,7 @@ def serve(
             log_config=None,
             proxy_headers=bool(trusted),
             forwarded_allow_ips=trusted or None,
+            **server_options(settings),  # header and body deadlines, keep-alive, a cap on connections (api/server.py)
         )
 
     run_guarded(go)

@@ -9,6 +9,8 @@ stream.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from fastapi import Request
@@ -18,6 +20,7 @@ from jobs.pipeline.stages import Stage
 from jobs.queue import RenderState, render_state
 
 from .. import streams
+from ..caps import CapReached, address
 from ..clips import RETRY_AFTER
 from ..deps import Services
 from .cache import Stored, stored_response
@@ -31,12 +34,26 @@ async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer
     first = await run_in_threadpool(first_answer, request, svc, linked)
     if isinstance(first, Answer):
         return first
-    deadline = time.monotonic() + svc.settings.link_hold
-    early = await answer_while_rendering(request, svc, first, deadline)
-    if early is not None:
-        return early
-    found = await hold(svc, first, deadline)
+    with capped(svc, linked, "held", request):  # (per client address: api/caps.py)
+        deadline = time.monotonic() + svc.settings.link_hold
+        early = await answer_while_rendering(request, svc, first, deadline)
+        if early is not None:
+            return early
+        found = await hold(svc, first, deadline)
     return await run_in_threadpool(after_hold, request, svc, first, found)
+
+
+@contextmanager
+def capped(svc: Services, linked: Linked, kind: str, request: Request) -> Iterator[None]:
+    """One of the client's ``kind`` (held requests) for the block, else refused: 429 with ``Retry-After``."""
+    try:
+        release = svc.caps.take(kind, address(request))
+    except CapReached as over:
+        raise linked.refused(429, over.detail, Outcome.LIMITED, over.headers) from None
+    try:
+        yield
+    finally:
+        release()
 
 
 async def part_answer(request: Request, svc: Services, linked: Linked, part: str) -> Answer:
@@ -45,22 +62,28 @@ async def part_answer(request: Request, svc: Services, linked: Linked, part: str
     Not streaming (stored, streaming off, the render ended): 404, and the player plays the link itself."""
     if linked.variant != "clip":
         return Answer(streams.not_streamed(CORS, "only a clip link streams"), None)
+    try:
+        svc.caps.part(address(request))
+    except CapReached as over:
+        raise linked.refused(429, over.detail, Outcome.LIMITED, over.headers) from None
     job = await run_in_threadpool(job_id, svc, linked)
     if part != streams.PLAYLIST_NAME:
-        return Answer(await streams.part_answer(svc, job, part, CORS), None)
-    playing = await streams.playlist_answer(svc, job, CORS)  # a player's reload, or a render's stream underway
+        return Answer(await streams.part_answer(svc, job, part, CORS, request), None)
+    # a player's reload, or a render's stream underway
+    playing = await streams.playlist_answer(svc, job, CORS, request=request)
     if playing is not None:
         return Answer(playing, None)
     first = await run_in_threadpool(first_answer, request, svc, linked)  # start (or join) the render
     if isinstance(first, Answer):  # stored: the link itself plays it
         return first if first.response.status_code >= 400 else replace(first, response=streams.not_streamed(CORS))
     deadline = time.monotonic() + svc.settings.link_hold
-    found = await streams.joined(svc, first.job_id, deadline)
-    if found is not None:
-        await found[0].aclose()
-        playing = await streams.playlist_answer(svc, first.job_id, CORS, wait=max(0.0, deadline - time.monotonic()))
-        if playing is not None:
-            return linked.answer(playing, Outcome.STREAMED)
+    with capped(svc, linked, "held", request):
+        found = await streams.joined(svc, first.job_id, deadline)
+        if found is not None:
+            left = max(0.0, deadline - time.monotonic())
+            playing = await streams.playlist_answer(svc, first.job_id, CORS, wait=left, request=request)
+            if playing is not None:
+                return linked.answer(playing, Outcome.STREAMED)
     if time.monotonic() >= deadline:
         return await run_in_threadpool(after_hold, request, svc, first, None)
     return Answer(streams.not_streamed(CORS), None)
@@ -76,11 +99,21 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
     if streams.resumed(request):  # a player resuming a stream that was cut: the clip is rendered anew
         response = error_response(503, streams.RESUMED, {"Retry-After": RETRY_AFTER})
         return pending.linked.answer(response, Outcome.UNAVAILABLE)
-    found = await streams.joined(svc, pending.job_id, deadline)
+    try:
+        release = svc.caps.take("streams", address(request))
+    except CapReached as over:
+        raise pending.linked.refused(429, over.detail, Outcome.LIMITED, over.headers) from None
+    try:
+        found = await streams.joined(svc, pending.job_id, deadline)
+    except BaseException:
+        release()
+        raise
     if found is None:
+        release()
         return None
     head = svc.settings.stream_head and streams.reads_a_head(request)
-    return pending.linked.answer(streams.RelayResponse(*found, CORS, progressive=True, head=head), Outcome.STREAMED)
+    streamed = streams.RelayResponse(found, svc, CORS, progressive=True, head=head, release=release)
+    return pending.linked.answer(streamed, Outcome.STREAMED)
 
 
 async def hold(svc: Services, pending: Pending, deadline: float) -> Stored | RenderState | None:

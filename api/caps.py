@@ -1,0 +1,92 @@
+"""Per-client caps of one API process, by client address (forwarded addresses count only from
+``QUOTECLIP_TRUSTED_PROXIES``): the streams it reads at once (``QUOTECLIP_CLIENT_STREAMS``), its requests held
+while a clip renders (``QUOTECLIP_CLIENT_HELD``) and its HLS part requests a second (``QUOTECLIP_CLIENT_PARTS``).
+Past a cap the request is answered ``429`` with ``Retry-After``, before it costs anything. Counted in memory: each
+API process caps its own share (a proxy in front caps the whole, docs/deploy.md)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from fastapi import Request
+
+from quoteclip.settings import Settings
+
+RETRY_HELD = 2  # seconds a client over its streams or held requests is told to wait
+WINDOW = 1.0  # seconds of the part requests' window
+
+
+class CapReached(Exception):
+    """A client over one of its caps: what to tell it, and when to try again."""
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.detail, self.retry_after = detail, retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+def address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+class ClientCaps:
+    def __init__(self, settings: Settings) -> None:
+        self.limits = {"streams": settings.client_streams, "held": settings.client_held}
+        self.parts_limit = settings.client_parts
+        self.open: dict[tuple[str, str], int] = {}
+        self._parts: dict[str, deque[float]] = {}
+
+    def take(self, kind: str, who: str) -> Callable[[], None]:
+        """One of ``who``'s ``kind`` (streams, held), and the call that gives it back (once), or CapReached when
+        it has its cap already."""
+        key, limit = (kind, who), self.limits[kind]
+        count = self.open.get(key, 0)
+        if count >= limit:
+            what = "streams of clips being rendered" if kind == "streams" else "requests waiting for a clip"
+            raise CapReached(f"too many {what} from this address at once (at most {limit})", RETRY_HELD)
+        self.open[key] = count + 1
+        given = False
+
+        def release() -> None:
+            nonlocal given
+            if given:
+                return
+            given = True
+            left = self.open[key] - 1
+            if left:
+                self.open[key] = left
+            else:
+                del self.open[key]
+
+        return release
+
+    @contextmanager
+    def holding(self, kind: str, who: str) -> Iterator[None]:
+        """``take`` for the block."""
+        release = self.take(kind, who)
+        try:
+            yield
+        finally:
+            release()
+
+    def part(self, who: str, now: float | None = None) -> None:
+        """Count one HLS part request of ``who``; CapReached when it has made its cap's worth in the last second."""
+        now = time.monotonic() if now is None else now
+        seen = self._parts.setdefault(who, deque())
+        while seen and seen[0] <= now - WINDOW:
+            seen.popleft()
+        if len(seen) >= self.parts_limit:
+            wait = max(1, math.ceil(seen[0] + WINDOW - now))
+            detail = f"too many stream part requests from this address (at most {self.parts_limit} a second)"
+            raise CapReached(detail, wait)
+        seen.append(now)
+        if len(self._parts) > 10_000:  # forget the addresses that have not asked for a second
+            for other in [k for k, v in self._parts.items() if not v or v[-1] <= now - WINDOW]:
+                del self._parts[other]

@@ -1,0 +1,242 @@
+"""What an API process shares among all its requests: its Redis connections and one reader of each clip's stream.
+
+A clip being rendered is read from the relay (jobs/relay.py) once per API process, whatever its number of viewers:
+the first viewer starts a reader (``Clip``) on a connection of its own, which waits for the stream to begin,
+then reads its pieces as they come and keeps them in memory (at most the relay's own cap,
+``QUOTECLIP_STREAM_MAX_MB``); every viewer of the clip is sent the same pieces from that one copy, each at its own
+pace (``Clip.outputs``), and none waits for another. A viewer that falls behind what was relayed since it joined
+by more than ``QUOTECLIP_STREAM_VIEWER_MB``, or whose connection takes more than ``QUOTECLIP_STREAM_SEND_TIMEOUT``
+for a piece, is cut (api/streams.py). The reader stops at the stream's end, when it is cut, or when its last
+viewer leaves.
+
+Everything else the API asks Redis goes through two small pools of ``QUOTECLIP_API_REDIS_CONNECTIONS`` each (the
+threads' one, ``blocking_client``, and the event loop's, ``Hub.redis``); a request waits for a free connection
+rather than opening one. So an API process holds at most twice that, one for job events (api/events.py) and one
+per clip it is streaming, whatever its viewers and requests.
+
+The HLS parts of a stream (its init segment and fragments) are immutable once relayed: kept in memory (``Parts``,
+bounded) and answered with an ``ETag``; a playlist is built once for each state of its stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
+
+from jobs import relay
+from quoteclip import redis_url
+from quoteclip.settings import Settings
+
+log = logging.getLogger(__name__)
+
+POOL_WAIT = 10.0  # seconds a request waits for one of its pool's connections before it fails as Redis failing
+BEGIN_STEP = 1.0  # seconds a clip's reader waits for its stream to begin before asking whether its render goes on
+PARTS_BYTES = 64 * 1024**2  # the HLS parts an API process keeps in memory, bytes in all (the oldest dropped)
+PLAYLISTS = 256  # the playlists an API process keeps built
+
+
+def blocking_client(url: str, size: int, **options: Any) -> Redis:
+    """A client whose pool holds at most ``size`` connections; a thread wants one waits for it (``POOL_WAIT``).
+    Through Sentinel the pool is Sentinel's own, capped at ``size`` (a thread past it fails as Redis failing)."""
+    if redis_url.is_sentinel(url):
+        return redis_url.client(url, max_connections=size, **options)
+    from redis import BlockingConnectionPool
+
+    return Redis(
+        connection_pool=BlockingConnectionPool.from_url(url, max_connections=size, timeout=POOL_WAIT, **options)
+    )
+
+
+def async_blocking_client(url: str, size: int, **options: Any) -> AsyncRedis:
+    """The asyncio form of ``blocking_client``."""
+    if redis_url.is_sentinel(url):
+        return redis_url.async_client(url, max_connections=size, **options)
+    from redis.asyncio import BlockingConnectionPool
+
+    pool = BlockingConnectionPool.from_url(url, max_connections=size, timeout=POOL_WAIT, **options)
+    return AsyncRedis(connection_pool=pool)
+
+
+class Clip:
+    """One clip's stream as this API process reads it once for all its viewers: its start (``begun``, once it can
+    be joined; ``settled`` set once that is known either way), its pieces as relayed, and how it ended (``done``;
+    ``cut`` the reason when it ended without its end)."""
+
+    def __init__(self, hub: Hub, job_id: str) -> None:
+        self.hub, self.job_id = hub, job_id
+        self.viewers = 0  # requests waiting to join or reading
+        self.begun: relay.Begun | None = None
+        self.settled = asyncio.Event()
+        self.pieces: list[bytes] = []
+        self.size = 0
+        self.done = False
+        self.cut: str | None = None
+        self._tick = asyncio.Event()
+        self._variants: dict[tuple[bool, bool], Variant] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def run(self, rendering: Callable[[], Awaitable[bool]]) -> None:
+        connection = redis_url.async_client(relay.relay_url(self.hub.settings), socket_connect_timeout=5)
+        try:
+            while self.begun is None:
+                begun = await relay.begin(connection, self.job_id, time.monotonic() + BEGIN_STEP, rendering)
+                if begun is not None:
+                    self.begun = begun
+                elif not self.viewers or not await rendering():
+                    return  # no stream to join (or nobody waits for one any more)
+            self.settled.set()
+            async for piece in relay.follow(connection, self.begun):
+                self.pieces.append(piece)
+                self.size += len(piece)
+                self._wake()
+                if not self.viewers:
+                    self.cut = "its viewers left"
+                    return
+        except (relay.StreamCut, RedisError, OSError) as exc:
+            self.cut = str(exc) or type(exc).__name__
+        finally:
+            self.done = True
+            self.settled.set()
+            self._wake()
+            self.hub.forget(self)
+            with contextlib.suppress(RedisError, OSError):
+                await connection.aclose()
+
+    def _wake(self) -> None:
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
+
+    async def changed(self) -> None:
+        """Until the next piece comes or the stream ends."""
+        await self._tick.wait()
+
+    def outputs(self, kind: tuple[bool, bool], transform: Callable[[], Callable[[bytes], bytes] | None]) -> Variant:
+        """The stream as a kind of player is sent it (``transform()`` makes its pieces' transform: api/streams.py
+        ``ForPlayers``), made once for all viewers of that kind, up to the pieces relayed so far."""
+        variant = self._variants.get(kind)
+        if variant is None:
+            variant = self._variants[kind] = Variant(transform())
+        variant.feed(self.pieces, self.done and self.cut is None)
+        return variant
+
+    @contextlib.asynccontextmanager
+    async def viewer(self) -> AsyncIterator[Clip]:
+        """A viewer counted while it waits or reads (the reader stops once none is left)."""
+        self.viewers += 1
+        try:
+            yield self
+        finally:
+            self.viewers -= 1
+
+
+class Variant:
+    """The chunks one kind of player is sent, made from the relayed pieces in order (``made``: those fed)."""
+
+    def __init__(self, transform: Callable[[bytes], bytes] | None) -> None:
+        self.transform = transform
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.made = 0
+        self.closed = False
+
+    def feed(self, pieces: list[bytes], ended: bool) -> None:
+        while self.made < len(pieces):
+            piece = pieces[self.made]
+            self.made += 1
+            self._add(self.transform(piece) if self.transform is not None else piece)
+        if ended and not self.closed:
+            self.closed = True
+            rest = getattr(self.transform, "rest", None)
+            if rest is not None:
+                self._add(rest())
+
+    def _add(self, chunk: bytes) -> None:
+        if chunk:
+            self.chunks.append(chunk)
+            self.size += len(chunk)
+
+
+class Parts:
+    """HLS parts kept in memory by (job, attempt, number), at most ``limit`` bytes in all, the least used dropped."""
+
+    def __init__(self, limit: int = PARTS_BYTES) -> None:
+        self.limit = limit
+        self.size = 0
+        self._kept: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, str, int]) -> bytes | None:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[str, str, int], data: bytes) -> None:
+        if key in self._kept or len(data) > self.limit:
+            return
+        self._kept[key] = data
+        self.size += len(data)
+        while self.size > self.limit:
+            _, dropped = self._kept.popitem(last=False)
+            self.size -= len(dropped)
+
+
+def etag(*parts: object) -> str:
+    return '"' + hashlib.sha256("\x00".join(map(str, parts)).encode()).hexdigest()[:32] + '"'
+
+
+class Hub:
+    """An API process's shared Redis clients, its clips' readers and its kept HLS parts and playlists."""
+
+    def __init__(self, settings: Settings, rendering: Callable[[str], Awaitable[bool]]) -> None:
+        self.settings = settings
+        self.rendering = rendering  # whether a job is rendering still (read through the threads' pool)
+        self.clips: dict[str, Clip] = {}
+        self.parts = Parts()
+        self.playlists: OrderedDict[tuple[Any, ...], tuple[str, str]] = OrderedDict()
+        self.builds: dict[str, int] = {"playlist": 0, "part": 0}  # what was made rather than found kept
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._redis: AsyncRedis | None = None
+
+    def redis(self) -> AsyncRedis:
+        """The event loop's pool (one per loop: an app run by a test client may run on several, one at a time)."""
+        loop = asyncio.get_running_loop()
+        if self._redis is None or self._loop is not loop:
+            self._loop, self.clips = loop, {}
+            self._redis = async_blocking_client(
+                relay.relay_url(self.settings), self.settings.redis_connections, socket_connect_timeout=5
+            )
+        return self._redis
+
+    def clip(self, job_id: str) -> Clip:
+        """The clip's reader in this process, started by its first viewer."""
+        self.redis()  # (the loop's own readers)
+        clip = self.clips.get(job_id)
+        if clip is None:
+            clip = self.clips[job_id] = Clip(self, job_id)
+            clip.task = asyncio.get_running_loop().create_task(clip.run(lambda: self.rendering(job_id)))
+        return clip
+
+    def forget(self, clip: Clip) -> None:
+        if self.clips.get(clip.job_id) is clip:
+            del self.clips[clip.job_id]
+
+    def playlist(self, key: tuple[Any, ...], build: Callable[[], str]) -> tuple[str, str]:
+        """The playlist of a stream in the state ``key`` names, with its ETag: built once."""
+        found = self.playlists.get(key)
+        if found is None:
+            text = build()
+            self.builds["playlist"] += 1
+            found = self.playlists[key] = (text, etag(text))
+            while len(self.playlists) > PLAYLISTS:
+                self.playlists.popitem(last=False)
+        return found

@@ -1,0 +1,119 @@
+"""The API's front door: uvicorn's HTTP/1.1 server (h11) with deadlines and a cap of its own.
+
+- A connection has ``QUOTECLIP_HEADER_TIMEOUT`` seconds to send a request's headers (from its connection, or from
+  its first byte after an answer), then ``QUOTECLIP_BODY_TIMEOUT`` seconds for its body; past either it is closed.
+  A request's headers are at most ``MAX_HEADER_BYTES`` (past it, 400).
+- An idle connection between requests is closed after ``QUOTECLIP_KEEP_ALIVE`` seconds (uvicorn's keep-alive).
+- One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections: one more is answered ``503`` with
+  ``Retry-After`` as it comes and closed, before anything of it is read.
+- An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
+  cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
+  be sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from quoteclip.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ABORT = "quoteclip.abort"
+MAX_HEADER_BYTES = 16 * 1024
+FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+WARN_EVERY = 10.0  # seconds between warnings of connections refused
+
+
+class GuardedProtocol(H11Protocol):
+    """uvicorn's h11 protocol with the deadlines and the connection cap (set on the subclass ``protocol`` makes)."""
+
+    header_timeout = 10.0
+    body_timeout = 60.0
+    max_connections = 1000
+    refused_at = 0.0  # when a refusal was last logged (class-wide)
+
+    _deadline: asyncio.TimerHandle | None = None
+    _phase = ""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            now = time.monotonic()
+            if now - GuardedProtocol.refused_at > WARN_EVERY:
+                GuardedProtocol.refused_at = now
+                log.warning("the API holds %d connections already: new ones are answered 503", self.max_connections)
+            transport.write(FULL)
+            transport.close()
+            return
+        self._arm("headers", self.header_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and self.conn.their_state is h11.IDLE:
+            self._arm("headers", self.header_timeout)  # a request after an answer: its headers' deadline
+        super().data_received(data)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.scope is not None:
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions[ABORT] = self._abort
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            if self._phase != "body":
+                self._arm("body", self.body_timeout)
+        elif state is not h11.IDLE:
+            self._disarm()  # the request is in: no deadline on it while it is answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self, phase: str, seconds: float) -> None:
+        self._disarm()
+        self._phase = phase
+        self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline, self._phase = None, ""
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport is not None and not self.transport.is_closing():
+            log.info("a connection sent no whole request %s in time: closed", self._phase)
+            self.transport.abort()
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def protocol(settings: Settings) -> type[GuardedProtocol]:
+    """The protocol class with this service's deadlines and cap."""
+    return type(
+        "QuoteclipProtocol",
+        (GuardedProtocol,),
+        {
+            "header_timeout": settings.header_timeout,
+            "body_timeout": settings.body_timeout,
+            "max_connections": settings.max_connections,
+        },
+    )
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the API: the protocol above, keep-alive, the header size cap."""
+    return {
+        "http": protocol(settings),
+        "timeout_keep_alive": settings.keep_alive,
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+        "backlog": max(128, min(4096, settings.max_connections)),
+    }
