@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -60,9 +63,34 @@ def stored_response(request: Request, settings: Settings, linked: Linked, stored
     )
 
 
-def made_response(request: Request, linked: Linked, body: bytes) -> Response:
-    """What a link names made on the spot (its captions): the ETag its bytes' hash."""
-    etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+MADE_KEPT = 1024  # links whose made answers (captions) an API process keeps
+BUILDS = {"captions": 0}  # made answers made, not found kept (a test counts them)
+_made: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
+_made_lock = threading.Lock()
+
+
+def made_once(link: str, make: Callable[[], bytes]) -> tuple[bytes, str]:
+    """What the link ``link`` (its path) names made on the spot (its captions) and its ETag (its bytes' hash): made
+    once, then kept (the ``MADE_KEPT`` last links asked). A link's path names its spec whole, so what it makes never
+    changes."""
+    with _made_lock:
+        found = _made.get(link)
+        if found is not None:
+            _made.move_to_end(link)
+            return found
+    body = make()
+    made = body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+    with _made_lock:
+        BUILDS["captions"] += 1
+        _made[link] = made
+        while len(_made) > MADE_KEPT:
+            _made.popitem(last=False)
+    return made
+
+
+def made_response(request: Request, linked: Linked, made: tuple[bytes, str]) -> Response:
+    """What a link names made on the spot (its captions, ``made_once``), with its ETag."""
+    body, etag = made
     headers = {"ETag": etag, "Cache-Control": cache_control(linked.expires), **CORS}
     if matches(request, etag):
         return Response(status_code=304, headers=headers)

@@ -22,7 +22,7 @@ from sources import resolve_source
 from storage import LocalStorage
 
 from ..deps import Services, link_renders_allowed
-from .cache import Stored, made_response, stored_response
+from .cache import Stored, made_once, made_response, stored_response
 from .metrics import count_render
 from .outcomes import Answer, Outcome, Refused, error_response
 from .verify import Linked
@@ -46,8 +46,9 @@ def first_answer(request: Request, svc: Services, linked: Linked) -> Answer | Pe
 
 
 def _first(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
-    if linked.variant == "captions":
-        return linked.answer(made_response(request, linked, captions_vtt(linked.spec)), Outcome.MADE)
+    if linked.variant == "captions":  # made once a link (kept: api/links/cache.py), 304s never make it
+        body = made_once(request.url.path, lambda: captions_vtt(linked.spec))
+        return linked.answer(made_response(request, linked, body), Outcome.MADE)
     stored, job_ids = look(svc, linked)
     if stored is not None:
         return linked.answer(stored_response(request, svc.settings, linked, stored), Outcome.STORED)
