@@ -142,9 +142,13 @@ def _proxy(text: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class SiteKey:
-    """A website's key for signed clip links: an id and a secret, and what a leaked link must not change: the
+    """A website's key for signed clip links: a site id and a secret, and what a leaked link must not change: the
     ``brand`` every clip of the key carries (a watermark, whatever the link names), the source ``hosts`` its links
-    may clip, the longest clip, and how long its links live (``lifetime`` seconds; None: they do not expire)."""
+    may clip, the longest clip, and how long its links live (``lifetime`` seconds; None: they do not expire).
+
+    A site may have several live secrets under key ids (rotation): ``secret`` and ``key_id`` are the one listed
+    first, which signs by default (``key_id`` None: the key listed without an id, whose links name the site
+    alone), ``others`` the rest, in the order listed (their links stay valid until they are removed)."""
 
     id: str
     secret: str = field(repr=False)
@@ -152,9 +156,22 @@ class SiteKey:
     hosts: tuple[str, ...] | None = None
     max_seconds: float | None = None
     lifetime: int | None = None
+    key_id: str | None = None
+    others: tuple[tuple[str | None, str], ...] = field(default=(), repr=False)
+
+    def keys(self) -> tuple[tuple[str | None, str], ...]:
+        """Every live (key id, secret) of the site, the one that signs by default first."""
+        return ((self.key_id, self.secret), *self.others)
+
+    def secret_of(self, key_id: str | None) -> str | None:
+        return next((secret for kid, secret in self.keys() if kid == key_id), None)
+
+    def signers(self) -> dict[str, str]:
+        """Each live key's secret by the signer segment its links carry (``site`` or ``site.keyid``)."""
+        return {self.id if kid is None else f"{self.id}.{kid}": secret for kid, secret in self.keys()}
 
 
-_KEY_FIELDS = {"id", "secret", "brand", "hosts", "max_seconds", "lifetime"}
+_KEY_FIELDS = {"id", "secret", "secrets", "brand", "hosts", "max_seconds", "lifetime"}
 
 
 def _site_key(entry: object, where: str) -> SiteKey:
@@ -162,11 +179,20 @@ def _site_key(entry: object, where: str) -> SiteKey:
 
     if not isinstance(entry, Mapping) or set(entry) - _KEY_FIELDS:
         raise BadInput(f"{where} must be an object with {', '.join(sorted(_KEY_FIELDS))}")
-    key_id, secret = entry.get("id"), entry.get("secret")
+    key_id, secret, named = entry.get("id"), entry.get("secret"), entry.get("secrets")
     if not isinstance(key_id, str) or not KEY_ID.match(key_id):
         raise BadInput(f"{where}: id must be 1-64 letters, digits, - or _, got {key_id!r}")
-    if not isinstance(secret, str) or len(secret) < 16:
-        raise BadInput(f"{where} ({key_id}): secret must be text of at least 16 characters")
+    if named is not None and (not isinstance(named, Mapping) or not named):
+        raise BadInput(f'{where} ({key_id}): secrets must be an object of key ids and secrets, {{"k2": "…"}}')
+    live: list[tuple[str | None, object]] = list((named or {}).items())
+    if secret is not None or not live:
+        live.append((None, secret))  # the key without an id: its links name the site alone
+    for kid, text in live:
+        if kid is not None and not KEY_ID.match(kid):
+            raise BadInput(f"{where} ({key_id}): a key id must be 1-64 letters, digits, - or _, got {kid!r}")
+        if not isinstance(text, str) or len(text) < 16:
+            named_as = "secret" if kid is None else f"the secret of key {kid}"
+            raise BadInput(f"{where} ({key_id}): {named_as} must be text of at least 16 characters")
     brand, hosts = entry.get("brand"), entry.get("hosts")
     most, lifetime = entry.get("max_seconds"), entry.get("lifetime")
     try:
@@ -182,22 +208,39 @@ def _site_key(entry: object, where: str) -> SiteKey:
     for name, value in (("max_seconds", most), ("lifetime", lifetime)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
             raise BadInput(f"{where} ({key_id}): {name} must be a number of seconds above 0, got {value!r}")
+    (first_id, first), *others = [(kid, str(text)) for kid, text in live]
     return SiteKey(
         key_id,
-        secret,
+        first,
         mark,
         None if hosts is None else tuple(h.lower() for h in hosts),
         None if most is None else float(most),
         None if lifetime is None else int(lifetime),
+        first_id,
+        tuple(others),
     )
 
 
 def _site_keys(text: str, name: str) -> tuple[SiteKey, ...]:
-    """``ID:SECRET[,ID:SECRET…]``: keys without scopes."""
-    keys = []
+    """``SITE:SECRET`` or ``SITE:KEYID:SECRET``, comma-separated: keys without scopes; a site's entries, in the order
+    listed, are its live keys (the first signs by default)."""
+    sites: dict[str, list[tuple[str | None, str]]] = {}
     for item in _items(text, name):
-        key_id, _, secret = item.partition(":")
-        keys.append(_site_key({"id": key_id, "secret": secret}, f"{name} entry {key_id[:64]!r}"))
+        site, _, rest = item.partition(":")
+        kid, colon, secret = rest.partition(":") if rest.count(":") else (None, "", rest)
+        listed = sites.setdefault(site, [])
+        if any(known == kid for known, _ in listed):
+            raise BadInput(f"{name} names the key {site[:64]!r}" + (f" {kid[:64]!r}" if kid else "") + " twice")
+        listed.append((kid, secret))
+    keys = []
+    for site, listed in sites.items():
+        unnamed = [secret for kid, secret in listed if kid is None]
+        named = {kid: secret for kid, secret in listed if kid is not None}
+        entry: dict[str, object] = {"id": site, **({"secrets": named} if named else {})}
+        if unnamed:
+            entry["secret"] = unnamed[0]
+        key = _site_key(entry, f"{name} entry {site[:64]!r}")
+        keys.append(replace(key, key_id=listed[0][0], secret=listed[0][1], others=tuple(listed[1:])))
     return _distinct(keys, name)
 
 
@@ -686,9 +729,10 @@ class Settings:
     # Websites' keys for signed links: listed ones here, scoped ones in site_key_scopes (Settings.sites has both).
     site_keys: tuple[SiteKey, ...] = _setting(
         "QUOTECLIP_SITE_KEYS",
-        "websites' keys for signed clip links, `ID:SECRET[,ID:SECRET…]` (secrets of at least 16 characters); with "
-        "none, the link routes do not exist; a key removed revokes its links (purge a CDN's copies of them: see the "
-        "websites page)",
+        "websites' keys for signed clip links, `SITE:SECRET` or `SITE:KEYID:SECRET`, comma-separated (secrets of at "
+        "least 16 characters; a site's entries are its live keys, the first listed signs by default); with none, "
+        "the link routes do not exist; a key removed ends its links (purge a CDN's copies of them: see the websites "
+        "page)",
         default=(),
         group="signed links",
         parse=_site_keys,
@@ -697,8 +741,9 @@ class Settings:
     )
     site_key_scopes: tuple[SiteKey, ...] = _setting(
         "QUOTECLIP_SITE_KEYS_FILE",
-        'a JSON file of site keys with scopes: `{"keys": [{"id", "secret", "brand", "hosts", "max_seconds", '
-        '"lifetime"}]}` (see the websites page)',
+        'a JSON file of site keys with scopes: `{"keys": [{"id", "secret", "secrets", "brand", "hosts", '
+        '"max_seconds", "lifetime"}]}`, `secrets` the key ids and secrets of a site with several (see the websites '
+        "page)",
         default=(),
         group="signed links",
         parse=_site_keys_file,
