@@ -65,6 +65,21 @@ class Extracted:
     video: MediaFormat
     audio: MediaFormat | None = None
     height: int | None = None
+    # the page's best HLS rendition (video, and audio when apart), when the formats chosen are not HLS: what a clip
+    # is read from when the site refuses its plain formats (HTTP 403 without a PO token) or the operator prefers HLS
+    hls: tuple[MediaFormat, ...] = ()
+
+    @property
+    def family(self) -> str:
+        """The format family the chosen formats are read in: ``hls``, ``dash`` or ``https`` (plain files)."""
+        if any(f.protocol.startswith("m3u8") for f in self.formats):
+            return "hls"
+        return "dash" if any(f.fragments is not None for f in self.formats) else "https"
+
+    def as_hls(self) -> Extracted:
+        """The same page read from its HLS rendition (``hls``)."""
+        assert self.hls, "the page has no HLS rendition"
+        return replace(self, video=self.hls[0], audio=self.hls[1] if len(self.hls) > 1 else None, hls=())
 
     @property
     def segmented(self) -> bool:
@@ -82,7 +97,8 @@ class Extracted:
     def from_json(cls, text: str) -> Extracted:
         data = json.loads(text)
         audio = data.pop("audio")
-        return cls(**{**data, "video": _format(data["video"]), "audio": _format(audio) if audio else None})
+        hls = tuple(_format(f) for f in data.pop("hls", None) or ())
+        return cls(**{**data, "video": _format(data["video"]), "audio": _format(audio) if audio else None, "hls": hls})
 
     def expires_at(self) -> float | None:
         """The earliest expiry the media URLs carry (``expire=`` epoch seconds, as YouTube signs them)."""
@@ -254,9 +270,36 @@ class Extractions:
         if expiry is not None:
             ttl = min(ttl, expiry - time.time() - EXPIRY_MARGIN)
         if ttl > 0:
-            stored = replace(found, video=_without_cookies(found.video), audio=_without_cookies(found.audio))
+            stored = replace(
+                found,
+                video=_without_cookies(found.video),
+                audio=_without_cookies(found.audio),
+                hls=tuple(_without_cookies(f) for f in found.hls),
+            )
             self.entries.put(self.key, stored.to_json(), ttl)
         return found
+
+
+@dataclass
+class PlainRefusals:
+    """Which sites refused their plain formats lately (HTTP 403 on a fresh link: YouTube's ``web`` client without a
+    PO token), per extractor, for ``ttl`` seconds: the next clips of that site go to its HLS rendition at once instead
+    of being refused first. Kept in the store the extractions are kept in (Redis: every worker learns at once; the
+    CLI's files), as an entry of its own that expires by itself."""
+
+    entries: EntryStore
+    ttl: float
+
+    @staticmethod
+    def key(extractor: str) -> str:
+        return "plain-refused-" + hashlib.sha256(extractor.encode()).hexdigest()[:16]
+
+    def refused(self, extractor: str) -> bool:
+        return self.ttl > 0 and self.entries.get(self.key(extractor)) is not None
+
+    def remember(self, extractor: str) -> None:
+        if self.ttl > 0:
+            self.entries.put(self.key(extractor), json.dumps({"extractor": extractor, "at": time.time()}), self.ttl)
 
 
 def _without_cookies(fmt: MediaFormat | None) -> Any:

@@ -3,6 +3,7 @@ a loopback proxy, pages through yt-dlp first."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from .http import Fetcher
     from .remote import RemoteFile
 
+log = logging.getLogger(__name__)
+
 MAX_REEXTRACTIONS = 5  # fresh extractions of a page one job makes for links that expired while it read them
 
 
@@ -45,6 +48,8 @@ class OpenedSource:
     # where the video and audio inputs' time 0 lie on the source's timeline (HLS: a local file of segments)
     offsets: tuple[float, float] = (0.0, 0.0)
     duration: float | None = None  # the source's length, when the inputs hold only part of it
+    # a page's format family read: "https" (plain files by range), "hls", "dash"; None for a file or a media URL
+    format_family: str | None = None
 
     @property
     def fetched_bytes(self) -> int:
@@ -97,29 +102,43 @@ def open_source(
     title = None
     pages: Extractions | None = None
     local: list[LocalCut | None] = [None]
+    family: str | None = None
     if is_direct_media(ref.input):
         remotes = [RemoteFile(ref.input, fetcher, cache)]
     else:
+        from .extraction import PlainRefusals
+
         pages = page_extractions(ref, settings, workdir, ffmpeg_bin, preview)
         found = pages.get()
+        refusals = PlainRefusals(pages.entries, settings.plain_refused_ttl)
+        why = "chosen"
+        if found.hls and settings.youtube_formats == "hls":
+            found, why = found.as_hls(), "QUOTECLIP_YOUTUBE_FORMATS=hls"
+        elif found.hls and refusals.refused(found.extractor):
+            found, why = found.as_hls(), f"{found.extractor} refused its plain formats lately"
         wait_until_available(found, settings.available_wait, on_wait)
         title = found.title
+        budget = _Reextractions(pages)
+        remotes = _page_remotes(found, fetcher, cache, budget)
         if found.segmented:
             local = _segments(found, fetcher, cache, workdir, span, ffmpeg_bin)
-        # media hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply
-        budget = _Reextractions(pages)
-        remotes = [
-            RemoteFile(
-                f.url,
-                fetcher,
-                cache,
-                check_hosts=False,
-                content_key=f.content_key(found.extractor, found.id),
-                headers=f.headers,
-                refresh=_refresher(budget, found, role),
-            )
-            for role, f in enumerate(found.formats)
-        ]
+        else:
+            try:
+                for remote in remotes:  # the first block of each: a site refusing its plain formats says so here
+                    remote.ensure_size()
+            except SourceLinkExpired:
+                latest = budget.latest or found
+                if not latest.hls:
+                    raise
+                # refused on a fresh link before any byte: refused, not expired (YouTube's web client without a PO
+                # token); the page's HLS rendition instead, and the next clips of this site go there at once
+                refusals.remember(latest.extractor)
+                found, why = latest.as_hls(), "plain formats refused (HTTP 403)"
+                log.warning("%s refused its plain formats (HTTP 403): reading its HLS rendition", found.extractor)
+                remotes = _page_remotes(found, fetcher, cache, budget)
+                local = _segments(found, fetcher, cache, workdir, span, ffmpeg_bin)
+        family = found.family
+        log.info("source %s read in %s formats (%s, format %s)", ref.identity, family, why, found.video.format_id)
     if all(cut is not None for cut in local):  # every input is a local file of segments: no proxy
         cuts = [cut for cut in local if cut is not None]
         yield OpenedSource(
@@ -133,6 +152,7 @@ def open_source(
             extractions=pages.made if pages is not None else 0,
             offsets=(cuts[0].offset, cuts[1].offset if len(cuts) > 1 else 0.0),
             duration=cuts[0].duration,
+            format_family=family,
         )
         fetcher.close()
         return
@@ -151,12 +171,32 @@ def open_source(
                     title=title,
                     source_id=remotes[0].sid,
                     extractions=pages.made if pages is not None else 0,
+                    format_family=family,
                 )
             finally:
                 for reader in readers:
                     reader.close()
     finally:
         fetcher.close()
+
+
+def _page_remotes(found: Extracted, fetcher: Fetcher, cache: BlockCache, budget: _Reextractions) -> list[RemoteFile]:
+    """A page's formats as remote files, each renewing its link by a fresh extraction within the job's bound. Media
+    hosts (CDNs) come from the extractor, so no host allowlist for them; the address rules still apply."""
+    from .remote import RemoteFile
+
+    return [
+        RemoteFile(
+            f.url,
+            fetcher,
+            cache,
+            check_hosts=False,
+            content_key=f.content_key(found.extractor, found.id),
+            headers=f.headers,
+            refresh=_refresher(budget, found, role),
+        )
+        for role, f in enumerate(found.formats)
+    ]
 
 
 def _segments(
@@ -219,6 +259,7 @@ class _Reextractions:
     pages: Extractions
     made: int = 0
     asked: int = 0
+    latest: Extracted | None = None  # the newest extraction a refusal brought
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -240,6 +281,7 @@ def _refresher(budget: _Reextractions, found: Extracted, role: int) -> Callable[
             fresh = budget.pages.refresh(state["found"])
             extracted = budget.pages.made > before
             budget.made += extracted
+            budget.latest = fresh
         state["found"] = fresh
         if role >= len(fresh.formats):
             raise SourceUnavailable("source changed: a fresh extraction offers no separate audio format")

@@ -41,12 +41,20 @@ log = logging.getLogger(__name__)
 
 # Formats are chosen by their protocol: plain http(s) files first (the block cache fetches them by byte range),
 # HLS (segments fetched by sources.hls) when a site offers nothing else; video at or above 720p but no higher
-# than needed (res:720 sorts the closest first), separate video + audio streams or a combined one.
+# than needed (res:720 sorts the closest first), separate video + audio streams or a combined one. A 720p HLS
+# rendition comes before a plain format under 720p: a page whose plain formats YouTube left out (SABR-only,
+# leaving format 18 at 360p) is read from its HLS rendition.
 _HTTP = "[protocol^=http][protocol!*=dash][protocol!*=m3u8]"
 _HLS = "[protocol^=m3u8]"
 _DASH = "[protocol=http_dash_segments]"
-FORMAT = "/".join(f"bv*[height>=720]{p}+ba{p}/b[height>=720]{p}/bv*{p}+ba{p}/b{p}" for p in (_HTTP, _HLS, _DASH))
+_FAMILIES = (_HTTP, _HLS, _DASH)
+FORMAT = "/".join(f"bv*[height>=720]{p}+ba{p}/b[height>=720]{p}" for p in _FAMILIES)
+FORMAT += "/" + "/".join(f"bv*{p}+ba{p}/b{p}" for p in _FAMILIES)
 FORMAT += f"/ba{_HTTP}/ba{_HLS}/ba{_DASH}"  # an audio-only page (a podcast): its audio, rendered as an audiogram
+# The page's HLS rendition, chosen beside the formats above (the same sort): what a clip is read from when the
+# site refuses the plain formats (sources.opener), or at once with QUOTECLIP_YOUTUBE_FORMATS=hls.
+HLS_FORMAT = f"bv*[height>=720]{_HLS}+ba{_HLS}/b[height>=720]{_HLS}/bv*{_HLS}+ba{_HLS}/b{_HLS}/ba{_HLS}"
+PREVIEW_HLS_FORMAT = f"bv*[height>=360][height<=480]{_HLS}+ba{_HLS}/b[height>=360][height<=480]{_HLS}/{HLS_FORMAT}"
 FORMAT_SORT = ["res:720", "proto:https", "vcodec", "acodec"]
 # Encoded previews (quality "preview", 640×360): the smallest format of at least 360p, when the page offers one.
 # Decoding 360p costs a fraction of 1080p, and decoding is most of a preview's time.
@@ -264,6 +272,7 @@ def extract(
             options |= operator_options(workdir, cookies_file, extractor_args)
             with youtube_dl(options, cap) as ydl:
                 info = ydl.extract_info(page_url(url), download=False)
+                hls = hls_choice(ydl, info, preview)
         except Exception as exc:
             if cap.over:  # whatever yt-dlp made of it (an error, a warning and a page without formats)
                 raise SourceUnavailable(
@@ -281,7 +290,34 @@ def extract(
             if egress.failed:  # one answer whatever the cause: no port or host scan through extraction
                 raise SourceTransient("source page could not be read (a host it needs did not answer)") from None
             _raise_extraction_error(exc)
-    return _extracted(url, same_video(url, info))
+    return _extracted(url, same_video(url, info), hls)
+
+
+def hls_choice(ydl: Any, info: dict[str, Any] | None, preview: bool = False) -> list[dict[str, Any]]:
+    """The page's best HLS rendition by ``HLS_FORMAT`` (yt-dlp's own format selector over the page's formats, as
+    sorted for the choice of the formats to read): its video and audio formats, or none."""
+    if not isinstance(info, dict) or info.get("_type") == "playlist":
+        return []
+    formats = [f for f in info.get("formats") or [] if str(f.get("protocol") or "").startswith("m3u8") and f.get("url")]
+    if not formats:
+        return []
+    selector = ydl.build_format_selector(PREVIEW_HLS_FORMAT if preview else HLS_FORMAT)
+    chosen = list(
+        selector(
+            {
+                "formats": formats,
+                "has_merged_format": any("none" not in (f.get("acodec"), f.get("vcodec")) for f in formats),
+                "incomplete_formats": all(f.get("vcodec") == "none" for f in formats)
+                or all(f.get("acodec") == "none" for f in formats),
+            }
+        )
+    )
+    if not chosen:
+        return []
+    found = chosen[0].get("requested_formats") or [chosen[0]]
+    video = next((f for f in found if f.get("vcodec") not in (None, "none")), found[0])
+    audio = next((f for f in found if f is not video and f.get("acodec") not in (None, "none")), None)
+    return [video] + ([audio] if audio is not None else [])
 
 
 def _cut(limit: str, limits: PageLimits) -> SourceTransient:
@@ -363,7 +399,7 @@ def _raise_extraction_error(exc: Exception) -> NoReturn:
     raise SourceUnavailable(f"source could not be extracted: {message}") from None
 
 
-def _extracted(url: str, info: dict[str, Any] | None) -> Extracted:
+def _extracted(url: str, info: dict[str, Any] | None, hls: list[dict[str, Any]] | None = None) -> Extracted:
     if info is None:
         raise SourceUnavailable(f"source has no video: {url}")
     if info.get("_type") == "playlist":
@@ -383,6 +419,7 @@ def _extracted(url: str, info: dict[str, Any] | None) -> Extracted:
         video=_media_format(video),
         audio=_media_format(audio) if audio is not None and audio.get("url") else None,
         height=int(video["height"]) if video.get("height") else None,
+        hls=tuple(_media_format(f) for f in hls or ()) if not str(video.get("protocol")).startswith("m3u8") else (),
     )
 
 

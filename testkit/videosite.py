@@ -7,6 +7,8 @@ documentation and issue tracker describe them; YouTube itself cannot be reached 
   10 MiB; a signature is good for ``uses`` requests, then 403 (an expired link);
 - a format may be refused (403) until its ``available_at`` time; a cookie may be required for media;
 - a format may be HLS only: a signed playlist URL, segments (10 s, MPEG-TS) beside it, fetched whole;
+- the plain (non-HLS, non-DASH) formats may be refused (``plain="refused"``: listed, then 403 to every request,
+  as YouTube's ``web`` client formats without a PO token) or left out of the page (``plain="gone"``: SABR-only);
 - or DASH: a signed manifest (read by yt-dlp's own MPD parser) naming fMP4 fragments beside it;
 - the yt-dlp extractor for it is a plugin (testkit/plugins), found on the Python path as any plugin is.
 """
@@ -56,6 +58,7 @@ class VideoSite:
     uses_by_load: list[int] = field(default_factory=list)  # per page load (1st, 2nd, …), else ``uses``
     lifetime: float = 6 * 3600  # the expire= time written into each URL
     cookie: str | None = None  # "name=value" every media request must carry
+    plain: str = "served"  # the plain formats: "served", "refused" (listed, then 403) or "gone" (not listed)
     page_loads: Counter[str] = field(default_factory=Counter)
     requests: int = 0  # every request, of any path
     bytes_sent: Counter[str] = field(default_factory=Counter)  # "ID/FORMAT" -> bytes
@@ -101,6 +104,8 @@ class VideoSite:
         uses = self.uses_by_load[load] if load < len(self.uses_by_load) else self.uses
         formats = []
         for f in episode.formats:
+            if self.plain == "gone" and not (f.hls or f.dash):
+                continue
             sig = uuid.uuid4().hex
             available = now + f.available_in if f.available_in else 0.0
             with self._lock:
@@ -176,6 +181,8 @@ class VideoSite:
                         why = "missing header"
                     elif why is None and site.cookie and site.cookie not in self.headers.get("Cookie", ""):
                         why = "missing cookie"
+                    elif why is None and site.plain != "served":
+                        why = "plain refused"
                     if entry is not None:
                         entry[0] -= 1
                     if why is not None:

@@ -397,3 +397,67 @@ def test_an_extraction_lives_no_longer_than_its_links(tmp_path) -> None:
     short.get()
     short.get()
     assert len(calls) == 3  # links expiring within the margin: extracted each time, never cached
+
+
+def both_families(episode_files) -> Episode:
+    """An episode as YouTube lists it for its ``web`` client: plain video and audio files, and an HLS rendition."""
+    hls = SiteFormat("hls-180", episode_files["hls"], acodec="mp4a.40.2", width=320, height=180, hls=True)
+    return Episode(
+        "Both families",
+        EPISODE_SECONDS,
+        [
+            SiteFormat("137", episode_files["video"], vcodec="avc1.64001f", width=320, height=180),
+            SiteFormat("140", episode_files["audio"], ext="m4a", vcodec="none", acodec="mp4a.40.2"),
+            hls,
+        ],
+    )
+
+
+def source_format(settings: Settings, result) -> str | None:
+    manifest = settings.storage_dir / f"{result.key}.manifest.json"
+    return json.loads(manifest.read_text())["source"].get("format")
+
+
+def test_plain_formats_refused_fall_back_to_hls_and_the_site_is_remembered(site, settings, episode_files) -> None:
+    """HTTPS formats refused (403) after the extraction, as YouTube's web client without a PO token: the clip is cut
+    from the page's HLS rendition, exactly, from the cut's segments only; the next clip goes to HLS at once; and a
+    page with no plain format left (SABR-only) is read from HLS too."""
+    site.episodes["yt1"] = both_families(episode_files)
+    site.plain = "refused"
+    one, _ = clip(settings, site.url("yt1"), 300.9, 307.9)
+    assert_exact(Path(one.path), 0.1)
+    assert round(one.duration * 30) == 210  # 7 s at 30 fps: the frame rule
+    assert sorted(site.segments) == ["seg000.ts", "seg030.ts"], site.segments
+    assert source_format(settings, one) == "hls"
+    assert {why for _, why in site.refused} == {"plain refused"}
+    assert site.page_loads["yt1"] == 2  # refused again on a fresh extraction's link: refused, not expired
+    refused = len(site.refused)
+
+    # the site's refusal is remembered: the next clip reads HLS at once, asking for no plain format
+    two, _ = clip(settings, site.url("yt1"), 310.9, 312.9)
+    assert_exact(Path(two.path), 0.1)
+    assert len(site.refused) == refused and site.page_loads["yt1"] == 2
+    assert sorted(site.segments) == ["seg000.ts", "seg030.ts", "seg031.ts"], site.segments
+    assert source_format(settings, two) == "hls"
+
+    # then the plain formats leave the page (SABR-only): HLS is chosen by the extraction itself
+    site.plain = "gone"
+    for entry in (settings.cache_dir / "extractions").glob("*.json"):
+        entry.unlink()  # the extraction and the remembered refusal
+    three, _ = clip(settings, site.url("yt1"), 320.9, 322.9)
+    assert_exact(Path(three.path), 0.1)
+    assert source_format(settings, three) == "hls" and len(site.refused) == refused
+    assert site.page_loads["yt1"] == 3
+    assert sorted(site.segments) == ["seg000.ts", "seg030.ts", "seg031.ts", "seg032.ts"], site.segments
+
+
+def test_youtube_formats_hls_reads_hls_though_plain_formats_are_served(site, settings, episode_files) -> None:
+    site.episodes["yt1"] = both_families(episode_files)
+    done, _ = clip(replace(settings, youtube_formats="hls"), site.url("yt1"), 100.9, 102.9)
+    assert_exact(Path(done.path), 0.1)
+    assert source_format(settings, done) == "hls"
+    assert site.bytes_sent["yt1/137"] == 0 and site.bytes_sent["yt1/140"] == 0
+    assert sorted(site.segments) == ["seg000.ts", "seg010.ts"], site.segments
+    # and by default, the plain formats, said as such
+    other = clip(settings, site.url("yt1"), 200.9, 202.9, caption="plain")[0]
+    assert source_format(settings, other) == "https" and site.bytes_sent["yt1/137"] > 0
