@@ -179,9 +179,19 @@ def run_batch(
         for spec, got in zip(specs, results.pop(0), strict=True):
             if "error" in got:
                 print(f"quoteclip: {quotes_file}: line {quote.line}: {got['error']}", file=sys.stderr)
-                outcomes.append({"line": quote.line, "profile": spec.profile, "error": got["error"]})
+                outcomes.append(
+                    {"line": quote.line, "profile": spec.profile, "platform": spec.platform, "error": got["error"]}
+                )
             else:
-                outcomes.append({**got, "line": quote.line, "profile": spec.profile, "warnings": list(spec.warnings)})
+                outcomes.append(
+                    {
+                        **got,
+                        "line": quote.line,
+                        "profile": spec.profile,
+                        "platform": spec.platform,
+                        "warnings": list(spec.warnings),
+                    }
+                )
     return outcomes
 
 

@@ -63,12 +63,19 @@ def clip_command(name: str, help: str, action: Callable[[list[ClipSpec], Setting
         pad_after: opt.PadAfter = None,
         no_fades: opt.NoFades = False,
         video_fades: opt.VideoFades = False,
+        platform: opt.Platform = None,
+        loudness: opt.Loudness = None,
         transcript: opt.Transcript = None,
         as_json: JsonOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
         opts = ClipOptions.given(ctx.params)
         _clip_call(opts, verbose, as_json, lambda specs, settings: action(specs, settings, as_json))
+
+
+def _platform(spec: ClipSpec) -> dict[str, str]:
+    """A clip's platform, for the JSON answer of a command that made it for one."""
+    return {"platform": spec.platform} if spec.platform is not None else {}
 
 
 def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -> None:
@@ -85,10 +92,11 @@ def _enqueue_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool)
         emit(body, as_json, f"{one.job_id} {one.status}" + (f" {one.link}" if one.link else ""))
         return
     clips = [
-        {**q.to_json(), "profile": s.profile, "warnings": list(s.warnings)} for s, q in zip(specs, queued, strict=True)
+        {**q.to_json(), "profile": s.profile, **_platform(s), "warnings": list(s.warnings)}
+        for s, q in zip(specs, queued, strict=True)
     ]
     lines = [
-        f"{q.job_id} {q.status} {s.profile}" + (f" {q.link}" if q.link else "")
+        f"{q.job_id} {q.status} {s.platform or s.profile}" + (f" {q.link}" if q.link else "")
         for s, q in zip(specs, queued, strict=True)
     ]
     emit({"clips": clips}, as_json, "\n".join(lines))
@@ -114,10 +122,12 @@ def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -
         emit(body, as_json, f"{'cached' if result.cached else 'rendered'}: {result.link}")
         return
     clips = [
-        {**r.to_json(), "profile": s.profile, "warnings": list(s.warnings)} for s, r in zip(specs, results, strict=True)
+        {**r.to_json(), "profile": s.profile, **_platform(s), "warnings": list(s.warnings)}
+        for s, r in zip(specs, results, strict=True)
     ]
     lines = [
-        f"{'cached' if r.cached else 'rendered'} {s.profile}: {r.link}" for s, r in zip(specs, results, strict=True)
+        f"{'cached' if r.cached else 'rendered'} {s.platform or s.profile}: {r.link}"
+        for s, r in zip(specs, results, strict=True)
     ]
     emit({"clips": clips}, as_json, "\n".join(lines))
 
@@ -150,6 +160,8 @@ def batch(
     pad_after: opt.PadAfter = None,
     no_fades: opt.NoFades = False,
     video_fades: opt.VideoFades = False,
+    platform: opt.Platform = None,
+    loudness: opt.Loudness = None,
     transcript: opt.Transcript = None,
     queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
     dry_run: Annotated[
@@ -192,7 +204,8 @@ def batch(
             for o in outcomes:  # the clips made; each failure was said once, on stderr, with its line
                 if "error" not in o:
                     what = f"{'cached' if o.get('cached') else 'done'}: {o['link']}"
-                    typer.echo(f"line {o['line']}{' ' + o['profile'] if opts.profiles else ''}: {what}")
+                    shape = f" {o['platform'] or o['profile']}" if opts.profiles or "," in (opts.platform or "") else ""
+                    typer.echo(f"line {o['line']}{shape}: {what}")
         typer.echo(_summary(outcomes), err=True)  # with --json too
         if cached == len(outcomes):
             typer.echo(f"all {cached} clips were already stored: nothing was rendered", err=True)

@@ -8,13 +8,14 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from quoteclip.errors import BadInput
+from quoteclip.platforms import parse_platforms
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 
@@ -47,6 +48,17 @@ PadBefore = Annotated[float | None, typer.Option(help="Seconds of source before 
 PadAfter = Annotated[float | None, typer.Option(help="Seconds of source after the quote.")]
 NoFades = Annotated[bool, typer.Option("--no-fades", help="No 150 ms fade of the sound in and out.")]
 VideoFades = Annotated[bool, typer.Option("--video-fades", help="Fade the picture from and to black too.")]
+Platform = Annotated[
+    str | None,
+    typer.Option(
+        help="shorts | reels | tiktok | x | linkedin | youtube: the app's shape, caption margins, longest clip and "
+        "loudness (docs/creators.md); several, comma-separated, make one clip each from one decode."
+    ),
+]
+Loudness = Annotated[
+    str | None,
+    typer.Option(help="Level the sound to this integrated loudness, LUFS (e.g. -14), or off (the default)."),
+]
 Transcript = Annotated[
     str | None, typer.Option(help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words.")
 ]
@@ -78,6 +90,8 @@ class ClipOptions:
     pad_after: float | None = None
     no_fades: bool = False
     video_fades: bool = False
+    platform: str | None = None
+    loudness: str | None = None
     transcript: str | None = None
 
     @classmethod
@@ -110,6 +124,8 @@ BRAND_FIELDS = {
     "background",
     "profiles",
     "encoder_preset",
+    "platform",
+    "loudness",
 }
 
 
@@ -135,6 +151,13 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
     """Options → spec data: the brand style file first, explicit options over it, a transcript for the times."""
     data: dict[str, Any] = load_brand_style(opts.style_file) if opts.style_file else {}
     data.pop("profiles", None)  # (read by specs_from_options)
+    if opts.platform is not None:  # a platform given sets the shape, whatever the file's
+        data.pop("profile", None)
+        data["platform"] = opts.platform
+    elif opts.profile is not None or opts.profiles is not None:  # a shape given: the file's platform does not apply
+        data.pop("platform", None)
+    if opts.loudness is not None:
+        data["loudness"] = opts.loudness
     data["source"] = opts.source
     given = {
         "caption": opts.caption,
@@ -185,8 +208,16 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
 
 def specs_from_options(opts: ClipOptions, settings: Settings) -> list[ClipSpec]:
     """The clip spec, once per profile when ``--profiles`` names several (``--profile`` otherwise)."""
+    if opts.platform is not None:
+        if opts.profile is not None or opts.profiles is not None:
+            raise BadInput("platform: a platform sets the shape; give --platform or --profile/--profiles, not both")
+        try:
+            names = parse_platforms(opts.platform)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        return [spec_from_options(replace(opts, platform=name), settings) for name in names]
     spec = spec_from_options(opts, settings)
     profiles = opts.profiles
-    if profiles is None and opts.style_file:  # a brand kit may name the shapes every clip comes in
+    if profiles is None and opts.style_file and spec.platform is None:  # a brand kit may name every clip's shapes
         profiles = load_brand_style(opts.style_file).get("profiles")
     return in_profiles(spec, parse_profiles(profiles)) if profiles is not None else [spec]

@@ -442,5 +442,10 @@ def parse_profiles(value: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def in_profiles(spec: ClipSpec, profiles: tuple[str, ...]) -> list[ClipSpec]:
-    """The same quote in each profile (each its own clip, key and link)."""
+    """The same quote in each profile (each its own clip, key and link). A platform's clip has its platform's shape
+    only."""
+    if spec.platform is not None and profiles != (spec.profile,):
+        raise BadInput(
+            f"profiles: platform {spec.platform} sets the shape ({spec.profile}); name platforms or profiles, not both"
+        )
     return [spec.model_copy(update={"profile": name}) for name in profiles]

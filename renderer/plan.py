@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
 import ffmpeg
 
+from quoteclip.platforms import PLATFORMS, TRUE_PEAK
 from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
 from .fragments import STREAM_MOVFLAGS, fragment_seconds
@@ -38,6 +40,15 @@ POSTER_QSCALE = 3  # MJPEG quality of the poster (2 best … 31 worst)
 DEFAULT_BACKGROUND = "#14181f"  # an audiogram's background when there is no artwork and no brand background
 WAVE_HEIGHT = 0.22  # the waveform band's height, as a share of the frame's
 WAVE_CENTRE = 0.5  # where its middle sits, as a share of the frame's height
+# Levelling (a spec's loudness): one gain, and a peak limiter only when that gain would take the sound's true peak
+# past TRUE_PEAK. The limiter holds sample peaks this many dB lower still: room for the peaks between samples and
+# the AAC encoder's overshoot, which it does not see.
+PEAK_MARGIN = 1.0
+LIMITER_ATTACK_MS = 5
+LIMITER_RELEASE_MS = 50
+# A cut measured quieter than this (EBU R128's absolute gate is -70 LUFS) holds no speech to level: it is left as it
+# is rather than raised to speech level (hiss and hum).
+QUIET_LUFS = -60.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,82 @@ def output_frames(info: MediaInfo, start: float, duration: float) -> int:
     return max(1, round(held * output_rate(info)))
 
 
+@dataclass(frozen=True)
+class Loudness:
+    """A cut's sound as measured (EBU R128): integrated loudness (LUFS) and true peak (dBTP)."""
+
+    integrated: float
+    true_peak: float
+
+
+def level_gain(target: float, measured: Loudness) -> tuple[float, bool] | None:
+    """(gain in dB, whether its peaks need the limiter) that brings ``measured`` to ``target`` LUFS; None for a cut
+    too quiet to level (QUIET_LUFS)."""
+    if measured.integrated < QUIET_LUFS:
+        return None
+    gain = round(target - measured.integrated, 2)
+    return gain, measured.true_peak + gain > TRUE_PEAK - PEAK_MARGIN
+
+
+def build_loudness_probe(
+    info: MediaInfo,
+    source: str,
+    cut: tuple[float, float],
+    ffmpeg_bin: str = "ffmpeg",
+    audio_source: str | None = None,
+) -> list[str]:
+    """The measuring pass of a levelled clip: the cut's sound only (no picture decoded), through ffmpeg's EBU R128
+    meter (``ebur128``, true peak on), which logs its summary at the end (read by ``parse_loudness``)."""
+    start, duration = cut
+    if audio_source is not None:
+        sound = source_input(audio_source, start - info.audio_offset, duration).audio
+    else:
+        sound = source_input(source, start - info.timeline_offset, duration).audio
+    out = ffmpeg.output(sound.filter("ebur128", peak="true", framelog="quiet"), "-", f="null")
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "info")
+    return list(out.compile(cmd=ffmpeg_bin))
+
+
+def parse_loudness(said: str) -> Loudness | None:
+    """The integrated loudness and true peak of ``ebur128``'s summary in ffmpeg's log; None when it has none."""
+    summary = said.rpartition("Summary:")[2]
+    integrated = re.search(r"\bI:\s+(-?[\d.]+|-inf)\s+LUFS", summary)
+    peak = re.search(r"\bPeak:\s+(-?[\d.]+|-inf)\s+dBFS", summary)
+    if not integrated or not peak:
+        return None
+    return Loudness(float(integrated.group(1)), float(peak.group(1)))
+
+
+def _level(audio: ffmpeg.nodes.FilterableStream, target: float, measured: Loudness) -> ffmpeg.nodes.FilterableStream:
+    """The sound brought to ``target`` LUFS by one linear gain; a lookahead peak limiter (its delay compensated, no
+    auto-levelling) only when the gain would take the peaks past the true-peak limit. No compression otherwise."""
+    level = level_gain(target, measured)
+    if level is None:
+        return audio
+    gain, limit = level
+    audio = audio.filter("volume", volume=f"{gain:.2f}dB")
+    if limit:
+        ceiling = 10 ** ((TRUE_PEAK - PEAK_MARGIN) / 20)
+        audio = audio.filter(
+            "alimiter",
+            limit=f"{ceiling:.4f}",
+            attack=LIMITER_ATTACK_MS,
+            release=LIMITER_RELEASE_MS,
+            level=0,
+            latency=1,
+        )
+    return audio
+
+
+def _rate_cap(spec: ClipSpec) -> dict[str, str]:
+    """The encoder's bitrate ceiling of a platform that sets one (its limit less the sound's), none otherwise."""
+    kbps = PLATFORMS[spec.platform].max_kbps if spec.platform is not None else None
+    if kbps is None:
+        return {}
+    video = kbps - int(AUDIO_BITRATE.removesuffix("k"))
+    return {"maxrate": f"{video}k", "bufsize": f"{2 * video}k"}
+
+
 def build_command(
     spec: ClipSpec,
     info: MediaInfo,
@@ -117,6 +204,7 @@ class Target:
     background: str = DEFAULT_BACKGROUND  # audio-only sources: an image path, or a colour (#rrggbb)
     # a fragmented copy of the same encode, written while it encodes (a FIFO a relay reads: renderer/fragments.py)
     stream: str | None = None
+    loudness: Loudness | None = None  # the cut's sound as measured, for a spec with a loudness target
 
 
 def build_outputs(
@@ -198,6 +286,8 @@ def _output(
     """One output's branch: fit, overlays, fades, the H.264/AAC mp4 (and its poster from the same picture)."""
     spec = target.spec
     video = _picture(target, info, video, duration)
+    if spec.loudness is not None and target.loudness is not None:
+        audio = _level(audio, spec.loudness, target.loudness)
     if spec.fades:
         fade, tail = _fade(duration)
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
@@ -221,6 +311,7 @@ def _output(
         vframes=output_frames(info, start, duration),
         ar=AUDIO_RATE,
         map_metadata=-1,
+        **_rate_cap(spec),
         **(
             {"movflags": "+faststart", "f": "mp4"}
             if target.stream is None

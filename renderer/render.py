@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quoteclip.errors import BadInput, QuoteclipError, RenderFailed
+from quoteclip.platforms import PLATFORMS
 from quoteclip.spec import ClipSpec, Word, format_time
 from quoteclip.transcript import spread
 from watermarks import watermark_image
@@ -21,7 +22,16 @@ from watermarks import watermark_image
 from .captions import CaptionTrack, caption_track, write_pam, write_track
 from .ffmpeg import run_ffmpeg
 from .fragments import Piece, read_fragments, unblock
-from .plan import DEFAULT_BACKGROUND, Overlay, Target, build_outputs, build_poster
+from .plan import (
+    DEFAULT_BACKGROUND,
+    Loudness,
+    Overlay,
+    Target,
+    build_loudness_probe,
+    build_outputs,
+    build_poster,
+    parse_loudness,
+)
 from .probe import FORMATS, MediaInfo, Readable, probe
 from .timing import clip_words
 
@@ -185,6 +195,33 @@ def _targets(
     return targets
 
 
+def measure_loudness(
+    info: MediaInfo,
+    source: str,
+    cut: tuple[float, float],
+    ffmpeg_bin: str,
+    timeout: float,
+    audio_source: str | None = None,
+) -> Loudness | None:
+    """The cut's sound measured (EBU R128 integrated loudness and true peak) by a pass of its own that reads and
+    decodes the sound only; None for a source without sound (its clip's silent track is left as it is)."""
+    if audio_source is None and not info.has_audio:
+        return None
+    argv = build_loudness_probe(info, source, cut, ffmpeg_bin, audio_source)
+    began = time.perf_counter()
+    said = run_ffmpeg(argv, timeout=timeout)
+    measured = parse_loudness(said)
+    if measured is None:
+        raise RenderFailed("ffmpeg measured the sound's loudness but did not say it", argv, said)
+    log.info(
+        "loudness measured in %.3f s: %.1f LUFS, true peak %.1f dBTP",
+        time.perf_counter() - began,
+        measured.integrated,
+        measured.true_peak,
+    )
+    return measured
+
+
 def _run_streamed(
     argv: list[str], timeout: float, progress: Callable[[float], None], fifo: Path, stream: Callable[[Piece], None]
 ) -> str:
@@ -253,6 +290,20 @@ def render_poster(
     return PosterResult(still, width, height, target.poster[1], ffmpeg_s)
 
 
+def _check_platform(spec: ClipSpec, output: Path, argv: list[str]) -> None:
+    """Refuse a platform's clip over the file size the platform takes (its bitrate cap keeps clips under it)."""
+    if spec.platform is None:
+        return
+    preset = PLATFORMS[spec.platform]
+    size = output.stat().st_size
+    if size > preset.max_bytes:
+        raise RenderFailed(
+            f"the clip came out {size / 1024**2:.1f} MB, over the {preset.max_bytes / 1024**2:g} MB "
+            f"platform {spec.platform} takes",
+            argv,
+        )
+
+
 def render_clips(
     specs: list[ClipSpec],
     source: str,
@@ -287,6 +338,9 @@ def render_clips(
         fifo = Path(targets[0].output).with_name("stream.mp4")
         os.mkfifo(fifo, 0o600)
         targets = [replace(targets[0], stream=str(fifo))]
+    if any(spec.loudness is not None for spec in specs):  # one measurement of the cut for every levelled output
+        measured = measure_loudness(info, source, cut, ffmpeg_bin, timeout, audio_source)
+        targets = [replace(t, loudness=measured) if t.spec.loudness is not None else t for t in targets]
     argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
 
     def progress(seconds: float) -> None:
@@ -322,6 +376,7 @@ def render_clips(
         if abs(out.duration - duration) > tolerance:
             raise RenderFailed(f"the clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv, said)
         log.info("rendered %.3f s at %dx%d", out.duration, out.width, out.height)
+        _check_platform(target.spec, output, argv)
         results.append(
             RenderResult(
                 output,
