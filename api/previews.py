@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from jobs.pipeline.produce import produce_clip
 from quoteclip.spec import build_spec
+from renderer.sidecars import captions_vtt
 
 from .clips import status_of
 from .deps import RateLimited, ServicesDep
@@ -57,6 +58,18 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
         cached=result.cached,
         warnings=list(spec.warnings),
     )
+
+
+@router.post("/previews/captions", response_class=Response, responses={200: {"content": {"text/vtt": {}}}, 422: {}})
+def preview_captions(request: ClipRequest, svc: ServicesDep) -> Response:
+    """The WebVTT captions a clip's final render burns (a cue per caption state, the spoken word marked), laid out
+    from the body alone: no source read, no render. The edit page shows them when the words are corrected, so a
+    correction shows at once what the final will burn."""
+    if request.profiles is not None:
+        raise APIError(422, "profiles: a preview is one clip in the source's own shape")
+    data = request.model_dump(exclude={"callback_url", "profiles"}) | {"quality": "final"}
+    spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
+    return Response(captions_vtt(spec), media_type="text/vtt")
 
 
 @router.get("/clips/{clip_id}/captions.vtt", include_in_schema=False)

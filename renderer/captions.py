@@ -196,18 +196,17 @@ def _draw(
         cy = top + n * line_h + line_h // 2
         baseline = cy + (ascent - descent) / 2
         left = (frame_width - line_w) / 2 - band_x
+        shown = lit(line, text, current, style)
         if is_rtl(text) or current is None:
             # Right-to-left lines are shaped and ordered as a whole (raqm); they are not split into words.
-            fill = accent if current is not None and style.preset == "karaoke" and current >= line[-1] else color
-            font.draw(draw, left, baseline, text, fill, stroke_px)
+            font.draw(draw, left, baseline, text, accent if shown else color, stroke_px)
             continue
         for k, i in enumerate(line):
             word = _shown(words[i].text, style)
             prefix = " ".join(_shown(words[j].text, style) for j in line[:k])
             x = left + (font.length(prefix + " ") if prefix else 0)
-            lit = i == current or (style.preset == "karaoke" and current is not None and i < current)
-            fill = accent if lit else color
-            if lit and style.preset == "boxed":
+            fill = accent if i in shown else color
+            if i in shown and style.preset == "boxed":
                 w = font.length(word)
                 draw.rounded_rectangle(
                     (x - px * 0.12, cy - line_h * 0.45, x + w + px * 0.12, cy + line_h * 0.45),
@@ -217,6 +216,16 @@ def _draw(
                 fill = (0, 0, 0, 255)
             font.draw(draw, x, baseline, word, fill, stroke_px)
     return img
+
+
+def lit(line: tuple[int, ...], text: str, current: int | None, style: CaptionStyle) -> set[int]:
+    """The words of a line (``text``, as shown) drawn in the highlight colour while word ``current`` is spoken: that
+    word, and with karaoke the words before it. A right-to-left line is drawn whole: all its words or none."""
+    if current is None:
+        return set()
+    if is_rtl(text):
+        return set(line) if style.preset == "karaoke" and current >= line[-1] else set()
+    return {i for i in line if i == current or (style.preset == "karaoke" and i < current)}
 
 
 def _shown(text: str, style: CaptionStyle) -> str:

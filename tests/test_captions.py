@@ -279,7 +279,7 @@ def test_sidecars_next_to_the_clip(media, settings) -> None:
     srt = (folder / f"{result.key}.srt").read_text()
     assert srt.startswith("1\n00:00:00,500 --> ") and "one two three" in srt  # clip time: the pad shifts it
     vtt = (folder / f"{result.key}.vtt").read_text()
-    assert vtt.startswith("WEBVTT\n\n00:00:00.500 --> ")
+    assert vtt.startswith("WEBVTT\n\nSTYLE\n") and "\n\n00:00:00.500 --> " in vtt  # a cue per highlighted word
     with Image.open(folder / f"{result.key}.jpg") as poster:
         assert (poster.format, poster.size) == ("JPEG", (1280, 720))
     manifest = json.loads((folder / f"{result.key}.manifest.json").read_text())
@@ -287,6 +287,10 @@ def test_sidecars_next_to_the_clip(media, settings) -> None:
     assert manifest["output"]["sha256"] == hashlib.sha256(mp4).hexdigest()
     assert manifest["source_times"] == {"start": 0.5, "end": 2.6}
     assert manifest["quote"] == {"start": 1.0, "end": 2.6} and manifest["key"] == result.key
+    assert manifest["caption"] == {  # as burned: clip time
+        "text": "one two three",
+        "pages": [{"start": 0.5, "end": 2.1, "lines": ["one two three"]}],
+    }
     assert manifest["versions"]["ffmpeg"] and manifest["source"]["url"] == str(src)
     assert manifest["sidecars"][".srt"]["sha256"] == hashlib.sha256(srt.encode()).hexdigest()
     again = produce_clip(spec, settings, LocalStorage(settings.storage_dir))

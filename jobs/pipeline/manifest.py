@@ -9,7 +9,7 @@ from quoteclip.spec import ClipSpec
 from renderer.ffmpeg import ffmpeg_version
 from renderer.frames import FrameSpan
 from renderer.render import RenderResult, poster_time
-from renderer.sidecars import manifest, poster, sha256_file, to_srt, to_vtt
+from renderer.sidecars import burned_caption, manifest, poster, sha256_file, to_srt, to_vtt
 
 
 def sidecar_files(
@@ -24,7 +24,7 @@ def sidecar_files(
     source_format: str | None = None,
 ) -> dict[str, tuple[bytes, str]]:
     """SRT and WebVTT of the captions (clip time), a poster JPEG (not for an instant preview: the page shows the
-    video itself) and a JSON manifest, by file suffix."""
+    video itself) and a JSON manifest (with the caption as burned), by file suffix."""
     files: dict[str, tuple[bytes, str]] = {}
     if result.captions is not None:
         files[".srt"] = (to_srt(result.captions).encode(), "application/x-subrip")
@@ -40,6 +40,8 @@ def sidecar_files(
             source={"url": spec.source, "id": identity, "title": title}
             | ({"format": source_format} if source_format else {}),
             quote={"start": spec.start, "end": spec.end},
+            # the caption as burned: the words the cut holds, in the pages shown (spec.caption is as asked)
+            caption=burned_caption(result.captions),
             source_times={"start": result.source_start, "end": round(result.source_start + result.duration, 3)},
             frames=frames.to_json(),
             preview=preview,
