@@ -259,8 +259,10 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
             page.wait_for_function("window.previews >= 1", timeout=60_000)
             assert page.input_value("#caption") == "we use open AI models"
             page.fill("#caption", "We use open AI models.")  # the same five words: each keeps its time
+            page.wait_for_function("() => window.captionCues.some((cue) => cue[2].includes('models.'))")
             same_count = page.evaluate("window.captionCues")
             page.fill("#caption", "We use OpenAI models.")  # two heard words become one
+            page.wait_for_function("() => window.captionCues.some((cue) => cue[2].includes('OpenAI'))")
             fewer = page.evaluate("window.captionCues")
             words = json.loads(page.input_value("#words"))
             page.click("#render")
@@ -268,14 +270,26 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
         finally:
             browser.close()
     assert bare == ("", True)
-    assert same_count == [[0.0, 1.6, "We use open AI models."]]
+    # the final's captions, laid out by the service: a cue per spoken word, until the clip's end (1.7 s)
+    assert same_count == [
+        [0.0, 0.2, "<c.hl>We</c> use open AI models."],
+        [0.2, 0.5, "We <c.hl>use</c> open AI models."],
+        [0.5, 0.8, "We use <c.hl>open</c> AI models."],
+        [0.8, 1.1, "We use open <c.hl>AI</c> models."],
+        [1.1, 1.7, "We use open AI <c.hl>models.</c>"],
+    ]
     assert words == [
         {"text": "We", "start": 1.0, "end": 1.2},
         {"text": "use", "start": 1.2, "end": 1.5},
         {"text": "OpenAI", "start": 1.5, "end": 2.1},  # the span of "open AI"
         {"text": "models.", "start": 2.1, "end": 2.6},
     ]
-    assert fewer == [[0.0, 1.6, "We use OpenAI models."]]
+    assert fewer == [
+        [0.0, 0.2, "<c.hl>We</c> use OpenAI models."],
+        [0.2, 0.5, "We <c.hl>use</c> OpenAI models."],
+        [0.5, 1.1, "We use <c.hl>OpenAI</c> models."],
+        [1.1, 1.7, "We use OpenAI <c.hl>models.</c>"],
+    ]
     manifests = list((Path(queue_env["QUOTECLIP_STORAGE_DIR"])).glob("*.manifest.json"))
     finals = [json.loads(m.read_text()) for m in manifests if json.loads(m.read_text())["spec"]["quality"] == "final"]
     assert len(finals) == 1
