@@ -51,6 +51,7 @@ class Outcome(StrEnum):
     NOT_STORED = "not_stored"  # a HEAD of what is not stored (it never starts a render)
     REFUSED = "refused"  # 403: not one of ours as it stands, or outside its key's scopes
     EXPIRED = "expired"  # 410: past its expiry
+    REVOKED = "revoked"  # 410: on the deny list (quoteclip revoke, DELETE /links/{hash})
     FAILED = "failed"  # 422: a clip the service cannot make (bad input, or its render failed for good)
     LIMITED = "limited"  # 429: its key's renders a minute are used up
     UNAVAILABLE = "unavailable"  # 503: the store or the queue failing, or still rendering at the hold's end
