@@ -197,3 +197,14 @@ def test_a_request_and_a_brand_file_name_a_platform(tmp_path, settings) -> None:
     ]
     shape = specs_from_options(replace(quote, style_file=str(brand), profile="square"), settings)
     assert [(s.platform, s.profile) for s in shape] == [(None, "square")]  # (a shape given: not the file's platform)
+
+
+def test_a_clip_over_the_platform_file_size_is_refused_with_the_limit(tone, tmp_path, ffmpeg_bin, monkeypatch) -> None:
+    from dataclasses import replace as changed
+
+    from quoteclip.errors import RenderFailed
+
+    monkeypatch.setitem(PLATFORMS, "x", changed(PLATFORMS["x"], max_bytes=10 * 1024))  # (an app taking 10 KB)
+    spec = build_spec({"source": str(tone), "start": 1, "end": 3, "platform": "x"})
+    with pytest.raises(RenderFailed, match=r"the clip came out 0\.\d MB, over the 0\.009\d* MB platform x takes"):
+        render(spec, tone, tmp_path / "big", ffmpeg_bin)
