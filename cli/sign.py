@@ -44,6 +44,19 @@ def sign(
     video_fades: opt.VideoFades = False,
     transcript: opt.Transcript = None,
     site: Annotated[str, typer.Option("--site", help="The site key's id (QUOTECLIP_SITE_KEYS or its file).")],
+    key_id: Annotated[
+        str | None,
+        typer.Option("--key-id", help="Which of the site's keys signs (default: the first listed for the site)."),
+    ] = None,
+    check: Annotated[
+        bool | None,
+        typer.Option(
+            "--check/--no-check",
+            help="Refuse what the service would refuse: the key's scopes, and the service's source rules "
+            "(QUOTECLIP_SOURCE_HOSTS, local paths). Default: the key's scopes always, the source rules when those "
+            "settings are set here.",
+        ),
+    ] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="The service's address (default QUOTECLIP_LINK_BASE_URL).")
     ] = None,
@@ -54,7 +67,8 @@ def sign(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a signed link to a clip (one line): a page puts it in an <a href>, a <video src> or a poster, and the
-    service renders the clip on the first request. The secret comes from the site key's setting."""
+    service renders the clip on the first request. The secret comes from the site key's setting; what the service
+    would refuse is refused here first (--check)."""
     opts = ClipOptions.given(ctx.params)
 
     def go() -> None:
@@ -72,7 +86,16 @@ def sign(
             flags = ", ".join("--" + name.replace("_", "-") for name in extra)
             raise BadInput(f"{flags}: a link cannot carry it (it carries --{', --'.join(sorted(LINKED))})")
         clip = _clip(source, opts)
-        _check(clip, key, settings)
+        if key_id is not None and key.secret_of(key_id) is None:
+            listed = ", ".join(kid or "(the key without an id)" for kid, _ in key.keys())
+            raise BadInput(f"--key-id: the site {key.id} has no key {key_id!r} (it has {listed})")
+        kid = key_id if key_id is not None else key.key_id
+        secret = key.secret_of(kid)
+        assert secret is not None
+        if check is not False:
+            _check(clip, key, settings)
+        if check is True or (check is None and _source_rules_set(settings)):
+            _check_source(clip, settings)
         if key.brand is not None and opts.watermark is not None and key.brand.text != opts.watermark:
             typer.echo(
                 f"quoteclip: warning: the key {key.id} puts its brand on every clip, whatever the link names", err=True
@@ -84,10 +107,10 @@ def sign(
         expiry = None if seconds is None else links.rounded_expiry(seconds)
         base = base_url.rstrip("/") if base_url else settings.link_base_url or ""
         try:
-            link = links.sign(clip, key.id, key.secret, base, variant, expiry)
+            link = links.sign(clip, key.id, secret, base, variant, expiry, key_id=kid)
         except links.LinkError as exc:
             raise BadInput(str(exc)) from None
-        emit({"link": link, "site": key.id, "variant": variant, "expires": expiry}, as_json, link)
+        emit({"link": link, "site": key.id, "key_id": kid, "variant": variant, "expires": expiry}, as_json, link)
 
     run_guarded(go, as_json)
 
@@ -127,3 +150,31 @@ def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:
             raise BadInput(
                 f"source: the key {key.id} may clip {', '.join(key.hosts)} only, got {host or clip['source']!r}"
             )
+
+
+def _source_rules_set(settings: Settings) -> bool:
+    """Whether this environment holds the service's source rules (else the service's own may differ from the
+    defaults, and only the key's scopes are checked unless --check asks)."""
+    return settings.source_hosts is not None or settings.allow_local_sources is not None
+
+
+def _check_source(clip: dict[str, object], settings: Settings) -> None:
+    """The service's source rules, as a link's request meets them (api/clips.py): no path on its disk unless
+    allowed, an http(s) source on its allowed hosts."""
+    from urllib.parse import urlsplit
+
+    from sources import allowed_hosts, resolve_source
+    from sources.safety import host_allowed
+
+    served = settings.for_queue()
+    source, local = str(clip["source"]), served.allow_local_sources is True
+    resolve_source(source, allow_local=local)
+    logo = clip.get("logo")
+    if isinstance(logo, str) and not logo.startswith(("asset:", "brand:")) and not local:
+        raise BadInput(f"logo: local paths are not allowed by the service, got {logo[:100]!r}")
+    hosts = allowed_hosts(served)
+    parts = urlsplit(source)
+    if hosts is not None and parts.scheme in ("http", "https") and not host_allowed(parts.hostname or "", hosts):
+        raise BadInput(
+            f"source: the service does not clip {parts.hostname} (QUOTECLIP_SOURCE_HOSTS allows {', '.join(hosts)})"
+        )

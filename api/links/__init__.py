@@ -11,7 +11,8 @@ until the clip is stored (woken by the worker's announcements, ``api/events.py``
 One concern a module: ``routes`` (the routes; each answer counted once), ``verify`` (the dependency that verifies a
 link, or refuses it), ``outcomes`` (what an answer is counted as; the one error path), ``first`` (the answer up to
 a render), ``hold`` (a request held while the clip renders, or streamed), ``cache`` (ETag, 304, lifetimes),
-``metrics`` (the counts per site key).
+``metrics`` (the counts per site key), ``revoke`` (the deny list: one link or one clip's links revoked, ``DELETE
+/links/{hash}``).
 """
 
 from __future__ import annotations
@@ -21,21 +22,24 @@ from fastapi import FastAPI
 from quoteclip.settings import Settings
 
 from .. import streams
+from . import revoke
 from .metrics import LinkCollector
 from .outcomes import Refused
 from .routes import refused, router
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    """The link routes, their refusals' handler and their metrics, when the service has site keys (without them
-    the routes do not exist); and, keys or none, the page's stream of a clip being rendered (``GET
-    /clips/{id}/stream``, api/streams.py)."""
+    """The link routes, their refusals' handler, their metrics and their revocation, when the service has site
+    keys (without them the routes do not exist); and, keys or none, the page's stream of a clip being rendered
+    (``GET /clips/{id}/stream``, api/streams.py)."""
     app.include_router(streams.router)
     sites = settings.sites()
     if not sites:
         return
     app.state.site_keys = sites
-    app.state.link_secrets = {key.id: key.secret for key in sites.values()}
+    # each live key's secret by the signer its links name: the site (its key without an id) or site.keyid
+    app.state.link_secrets = {signer: secret for key in sites.values() for signer, secret in key.signers().items()}
     app.state.registry.register(LinkCollector(app.state.services.connection))
     app.add_exception_handler(Refused, refused)
     app.include_router(router)
+    app.include_router(revoke.router)

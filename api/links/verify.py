@@ -1,11 +1,13 @@
 """Verification: ``LinkDep``, the dependency every link route takes, turns a request into the ``Linked`` clip it
 names, or raises ``Refused`` (api/links/outcomes.py): 403 for a link that is not one of ours as it stands (any byte
-changed, another key's signature, a removed key, a payload not in canonical form, an extension not its variant's,
-a number out of range: a time past 24 h or an expiry more than ten years off, quoteclip/links.py) or that breaks
-its key's scopes (hosts, longest clip, link lifetime), 410 past its expiry, 422 for a clip the
-service cannot make (the spec and source rules ``POST /clips`` applies, api/clips.py; 503 when a local source
-cannot be read). Which part of a link failed is never said. A sub-resource (``…/index.m3u8``) is verified as the
-link before it. Whatever decides whether a link is ours (its keys, their secrets) is read here and nowhere else.
+changed, another key's signature, a removed or retired key, a payload not in canonical form, an extension not its
+variant's, a number out of range: a time past 24 h or an expiry more than ten years off, quoteclip/links.py) or
+that breaks its key's scopes (hosts, longest clip, link lifetime), 410 past its expiry or revoked (the deny list,
+api/links/revoke.py; 503 while it cannot be read), 422 for a clip the service cannot make (the spec and source
+rules ``POST /clips`` applies, api/clips.py; 503 when a local source cannot be read). Which part of a link failed
+is never said. A refusal is counted under the site the link's path names when that site exists. A sub-resource
+(``…/index.m3u8``) is verified as the link before it. Whatever decides whether a link is ours (its keys, their
+secrets) is read here and nowhere else.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import Response
+from redis import Redis
+from redis.exceptions import RedisError
 
 from quoteclip import links
 from quoteclip.errors import QuoteclipError
@@ -26,10 +30,12 @@ from quoteclip.spec import ClipSpec
 from sources.safety import host_allowed
 
 from .. import streams
-from ..clips import clip_spec
+from ..clips import RETRY_AFTER, clip_spec
 from ..deps import ServicesDep
-from .outcomes import Answer, Outcome, Refused
+from .outcomes import UNKNOWN, Answer, Outcome, Refused
+from .revoke import is_revoked
 
+RETRY = {"Retry-After": RETRY_AFTER}
 INVALID = "this link is not valid"  # every refusal of the link itself: which part failed is not said
 
 
@@ -69,29 +75,41 @@ def verified_link(request: Request, svc: ServicesDep) -> Linked:
     path = raw_path(request)
     if "part" in request.path_params:
         path = path.rsplit("/", 1)[0]
-    return verify(path, request, svc.settings)
+    return verify(path, request, svc.settings, svc.connection)
 
 
 LinkDep = Annotated[Linked, Depends(verified_link)]
 PartDep = Annotated[str, Depends(link_part)]
 
 
-def verify(path: str, request: Request, settings: Settings) -> Linked:
+def verify(path: str, request: Request, settings: Settings, connection: Redis | None = None) -> Linked:
     """``path``'s clip, or Refused (see the module's docstring)."""
     now = time.time()
+    sites: dict[str, SiteKey] = request.app.state.site_keys
+    named = links.site_of(path.split("/")[2]) if path.count("/") >= 3 else UNKNOWN
+    named = named if named in sites else UNKNOWN  # a refusal is counted under the site the path names, if it exists
     try:
         clip = links.verify(path, request.app.state.link_secrets, now=now)
     except links.LinkExpired:
-        raise Refused(410, "this link has expired", Outcome.EXPIRED, site=path.split("/")[2]) from None
+        raise Refused(410, "this link has expired", Outcome.EXPIRED, site=named) from None
     except (links.LinkError, OverflowError):  # a number out of range (links.MAX_MS, MAX_LIFETIME) is a LinkError
-        raise Refused(403, INVALID, Outcome.REFUSED) from None
-    site: SiteKey = request.app.state.site_keys[path.split("/")[2]]
+        raise Refused(403, INVALID, Outcome.REFUSED, site=named) from None
+    site = sites[named]
     variant = str(clip["variant"])
+    if connection is not None:
+        try:
+            revoked = is_revoked(connection, path)
+        except RedisError:  # a revocation holds: not answered until it can be read
+            raise Refused(
+                503, "the revoked links cannot be read", Outcome.UNAVAILABLE, RETRY, site.id, variant
+            ) from None
+        if revoked:
+            raise Refused(410, "this link has been revoked", Outcome.REVOKED, site=site.id, variant=variant)
     refusal = _scope_refusal(clip, site, settings, now)
     if refusal is not None:
         raise Refused(403, refusal, Outcome.REFUSED, site=site.id, variant=variant)
     try:
-        spec = clip_spec(_fields(clip, site), settings)
+        spec = clip_spec(link_fields(clip, site), settings)
     except QuoteclipError as exc:
         raise Refused.failing(exc, site.id, variant) from None
     return Linked(site, variant, clip.get("expires"), spec)
@@ -117,7 +135,7 @@ def _scope_refusal(clip: dict[str, Any], site: SiteKey, settings: Settings, now:
     return None
 
 
-def _fields(clip: dict[str, Any], site: SiteKey) -> dict[str, Any]:
+def link_fields(clip: dict[str, Any], site: SiteKey) -> dict[str, Any]:
     """A link's clip as the fields of ``POST /clips`` (so both name one clip), with the key's brand as its watermark
     whatever the link names."""
     data: dict[str, Any] = {name: clip[name] for name in ("source", "start", "end", "caption") if name in clip}
