@@ -73,12 +73,14 @@ def changed(before: Counts, after: Counts) -> Counts:
 
 
 def forged_cases() -> list[tuple[str, str, int, Label]]:
-    """(what, path, status, the counter it is counted under)."""
+    """(what, path, status, the counter it is counted under: a refused link under the site its path names when that
+    site exists, else under ``unknown``)."""
     good = link()
     key_id, payload, sig, ext = links.parse(good)
     data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     spaced = base64.urlsafe_b64encode(json.dumps(data, indent=1).encode()).decode().rstrip("=")
     unknown = ("unknown", "-", "refused")
+    ours = ("site", "-", "refused")  # the path names the site "site", which exists
     expired = link(expires=int(time.time()) - 1)
     huge = 10**400  # past a float's range: once an uncaught OverflowError, a plain 500
 
@@ -87,25 +89,25 @@ def forged_cases() -> list[tuple[str, str, int, Label]]:
         return f"/l/site/{payload}.{links.signature(SECRET, 'site', payload)}.mp4"
 
     return [
-        ("an expiry of 10**400", signed({"x": huge}), 403, unknown),
-        ("an expiry of 10**30", signed({"x": 10**30}), 403, unknown),
-        ("an expiry past ten years", signed({"x": int(time.time()) + links.MAX_LIFETIME + 60}), 403, unknown),
-        ("a start of 10**400 ms", signed({"a": huge, "b": huge + 1000}), 403, unknown),
-        ("an end past 24 h", signed({"b": links.MAX_MS + 1}), 403, unknown),
-        ("a part of a link expiring at 10**400", signed({"x": huge}) + "/index.m3u8", 403, unknown),
+        ("an expiry of 10**400", signed({"x": huge}), 403, ours),
+        ("an expiry of 10**30", signed({"x": 10**30}), 403, ours),
+        ("an expiry past ten years", signed({"x": int(time.time()) + links.MAX_LIFETIME + 60}), 403, ours),
+        ("a start of 10**400 ms", signed({"a": huge, "b": huge + 1000}), 403, ours),
+        ("an end past 24 h", signed({"b": links.MAX_MS + 1}), 403, ours),
+        ("a part of a link expiring at 10**400", signed({"x": huge}) + "/index.m3u8", 403, ours),
         (
             "a signature changed",
             f"/l/{key_id}/{payload}.{sig[:-1]}{'A' if sig[-1] != 'A' else 'B'}.{ext}",
             403,
-            unknown,
+            ours,
         ),
         ("no such key", f"/l/nobody/{payload}.{sig}.{ext}", 403, unknown),
-        ("another variant's extension", f"/l/{key_id}/{payload}.{sig}.jpg", 403, unknown),
+        ("another variant's extension", f"/l/{key_id}/{payload}.{sig}.jpg", 403, ours),
         (
             "a payload not in canonical form",
             f"/l/site/{spaced}.{links.signature(SECRET, 'site', spaced)}.{ext}",
             403,
-            unknown,
+            ours,
         ),
         ("expired", expired, 410, ("site", "-", "expired")),
         ("a part of a forged link", f"/l/nobody/{payload}.{sig}.{ext}/index.m3u8", 403, unknown),
