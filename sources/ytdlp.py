@@ -84,15 +84,25 @@ class ResponseCap:
         self.over = False
 
 
+# yt-dlp's names quoteclip uses that are not its public API (tests/test_ytdlp_contract.py checks each against the
+# installed yt-dlp, naming it and the version when one breaks): its requests-based handler, used whole through its
+# public methods, and the YoutubeDL attribute that holds an instance's request handlers.
+PRIVATE_NAMES = ("yt_dlp.networking._requests.RequestsRH", "yt_dlp.YoutubeDL._request_director")
+
+
 @functools.cache
 def _handler_classes() -> tuple[type, ...]:
-    """yt-dlp's request handlers as an extraction uses them: its requests-based handler (it decompresses as it
-    reads), each response capped; data: URLs read by its urllib handler, which is given nothing else (it
-    decompresses a response whole before anyone reads it). No websocket, no other handler."""
+    """The request handlers an extraction uses, both subclasses of yt-dlp's public ``RequestHandler`` written to its
+    documented handler contract (``_send``, ``_SUPPORTED_URL_SCHEMES``, ``_check_extensions``): http(s) through
+    yt-dlp's requests-based handler (it decompresses as it reads), each request asking its connection to close and
+    each response capped; data: URLs decoded here, capped too. No urllib handler (it decompresses a response whole
+    before anyone reads it), no websocket, no other handler."""
+    import urllib.error
+    import urllib.request
+
+    from yt_dlp.networking import RequestHandler, Response
     from yt_dlp.networking._requests import RequestsRH
-    from yt_dlp.networking._urllib import UrllibRH
-    from yt_dlp.networking.common import Response
-    from yt_dlp.networking.exceptions import HTTPError, TransportError
+    from yt_dlp.networking.exceptions import HTTPError, RequestError, TransportError
 
     class CappedResponse(Response):
         """A response read through the cap: ``read`` raises once more than the cap has come out."""
@@ -116,38 +126,68 @@ def _handler_classes() -> tuple[type, ...]:
                 raise TransportError(f"response over {self.cap.max_bytes} bytes decompressed (QUOTECLIP_PAGE_MAX_MB)")
             return data
 
-    class QuoteclipRH(RequestsRH):
+    class QuoteclipRH(RequestHandler):
+        """http(s): each request made by yt-dlp's requests-based handler (through its public ``validate`` and
+        ``send``), with ``Connection: close`` (one request per connection: the egress proxy's limits are per
+        request), its response (an error page too: yt-dlp reads YouTube's JSON errors) read through the cap."""
+
+        _SUPPORTED_URL_SCHEMES = ("http", "https")
+        _SUPPORTED_PROXY_SCHEMES = None  # the requests handler checks its own (validate)
+        _SUPPORTED_FEATURES = None
         cap: ResponseCap  # each extraction sets its own on its handlers (youtube_dl)
 
-        def _prepare_headers(self, request: Any, headers: Any) -> None:
-            super()._prepare_headers(request, headers)
-            headers["Connection"] = "close"  # one request per connection: the egress proxy's limits are per request
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.inner = RequestsRH(**kwargs)
+
+        def _check_extensions(self, extensions: dict[str, Any]) -> None:
+            extensions.clear()  # the requests handler checks them (validate)
 
         def _send(self, request: Any) -> Response:
+            request = request.copy()
+            request.headers["Connection"] = "close"
+            self.inner.validate(request)
             try:
-                response = super()._send(request)
-            except HTTPError as exc:  # an error page is read too (yt-dlp reads YouTube's JSON errors)
+                response = self.inner.send(request)
+            except HTTPError as exc:
                 exc.response = CappedResponse(exc.response, self.cap)
                 raise
             return CappedResponse(response, self.cap)
 
-    class DataRH(UrllibRH):
+        def close(self) -> None:
+            self.inner.close()
+
+    class DataRH(RequestHandler):
+        """data: URLs (yt-dlp reads some scripts and manifests as such), decoded by the standard library."""
+
         _SUPPORTED_URL_SCHEMES = ("data",)
+        _SUPPORTED_PROXY_SCHEMES = None
+        _SUPPORTED_FEATURES = None
+        cap: ResponseCap
+
+        def _send(self, request: Any) -> Response:
+            try:
+                opened = urllib.request.DataHandler().data_open(urllib.request.Request(request.url))
+            except (ValueError, urllib.error.URLError) as exc:
+                raise RequestError(f"bad data: URL ({exc})") from None
+            return CappedResponse(Response(opened, request.url, dict(opened.headers.items())), self.cap)
 
     return QuoteclipRH, DataRH
 
 
 def youtube_dl(options: dict[str, Any], cap: ResponseCap) -> Any:
-    """A YoutubeDL whose requests are made by ``_handler_classes`` only, every response capped by ``cap``."""
+    """A YoutubeDL whose requests are made by ``_handler_classes`` only, every response capped by ``cap``. The
+    handlers are this instance's alone (built by yt-dlp's public ``build_request_director``): ``register_rh`` would
+    add them to every YoutubeDL of the process beside yt-dlp's own, which would then take any request ours decline,
+    uncapped. yt-dlp has no public way to give one instance its handlers, hence ``_request_director``."""
     import yt_dlp
-    from yt_dlp.networking.common import _RH_PREFERENCES
 
     handlers = _handler_classes()
 
     class YoutubeDL(yt_dlp.YoutubeDL):
         @functools.cached_property
         def _request_director(self) -> Any:
-            director = self.build_request_director(handlers, _RH_PREFERENCES)
+            director = self.build_request_director(handlers)
             for handler in director.handlers.values():
                 handler.cap = cap
             return director
