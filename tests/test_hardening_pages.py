@@ -23,6 +23,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import product
 from pathlib import Path
@@ -460,11 +461,41 @@ def test_yt_dlp_requests_go_through_the_capped_handler_alone() -> None:
         handlers = ydl._request_director.handlers
         assert sorted(handlers) == ["Data", "Quoteclip"]
         ours = handlers["Quoteclip"]
-        assert ours.cap is cap and ours._get_headers(Request("https://example.com/"))["Connection"] == "close"
+        assert ours.cap is cap
         ours.validate(Request("https://example.com/"))
+        with serving_headers() as (url, seen):
+            assert ydl.urlopen(Request(url)).read() == b"ok"
+            assert seen[0]["Connection"] == "close"
+            assert handlers["Data"].send(Request("data:text/plain,x")).read() == b"x"
         with pytest.raises(UnsupportedRequest):
             handlers["Data"].validate(Request("http://example.com/"))
         handlers["Data"].validate(Request("data:text/plain,x"))
+
+
+@contextmanager
+def serving_headers() -> Iterator[tuple[str, list[Any]]]:
+    """A loopback server answering "ok", keeping each request's headers."""
+    seen: list[Any] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", seen
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def bomb(encoding: str, megabytes: int = 300) -> bytes:
