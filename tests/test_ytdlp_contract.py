@@ -116,8 +116,9 @@ def test_the_hls_rendition_is_chosen_by_yt_dlps_format_selector() -> None:
         ydl.sort_formats({"formats": formats})
         chosen = hls_choice(ydl, {"id": "x", "formats": formats})
         preview = hls_choice(ydl, {"id": "x", "formats": formats}, preview=True)
-    assert [f["format_id"] for f in chosen] == ["95"], broken("yt_dlp.YoutubeDL.build_format_selector", "chose otherwise")
-    assert [f["format_id"] for f in preview] == ["93"], broken("yt_dlp.YoutubeDL.build_format_selector", "chose so")
+    selector = "yt_dlp.YoutubeDL.build_format_selector"
+    assert [f["format_id"] for f in chosen] == ["95"], broken(selector, f"chose {chosen}")
+    assert [f["format_id"] for f in preview] == ["93"], broken(selector, f"chose {preview} for a preview")
 
 
 def test_extractor_args_are_parsed_by_yt_dlps_own_option_parser() -> None:
