@@ -3,16 +3,22 @@
 A caption is drawn in runs: each character in the first font of the chain that has a glyph for it, so Latin,
 CJK, Hebrew, Arabic and emoji mix in one line. A right-to-left line is shaped and ordered as a whole (raqm),
 so it takes the first font that covers all of it. A character no font has is refused before rendering.
+
+Emoji are drawn in colour: a character shown as an emoji (Unicode's emoji presentation, or any followed by U+FE0F)
+that the colour emoji font the project ships has (Noto Color Emoji, CBDT bitmaps, OFL: ``quoteclip/emoji/``) is
+drawn from it, with the sequences joined to it (skin tones, ZWJ sequences, flags, keycaps), and scaled to the
+caption's size. The font is read only when a caption has such a character.
 """
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from PIL import ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFont
 
 from .errors import BadInput
 
@@ -70,6 +76,34 @@ def covers(ref: FontRef, codepoint: int) -> bool:
     if codepoint in DEFAULT_COVERS and ref == fallback_chain()[0]:
         return True
     return codepoint in coverage(ref)
+
+
+EMOJI_FONT = Path(__file__).resolve().parent / "emoji" / "NotoColorEmoji.ttf"
+EMOJI_STRIKE = 109  # px: the one size a CBDT font's bitmaps come in (drawn at it, then scaled)
+# Characters below U+1F000 that are shown as emoji without U+FE0F (Unicode's Emoji_Presentation=Yes there); from
+# U+1F000 on, every character the colour font has is one
+_BMP_EMOJI = frozenset(
+    [0x231A, 0x231B, *range(0x23E9, 0x23ED), 0x23F0, 0x23F3, 0x25FD, 0x25FE, 0x2614, 0x2615, *range(0x2648, 0x2654)]
+    + [0x267F, 0x2693, 0x26A1, 0x26AA, 0x26AB, 0x26BD, 0x26BE, 0x26C4, 0x26C5, 0x26CE, 0x26D4, 0x26EA, 0x26F2]
+    + [0x26F3, 0x26F5, 0x26FA, 0x26FD, 0x2705, 0x270A, 0x270B, 0x2728, 0x274C, 0x274E, 0x2753, 0x2754, 0x2755]
+    + [0x2757, 0x2795, 0x2796, 0x2797, 0x27B0, 0x27BF, 0x2B1B, 0x2B1C, 0x2B50, 0x2B55]
+)
+VS16 = "\ufe0f"  # "shown as an emoji"
+
+
+def _emoji_ref() -> FontRef:
+    return (str(EMOJI_FONT), 0)
+
+
+def colour_emoji(text: str) -> set[int]:
+    """The positions in ``text`` of characters drawn from the colour emoji font (none when it is not installed)."""
+    asked = {
+        k for k, ch in enumerate(text) if ord(ch) >= 0x1F000 or ord(ch) in _BMP_EMOJI or text[k + 1 : k + 2] == VS16
+    }
+    if not asked or not EMOJI_FONT.is_file():
+        return set()
+    have = coverage(_emoji_ref())  # (read here, for a caption with emoji only)
+    return {k for k in asked if ord(text[k]) in have}
 
 
 def _ignorable(ch: str) -> bool:
@@ -202,12 +236,19 @@ class FontSet:
         return sorted({ch for ch in text if not _ignorable(ch) and not any(covers(r, ord(ch)) for r in self.chain)})
 
     def runs(self, text: str) -> list[tuple[str, FontRef]]:
+        """``text`` in runs of one font each: the colour emoji font's (``_emoji_ref()``) for emoji, else the
+        first font of the chain that has the character."""
         out: list[tuple[str, FontRef]] = []
-        for ch in text:
-            if out and _ignorable(ch):
+        colour = colour_emoji(text)
+        for k, ch in enumerate(text):
+            # (a space after an emoji is the text's: the emoji font's is as wide as an emoji)
+            if out and _ignorable(ch) and not (out[-1][1] == _emoji_ref() and unicodedata.category(ch) == "Zs"):
                 out[-1] = (out[-1][0] + ch, out[-1][1])
                 continue
-            ref = next((r for r in self.chain if covers(r, ord(ch))), self.chain[0])
+            if k in colour:
+                ref = _emoji_ref()
+            else:
+                ref = next((r for r in self.chain if covers(r, ord(ch))), self.chain[0])
             if out and out[-1][1] == ref:
                 out[-1] = (out[-1][0] + ch, ref)
             else:
@@ -241,6 +282,11 @@ class FontSet:
             )
             return
         for run, ref in self.runs(text):
+            if ref == _emoji_ref():
+                image, (left, top) = _emoji_image(run, self.size)
+                draw._image.alpha_composite(image, (round(x) + left, round(baseline) + top))
+                x += _emoji_advance(run, self.size)
+                continue
             draw.text(
                 (x, baseline),
                 run,
@@ -271,9 +317,32 @@ def _length(fonts: FontSet, text: str) -> float:
         ref = fonts.whole(text)
         if ref is not None:
             return float(fonts.font(ref).getlength(text))
-    return float(sum(_advance(fonts.font(ref), run) for run, ref in fonts.runs(text)))
+    return float(
+        sum(
+            _emoji_advance(run, fonts.size) if ref == _emoji_ref() else _advance(fonts.font(ref), run)
+            for run, ref in fonts.runs(text)
+        )
+    )
 
 
 @lru_cache(maxsize=4096)
 def _advance(font: ImageFont.FreeTypeFont, run: str) -> float:
     return float(font.getlength(run))
+
+
+def _emoji_advance(run: str, size: int) -> float:
+    return _advance(load_font(str(EMOJI_FONT), EMOJI_STRIKE), run) * size / EMOJI_STRIKE
+
+
+@lru_cache(maxsize=256)
+def _emoji_image(run: str, size: int) -> tuple[Image.Image, tuple[int, int]]:
+    """An emoji run in colour at ``size`` px: the font's bitmaps drawn at their own size and scaled, and where the
+    image's top-left corner lies from the run's start on the baseline."""
+    font = load_font(str(EMOJI_FONT), EMOJI_STRIKE)
+    box = font.getbbox(run, anchor="ls")
+    left, top, right, bottom = math.floor(box[0]), math.floor(box[1]), math.ceil(box[2]), math.ceil(box[3])
+    drawn = Image.new("RGBA", (max(1, right - left), max(1, bottom - top)), (0, 0, 0, 0))
+    ImageDraw.Draw(drawn).text((-left, -top), run, font=font, anchor="ls", embedded_color=True)
+    scale = size / EMOJI_STRIKE
+    width, height = max(1, round(drawn.width * scale)), max(1, round(drawn.height * scale))
+    return drawn.resize((width, height), Image.Resampling.LANCZOS), (round(left * scale), round(top * scale))
