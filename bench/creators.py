@@ -1,5 +1,5 @@
-"""Benchmark figures for creators (several profiles from one decode) and for real-site sources (a page whose
-media URLs change with every extraction; an HLS-only episode)."""
+"""Benchmark figures for creators (several profiles from one decode, loudness, platform presets) and for real-site
+sources (a page whose media URLs change with every extraction; an HLS-only episode)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> list[Row]:
     rows = profiles_figures(run, source, work)
     rows.append(page_batch_figure(run, source, work))
     rows.append(hls_figure(run, ffmpeg, source, work))
+    rows.append(loudness_figure(run, source, work))
+    rows += platforms_figures(run, source, work)
     return rows
 
 
@@ -248,3 +250,107 @@ def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Compari
         "< 5% of the bytes",
         got < 0.05 * total,
     )
+
+
+def loudness_figure(run: RunConfig, source: Path, work: Path) -> Comparison:
+    """14a. A clip levelled to -14 LUFS (its cut's sound measured by a pass of its own, then one gain) against the
+    same clip unlevelled: the same warm-up and repetitions, alternating, each run a new quote (nothing stored)."""
+    q = run.quote
+    settings = _settings(work, "loudness")
+    storage = LocalStorage(settings.storage_dir)
+    counter = iter(range(10_000))
+
+    def clip(loudness: float | None) -> Callable[[], None]:
+        def go() -> None:
+            start = round(0.4 * run.minutes * 60) + 9 * next(counter)  # (a new quote each run, in the source)
+            level = {} if loudness is None else {"loudness": loudness}
+            spec = build_spec(
+                {
+                    "source": str(source),
+                    "start": start,
+                    "end": start + q,
+                    "caption": CAPTION,
+                    "watermark": {"text": BRAND},
+                    **level,
+                }
+            )
+            produce_clip(spec, settings, storage)
+
+        return go
+
+    levelled, plain = paired(clip(-14.0), clip(None), run)
+    shutil.rmtree(settings.storage_dir, ignore_errors=True)
+    ratio = statistics.median(a / b for a, b in zip(levelled, plain, strict=True))
+    return Comparison.of(
+        f"14a. {q:g} s clip levelled to -14 LUFS (measured, then one gain) vs the same clip unlevelled, from the "
+        "1080p episode",
+        levelled,
+        plain,
+        ratio,
+        "≤ 1.10×",
+        ratio <= 1.10,
+    )
+
+
+PLATFORMS = ("shorts", "x", "linkedin")  # vertical, landscape and square: the shapes of PROFILES
+
+
+def platforms_figures(run: RunConfig, source: Path, work: Path) -> list[Row]:
+    """14b. A batch of one episode's quotes for three platforms (Shorts, X, LinkedIn: each quote's three clips from
+    one decode, levelled, captions in the apps' margins) against today's three shapes from one decode (landscape,
+    vertical, square), alternating per quote, each side a new quote."""
+    length = run.quote
+    quotes = run.profile_quotes
+    settings = _settings(work, "platforms")
+    storage = LocalStorage(settings.storage_dir)
+
+    def quote(start: float, tag: str, extra: dict[str, Any]) -> Any:
+        return build_spec(
+            {
+                "source": str(source),
+                "start": start,
+                "end": start + length,
+                "caption": f"{CAPTION} {tag}",
+                "watermark": {"text": BRAND},
+                **extra,
+            }
+        )
+
+    def for_platforms(start: float, tag: str) -> list[Any]:
+        return [quote(start, tag, {"platform": name}) for name in PLATFORMS]
+
+    for _ in range(run.warmup):  # of both sides
+        produce_clips(for_platforms(40.0, "warm"), settings, storage)
+        produce_clips(in_profiles(quote(40.0, "warm", {}), PROFILES), settings, storage)
+    platforms, profiles = [], []
+    cpu_platforms = 0.0
+    for i in range(quotes):
+        start = round(0.6 * run.minutes * 60) + 11 * i
+        c = process_cpu()
+        t = time.perf_counter()
+        produce_clips(for_platforms(start, "platforms"), settings, storage)
+        platforms.append(time.perf_counter() - t)
+        cpu_platforms += process_cpu() - c
+        t = time.perf_counter()
+        produce_clips(in_profiles(quote(start, "profiles", {}), PROFILES), settings, storage)
+        profiles.append(time.perf_counter() - t)
+    shutil.rmtree(settings.storage_dir, ignore_errors=True)
+    ratio = statistics.median(a / b for a, b in zip(platforms, profiles, strict=True))
+    return [
+        Comparison.of(
+            f"14b. {quotes} quotes × 3 platforms (shorts, x, linkedin), {length:g} s, from the 1080p episode, one "
+            "decode per quote vs the same quotes × 3 profiles (landscape, vertical, square) from one decode",
+            platforms,
+            profiles,
+            ratio,
+            "report (the measuring pass and the levelling)",
+            None,
+        ),
+        Reading(
+            "14c. the three-platform batch's cost",
+            f"{sum(platforms):.1f} s wall for {quotes * len(PLATFORMS)} clips, "
+            f"{cpu_platforms / (quotes * len(PLATFORMS) * length):.2f} CPU-s per output second",
+            "report",
+            None,
+        ),
+    ]
