@@ -1,15 +1,39 @@
 """The demo page at ``/`` (a quote card with a download button, progress, a player and a form), the edit page
-at ``/edit`` and the batch page at ``/batch``."""
+at ``/edit`` and the batch page at ``/batch``.
+
+The pages hold the API key the user signed in with, so they are never framed and run no script but their own:
+each is sent with a Content-Security-Policy that allows only this origin's scripts and styles and the page's own
+inline ``<script>`` and ``<style>`` blocks by their SHA-256 hashes (computed here from the page as served, so an
+injected script or style has no hash), media and images from this origin and the clip store, data calls to this
+origin alone, and ``frame-ancestors 'none'``; with ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff``
+and ``Referrer-Policy: no-referrer`` (a page's address names a source and a cut: never sent on).
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from functools import lru_cache
 from importlib import resources
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
 
+from quoteclip.settings import Settings
+
+from .deps import ServicesDep
+
 router = APIRouter()
+
+# What every page and its script are sent with, besides the policy.
+HARDENING = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+INLINE = {kind: re.compile(rf"<{kind}>(.*?)</{kind}>", re.DOTALL) for kind in ("script", "style")}
 
 
 @lru_cache(maxsize=4)
@@ -17,10 +41,56 @@ def _page(name: str = "page.html") -> str:
     return resources.files("api").joinpath(name).read_text(encoding="utf-8")
 
 
+def _hashes(html: str, kind: str) -> str:
+    """The CSP sources of a page's inline ``kind`` blocks (``<script>``/``<style>`` with no attributes)."""
+    found = (hashlib.sha256(body.encode()).digest() for body in INLINE[kind].findall(html))
+    return " ".join(f"'sha256-{base64.b64encode(digest).decode()}'" for digest in found)
+
+
+def store_sources(settings: Settings) -> str:
+    """Where a page's players and posters may load clips from besides this origin: the S3 store's public base, its
+    endpoint (and the endpoint's subdomains, for virtual-hosted buckets) or AWS S3; a local store is served by
+    this origin."""
+    if not settings.uses_s3:
+        return ""
+    if settings.public_base_url:
+        base = urlsplit(settings.public_base_url)
+        return f"{base.scheme}://{base.netloc}"
+    if settings.s3_endpoint:
+        end = urlsplit(settings.s3_endpoint)
+        return f"{end.scheme}://{end.netloc} {end.scheme}://*.{end.netloc}"
+    return "https://*.amazonaws.com"
+
+
+def policy(html: str, settings: Settings) -> str:
+    """The Content-Security-Policy of a page as served."""
+    store = store_sources(settings)
+    media = " ".join(filter(None, ("'self'", store)))
+    return "; ".join(
+        [
+            "default-src 'none'",
+            f"script-src 'self' {_hashes(html, 'script')}".rstrip(),
+            f"style-src 'self' {_hashes(html, 'style')}".rstrip(),
+            f"img-src {media} data:",
+            f"media-src {media} blob:",
+            "connect-src 'self'",
+            "form-action 'self'",
+            "base-uri 'none'",
+            "object-src 'none'",
+            "frame-ancestors 'none'",
+        ]
+    )
+
+
+def _served(name: str, settings: Settings) -> HTMLResponse:
+    html = _page(name)
+    return HTMLResponse(html, headers={"Content-Security-Policy": policy(html, settings), **HARDENING})
+
+
 @router.get("/pages.js", include_in_schema=False)
 def pages_script() -> Response:
     """What the pages share: data calls with the key the user signed in with on the page."""
-    return Response(_page("pages.js"), media_type="text/javascript")
+    return Response(_page("pages.js"), media_type="text/javascript", headers=HARDENING)
 
 
 @router.get("/favicon.ico", include_in_schema=False)
@@ -29,17 +99,17 @@ def favicon() -> Response:
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-def index() -> HTMLResponse:
-    return HTMLResponse(_page())
+def index(svc: ServicesDep) -> HTMLResponse:
+    return _served("page.html", svc.settings)
 
 
 @router.get("/edit", response_class=HTMLResponse, include_in_schema=False)
-def edit() -> HTMLResponse:
+def edit(svc: ServicesDep) -> HTMLResponse:
     """The edit page: instant previews of a cut, nudged by a frame, 100 ms or a word, then the final render."""
-    return HTMLResponse(_page("edit.html"))
+    return _served("edit.html", svc.settings)
 
 
 @router.get("/batch", response_class=HTMLResponse, include_in_schema=False)
-def batch() -> HTMLResponse:
+def batch(svc: ServicesDep) -> HTMLResponse:
     """The batch page: one source, many quotes, several shapes; each clip's poster and download, then a ZIP."""
-    return HTMLResponse(_page("batch.html"))
+    return _served("batch.html", svc.settings)

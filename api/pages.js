@@ -10,9 +10,15 @@
     const bar = document.createElement("form");
     bar.id = "sign-in";
     bar.style.cssText = "background:#fff3cd;padding:.8rem 1rem;display:flex;gap:.6rem;align-items:center;flex-wrap:wrap";
-    bar.innerHTML = '<span></span><input id="api-key" type="password" autocomplete="off" placeholder="API key"' +
-      ' style="flex:1;min-width:12rem;padding:.4rem"><button type="submit">Sign in</button>';
-    bar.querySelector("span").textContent = message;
+    // Built element by element, styled through the CSSOM: the pages' Content-Security-Policy allows no style
+    // attribute in markup.
+    const said = document.createElement("span");
+    said.textContent = message;
+    const input = Object.assign(document.createElement("input"),
+      { id: "api-key", type: "password", autocomplete: "off", placeholder: "API key" });
+    input.style.cssText = "flex:1;min-width:12rem;padding:.4rem";
+    const button = Object.assign(document.createElement("button"), { type: "submit", textContent: "Sign in" });
+    bar.append(said, input, button);
     document.body.prepend(bar);
     bar.querySelector("input").focus();
     waiting = new Promise((resolve) => {

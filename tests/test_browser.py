@@ -53,12 +53,12 @@ def test_download_button_in_chromium(chromium, served, media, http_source, tmp_p
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
             with page.expect_download(timeout=120_000) as download_info:
                 page.click("#download")
-                page.wait_for_function("document.getElementById('stage').textContent !== 'ready'")
+                page.wait_for_function("() => document.getElementById('stage').textContent !== 'ready'")
                 stages.append(page.inner_text("#stage"))
             download = download_info.value
             saved = tmp_path / "clip.mp4"
             download.save_as(saved)
-            page.wait_for_function("document.getElementById('player').readyState >= 1", timeout=30_000)
+            page.wait_for_function("() => document.getElementById('player').readyState >= 1", timeout=30_000)
             assert page.inner_text("#stage") == "finished"
             duration = page.evaluate("document.getElementById('player').duration")
             page.screenshot(path=str(ARTIFACTS / "demo-page.png"), full_page=True)
@@ -134,10 +134,11 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
             page = browser.new_page(accept_downloads=True)
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
             page.goto(f"{served}/edit?{query}")
+            page.click("#preview")  # a cut the address names waits for the user's click
             shown: list[tuple[int, int]] = []  # (frame the page names, frame Chromium shows)
 
             def after(count: int) -> None:
-                page.wait_for_function(f"window.previews >= {count}", timeout=60_000)
+                page.wait_for_function(f"() => window.previews >= {count}", timeout=60_000)
                 named = int(page.inner_text("#f-start"))
                 shown.append((named, frame_index(page.evaluate(GRAB, "player"), named)))
 
@@ -157,7 +158,7 @@ def test_edit_page_previews_nudges_and_renders_in_chromium(chromium, served, med
             assert page.input_value("#start") == "1.300" and page.inner_text("#t-start") == "1.301"  # frame 39
             page.screenshot(path=str(ARTIFACTS / "edit-page.png"), full_page=True)
             page.click("#render")
-            page.wait_for_function("window.finalShown === true", timeout=120_000)
+            page.wait_for_function("() => window.finalShown === true", timeout=120_000)
             final_first = frame_index(page.evaluate(GRAB, "final"), 39)
             href = page.get_attribute("#download", "href")
         finally:
@@ -197,7 +198,7 @@ def test_batch_page_shows_each_clips_poster_and_download_in_chromium(chromium, s
             page.goto(f"{served}/batch?{query}")
             page.click("#go")
             page.wait_for_function(
-                "[...document.querySelectorAll('.clip .poster img')].filter(i => i.complete && i.naturalWidth)"
+                "() => [...document.querySelectorAll('.clip .poster img')].filter(i => i.complete && i.naturalWidth)"
                 ".length === 4",
                 timeout=120_000,
             )
@@ -256,7 +257,8 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
             page.goto(f"{served}/edit")
             bare = (page.inner_text("#times"), page.is_disabled("#render"))
             page.goto(f"{served}/edit?{query}")
-            page.wait_for_function("window.previews >= 1", timeout=60_000)
+            page.click("#preview")
+            page.wait_for_function("() => window.previews >= 1", timeout=60_000)
             assert page.input_value("#caption") == "we use open AI models"
             page.fill("#caption", "We use open AI models.")  # the same five words: each keeps its time
             page.wait_for_function("() => window.captionCues.some((cue) => cue[2].includes('models.'))")
@@ -266,7 +268,7 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
             fewer = page.evaluate("window.captionCues")
             words = json.loads(page.input_value("#words"))
             page.click("#render")
-            page.wait_for_function("window.finalShown === true", timeout=120_000)
+            page.wait_for_function("() => window.finalShown === true", timeout=120_000)
         finally:
             browser.close()
     assert bare == ("", True)
@@ -329,6 +331,7 @@ def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
                 try:
                     page = browser.new_page()
                     page.goto(f"{base}/edit?{query}")
+                    page.click("#preview")
                     page.wait_for_selector("#sign-in", timeout=30_000)
                     page.fill("#api-key", "not-the-key")
                     page.click("#sign-in button")
@@ -336,9 +339,9 @@ def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
                     again = page.inner_text("#sign-in")
                     page.fill("#api-key", "k-secret")
                     page.click("#sign-in button")
-                    page.wait_for_function("window.previews >= 1", timeout=60_000)
+                    page.wait_for_function("() => window.previews >= 1", timeout=60_000)
                     page.click("#render")
-                    page.wait_for_function("window.finalShown === true", timeout=120_000)
+                    page.wait_for_function("() => window.finalShown === true", timeout=120_000)
                     stored = page.evaluate("sessionStorage.getItem('quoteclip.key')")
                     address = page.url
                 finally:

@@ -149,8 +149,8 @@ def test_the_pages_play_button_plays_the_stream(browser, stream_api, worker, lev
     page.goto(f"{stream_api}/?source={levels}&start={START}&end=9&brand=StarZero")
     page.locator("#player").evaluate(WATCH)
     page.click("#play")
-    page.wait_for_function(
-        "window.seen.events.includes('ended') || window.seen.events.includes('error')", timeout=90_000
+    page.wait_for_function(  # a function, not an expression: the page's policy allows no eval
+        "() => window.seen.events.includes('ended') || window.seen.events.includes('error')", timeout=90_000
     )
     seen = page.evaluate("window.seen")
     assert seen["events"][-1] == "ended", seen
