@@ -37,10 +37,11 @@ def highlight_changes(path: Path) -> list[int]:
 
 
 # (frame rate, quote start, word starts in source seconds): starts on a frame (30 fps: 0.5 s is frame 15), between
-# two frames, and a 29.97 fps frame's time rounded to the millisecond (frame 46: 1.534867 s → 1.535)
+# two frames, and a 29.97 fps frame's time rounded to the millisecond (frame 46: 1.534867 s → 1.535); up to 60 fps
 CASES = [
     ("30", 0.0, [0.0, 0.3, 0.5, 0.81, 1.1, 1.234, 1.6]),
     ("30000/1001", 1.0, [1.0, 1.21, 1.535, 1.81, 2.1, 2.345, 2.6]),
+    ("60", 0.5, [0.5, 0.8, 1.01, 1.3, 1.55, 1.9]),  # (a 40 ms clock is 2.4 frames at 60 fps)
 ]
 
 
