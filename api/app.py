@@ -17,6 +17,7 @@ from quoteclip.settings import Settings
 
 from . import assets, batches, clips, errors, links, ops, page, previews
 from .auth import BodyLimit, RequireKey
+from .batches import MAX_BATCH_BODY
 from .deps import open_services
 from .errors import MAX_BODY
 from .links.outcomes import LinkHeaders
@@ -50,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # too; reads no body), the key (checked from the headers alone: a request without one is answered 401 or 429
     # and its body never read), the body limit (uploads' larger caps for keyed requests only; 256 KiB for the
     # public routes and signed links), then the routes. add_middleware puts each one outside those added before it.
-    app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES})
+    app.add_middleware(BodyLimit, limit=MAX_BODY, larger={"/assets": MAX_FONT_BYTES, "/batches": MAX_BATCH_BODY})
     app.add_middleware(RequireKey, settings=settings, failures=svc.limits)
     if settings.cors_origins:
         app.add_middleware(

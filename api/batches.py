@@ -2,45 +2,77 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import secrets
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
+from cli.batch import FIELDS, _refuse_a_row_inside
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput
 from quoteclip.spec import ClipSpec, build_spec, describe_validation_error, in_profiles, parse_profiles
+from quoteclip.transcript import MAX_TRANSCRIPT_BYTES, Word, align, parse_cues, parse_json, retime
 
 from .auth import sign_path
 from .clips import accepted, accepted_profiles, status_of
 from .deps import AllowanceDep, ServicesDep
 from .errors import APIError
-from .models import BatchRequest, Quote
+from .models import MAX_BATCH, BatchRequest, Quote
 
 router = APIRouter()
 BATCH_TTL = 7 * 24 * 3600
 CHUNK = 1024 * 1024
+MAX_QUOTES_TEXT = 256 * 1024
+MAX_BATCH_BODY = MAX_TRANSCRIPT_BYTES + 2 * MAX_QUOTES_TEXT  # a batch with its episode's transcript (keyed callers)
+BOX = "the quotes"  # what a refusal of the quotes' text names (as `quoteclip batch` names its file)
+DEFAULT_COLUMNS = ["start", "end", "caption"]
+
+
+class BatchBody(BatchRequest):
+    """One source, many quotes; every other field applies to each clip. ``quotes``: a list of quotes (objects with
+    start, end and caption), or the text of a quotes file as the batch page sends it (CSV, one quote a line, read
+    as ``quoteclip batch`` reads a CSV file; its header is optional). ``transcript``: the episode's transcript
+    (WebVTT, SRT or a JSON word list, as text) to find each quote in by its caption, for its words' times, and its
+    start and end where the quote gives none."""
+
+    quotes: (  # type: ignore[assignment]
+        Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH)]
+        | Annotated[str, Field(min_length=1, max_length=MAX_QUOTES_TEXT)]
+    )
+    transcript: str | None = Field(default=None, max_length=MAX_TRANSCRIPT_BYTES)
 
 
 @router.post("/batches", responses={422: {}, 429: {}})
-def create_batch(request: BatchRequest, allowance: AllowanceDep, svc: ServicesDep) -> dict[str, Any]:
+def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) -> dict[str, Any]:
     """One source, many quotes: a batch id, and one clip id a quote (identical quotes share one), queued behind
     on-demand clicks. A quote that cannot be rendered (a bad time, a caption too long, …) is left out and named
-    in ``rejected`` (its number counted from 1, and why); the others are queued. A batch with no good quote is a
-    422. Counts the queued quotes × profiles clips against the caller's rate limit, before queueing any."""
+    in ``rejected`` (its number counted from 1, its ``line`` too when the quotes came as text, and why); the
+    others are queued. A batch with no good quote is a 422, and so are quotes given as text with a quote left
+    open that runs on into the next line (named by its line). Counts the queued quotes × profiles clips against
+    the caller's rate limit, before queueing any."""
     common = dict(request.model_extra or {})
     profiles = parse_profiles(common.pop("profiles")) if common.get("profiles") is not None else None
+    lines: dict[int, int] = {}  # quote number → its line in the quotes' text
+    if isinstance(request.quotes, str):
+        listed = quotes_of_text(request.quotes)
+        lines = {number: line for number, (line, _) in enumerate(listed, start=1)}
+        quotes: list[Any] = [fields for _, fields in listed]
+    else:
+        quotes = request.quotes
+    spoken = transcript_words(request.transcript) if request.transcript is not None else None
     good: list[tuple[int, ClipSpec]] = []
     rejected: list[dict[str, Any]] = []
-    for number, quote in enumerate(request.quotes, start=1):
+    for number, quote in enumerate(quotes, start=1):
         try:
-            fields = _quote(quote)
+            fields = _quote(quote if spoken is None else _found(quote, spoken))
             spec = build_spec(
                 {**common, "source": request.source, **fields},
                 max_seconds=svc.settings.max_clip_seconds,
@@ -48,9 +80,10 @@ def create_batch(request: BatchRequest, allowance: AllowanceDep, svc: ServicesDe
             )
             good.append((number, spec))
         except BadInput as exc:
-            rejected.append({"quote": number, "error": f"{exc.kind}: {exc}"})
+            rejected.append({"quote": number, **_line(lines, number), "error": f"{exc.kind}: {exc}"})
     if not good:
-        reasons = "; ".join(f"quote {r['quote']}: {r['error']}" for r in rejected[:3])
+        named = ("line", "line") if lines else ("quote", "quote")
+        reasons = "; ".join(f"{named[0]} {r[named[1]]}: {r['error']}" for r in rejected[:3])
         raise BadInput(f"quotes: no quote of the batch can be rendered ({reasons})")
     allowance.take(len(good) * (len(profiles) if profiles is not None else 1))
     clips: list[dict[str, Any]] = []
@@ -62,7 +95,7 @@ def create_batch(request: BatchRequest, allowance: AllowanceDep, svc: ServicesDe
             ]
         else:
             made = [{**accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump(), "profile": spec.profile}]
-        clips += [{**c, "quote": number} for c in made]
+        clips += [{**c, "quote": number, **_line(lines, number)} for c in made]
     batch_id = "batch-" + secrets.token_hex(12)
     what = [
         {"id": c["id"], "quote": c["quote"], "profile": c["profile"], **_described(spec)}
@@ -82,12 +115,82 @@ def create_batch(request: BatchRequest, allowance: AllowanceDep, svc: ServicesDe
     }
 
 
+def quotes_of_text(text: str) -> list[tuple[int, dict[str, str]]]:
+    """The quotes of a quotes file's text, each with the line it starts on: CSV with an optional header (``start,
+    end,caption``, or ``caption`` alone with a transcript; ``start,end,caption`` when the first line names no
+    column), blank lines skipped. A caption holding commas is written in double quotes, or is simply the rest of
+    its line. A quote left open that runs on into a line reading as a row of its own is refused naming its line,
+    by the very check ``quoteclip batch`` applies to a CSV file (cli/batch.py)."""
+    reader = csv.reader(io.StringIO(text))
+    columns, end = DEFAULT_COLUMNS, 0
+    quotes: list[tuple[int, dict[str, str]]] = []
+    for cells in reader:
+        line, end = end + 1, reader.line_num  # a row may span lines: it starts just after the last one ended
+        names = [cell.strip().lower() for cell in cells]
+        if not quotes and columns is DEFAULT_COLUMNS and "caption" in names and set(names) <= FIELDS:
+            columns = names  # the header
+            continue
+        if not any(cell.strip() for cell in cells):
+            continue
+        try:
+            for name, cell in zip(columns, cells, strict=False):
+                _refuse_a_row_inside(cell, name, line, columns, BOX)
+        except BadInput as exc:
+            raise BadInput(str(exc).replace(f"quotes file {BOX!r}: ", "quotes: ")) from None
+        if len(cells) > len(columns) and columns[-1] == "caption":  # the caption is the rest of the line
+            cells = [*cells[: len(columns) - 1], ",".join(cells[len(columns) - 1 :])]
+        fields = {name: cell.strip() for name, cell in zip(columns, cells, strict=False) if cell.strip()}
+        if len(cells) > len(columns):
+            fields["_bad"] = f"{len(cells)} cells, the header names {len(columns)} columns"
+        quotes.append((line, fields))
+    if not quotes:
+        raise BadInput("quotes: no quote given (one a line: start,end,caption)")
+    if len(quotes) > MAX_BATCH:
+        raise BadInput(f"quotes: {len(quotes)} quotes, over the {MAX_BATCH} a batch takes")
+    return quotes
+
+
+def transcript_words(text: str) -> list[Word]:
+    """A transcript given as text: a JSON word list (``[{"text", "start", "end"}]`` or ``{"words": [...]}``), or
+    WebVTT/SRT cues (word-timed or not), as ``--transcript`` reads a file."""
+    text = text.removeprefix("\ufeff")
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            return parse_json(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"transcript: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    words = parse_cues(text)
+    if not words:
+        raise BadInput("transcript: no timed words or cues found (WebVTT, SRT or a JSON word list)")
+    return words
+
+
+def _found(quote: object, spoken: list[Word]) -> object:
+    """A quote found in the transcript by its caption, as ``--transcript`` finds one: its words' times, and its
+    start and end unless the quote gives them."""
+    if not isinstance(quote, dict) or "_bad" in quote:
+        return quote
+    caption = str(quote.get("caption") or "")
+    if not caption.strip():
+        raise BadInput("caption: give the quote's text to find it in the transcript")
+    found = align(caption, spoken)
+    words = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(caption, found.words)]
+    return {"start": found.start, "end": found.end, **quote, "words": words}
+
+
+def _line(lines: dict[int, int], number: int) -> dict[str, int]:
+    return {"line": lines[number]} if number in lines else {}
+
+
 def _quote(quote: object) -> dict[str, Any]:
     """One quote of a batch: start, end and caption, checked (a bad one raises BadInput naming the field)."""
     if not isinstance(quote, dict):
         raise BadInput(f"a quote is an object with start, end and caption, got {str(quote)[:80]!r}")
+    if "_bad" in quote:
+        raise BadInput(f"not a quote: {quote['_bad']}")
+    words = {"words": quote["words"]} if "words" in quote else {}  # found in the transcript
     try:
-        return Quote.model_validate(quote).model_dump()
+        return {**Quote.model_validate({k: v for k, v in quote.items() if k != "words"}).model_dump(), **words}
     except ValidationError as exc:
         raise BadInput(describe_validation_error(exc)) from None
 
