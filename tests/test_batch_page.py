@@ -106,8 +106,9 @@ def logo_png(path: Path) -> Path:
 def test_the_batch_page_applies_a_brand_kit_and_refuses_a_quote_left_open(
     chromium, served, media, http_source, tmp_path
 ) -> None:
-    """From the page: a vertical clip of a landscape source, fit blur, a logo uploaded: its top band is the
-    blurred picture (not black) and its top right corner the logo; a quote left open is named by its line."""
+    """From the page: a brand style file fills the form (a vertical shape, fit blur, a caption style), a logo is
+    uploaded: the vertical clip of a landscape source has the blurred picture (not black) above the picture and
+    the logo in its top right corner; a quote left open is named by its line."""
     from playwright.sync_api import sync_playwright
 
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=30))
@@ -123,9 +124,16 @@ def test_the_batch_page_applies_a_brand_kit_and_refuses_a_quote_left_open(
             page.wait_for_function("() => document.getElementById('summary').textContent.includes('line')")
             refused = page.inner_text("#summary")
             page.fill("#quotes", "1,2.5,a branded quote")
-            page.uncheck("#shapes input[value=landscape]")
-            page.select_option("#fit", "blur")
-            page.select_option("#preset", "bold-outline")
+            page.select_option("#fit", "pad")
+            kit = {"style": {"preset": "bold-outline", "highlight": "#00FF00"}, "fit": "blur", "profiles": ["vertical"]}
+            kit["watermark"] = {"text": "Kit", "position": "top-right"}
+            (tmp_path / "brand.json").write_text(json.dumps(kit))
+            page.set_input_files("#brandfile", str(tmp_path / "brand.json"))  # the file --style-file reads
+            page.wait_for_function("() => document.getElementById('brand').value === 'Kit'")
+            filled = page.evaluate(
+                "() => ['fit', 'preset', 'highlight'].map((id) => document.getElementById(id).value)"
+                ".concat([...document.querySelectorAll('#shapes input:checked')].map((b) => b.value))"
+            )
             page.set_input_files("#logo", str(logo_png(tmp_path / "logo.png")))
             page.click("#go")
             page.wait_for_function(
@@ -138,6 +146,7 @@ def test_the_batch_page_applies_a_brand_kit_and_refuses_a_quote_left_open(
             browser.close()
     assert refused.startswith("bad input: quotes: line 1: the quote opened in the caption is not closed"), refused
     assert violations == [], violations
+    assert filled == ["blur", "bold-outline", "#00ff00", "vertical"], filled
     clip = tmp_path / "clip.mp4"
     with urllib.request.urlopen(f"{served}{download}") as resp:
         clip.write_bytes(resp.read())
