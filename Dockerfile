@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     QUOTECLIP_LOG_FORMAT=json
 
 WORKDIR /app
-COPY pyproject.toml README.md worker.py ./
+COPY pyproject.toml README.md worker.py constraints.txt ./
 COPY quoteclip ./quoteclip
 COPY cli ./cli
 COPY renderer ./renderer
@@ -20,9 +20,14 @@ COPY jobs ./jobs
 COPY sources ./sources
 COPY storage ./storage
 COPY api ./api
-# The project itself with the speaker extra (OpenCV's face model); its dependencies are pinned by pyproject.
+# The project itself with the speaker extra (OpenCV's face model), each dependency at the version CI tested
+# (constraints.txt). YouTube moves faster than a release: `--build-arg YTDLP=2026.11.20` (or `YTDLP=latest`) takes
+# that yt-dlp alone instead (docs/sources.md, "When YouTube changes").
+ARG YTDLP=""
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir ".[speaker]" \
+RUN pip install --no-cache-dir ".[speaker]" -c constraints.txt \
+    && if [ "$YTDLP" = latest ]; then pip install --no-cache-dir --upgrade "yt-dlp[default]" yt-dlp-ejs; \
+       elif [ -n "$YTDLP" ]; then pip install --no-cache-dir "yt-dlp[default]==$YTDLP"; fi \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin quoteclip \
     && mkdir -p /data \
     && chown quoteclip:quoteclip /data

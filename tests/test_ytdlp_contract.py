@@ -128,3 +128,23 @@ def test_extractor_args_are_parsed_by_yt_dlps_own_option_parser() -> None:
     assert parsed == {"youtube": {"player_client": ["web", "mweb"], "po_token": ["web.gvs+TOKEN"]}}, broken(
         "yt_dlp.parse_options", f"parsed --extractor-args as {parsed}"
     )
+
+
+def test_constraints_pin_the_versions_ci_tested_and_the_image_installs_with_them() -> None:
+    """constraints.txt (pip freeze of CI's environment) pins the installed yt-dlp; the Dockerfile installs with it,
+    and can take a newer yt-dlp alone (``--build-arg YTDLP=…``)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    pins = {}
+    for line in (root / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not pinned with =="
+            pins[name.lower()] = version
+    assert pins.get("yt-dlp") == VERSION, f"constraints.txt pins yt-dlp {pins.get('yt-dlp')}, CI runs {VERSION}"
+    assert "quoteclip" not in pins
+    dockerfile = (root / "Dockerfile").read_text()
+    assert "constraints.txt ./" in dockerfile and '".[speaker]" -c constraints.txt' in dockerfile
+    assert "ARG YTDLP" in dockerfile and '"yt-dlp[default]==$YTDLP"' in dockerfile
+    assert "constraints.txt" not in (root / ".dockerignore").read_text()
