@@ -2,15 +2,21 @@
 MP4, as Chromium's ``<video src>`` is best given them (``api/streams.py`` sends it to Chromium's player only).
 
 Its ``moov`` is the init segment's, with each track's sample tables (``stts``, ``ctts``, ``stss``, ``stsc``,
-``stsz``, ``stco``) listing the first fragment's samples, and its edit lists lasting to those samples' end; the
-fragment's ``mdat`` follows it unchanged. The boxes and the fragment's samples are read with the splitter's own
-reader (``renderer/fragments.py``); this module only writes.
+``stsz``, ``stco``) listing the first fragment's samples, and its edit lists lasting to those samples' end (or,
+where the init segment declares the clip's length, to it); the fragment's ``mdat`` follows it unchanged. The boxes
+and the fragment's samples are read with the splitter's own reader (``renderer/fragments.py``); this module only
+writes.
+
+The init segment itself is given the clip's length before it is relayed (``with_length``: known from the cut before
+the first frame, ``jobs/pipeline/steps.py``), so a player shows the length while the clip streams; the head keeps
+it (``_lasting``).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 
 from .fragments import Sample, children, find, fragment_samples, timescale_of, trak_id, trex_defaults
 
@@ -49,22 +55,89 @@ def progressive_head(init: bytes, fragment: bytes) -> bytes:
     def head_moov(base: int) -> bytes:  # base: where the mdat's payload starts in the head
         def trak(box: bytes) -> bytes:
             track = samples.get(trak_id(box), [])
+            scale = timescale_of(next(find(box, b"mdia", b"mdhd")))
+            listed, end = _lasting(track, _duration(next(find(box, b"mdia", b"mdhd")), 16, 24))
 
             def stbl(box: bytes) -> bytes:
                 kept = [child for kind, child in children(box) if kind not in REBUILT]
-                return _box(b"stbl", kept[:1] + _tables(track, base - payload) + kept[1:])
+                return _box(b"stbl", kept[:1] + _tables(listed, base - payload) + kept[1:])
 
             box = _rebuilt(box, (b"mdia", b"minf", b"stbl"), stbl)
             if not track:
                 return box
-            scale = timescale_of(next(find(box, b"mdia", b"mdhd")))
-            end = max(s.dts - track[0].dts + s.offset + s.duration for s in track)  # (the head's samples from 0)
             return _rebuilt(box, (b"edts", b"elst"), lambda elst: _edits_to(elst, end, scale, movie_scale))
 
         return _box(b"moov", [trak(child) if kind == b"trak" else child for kind, child in children(moov)])
 
     base = len(prefix) + len(head_moov(0)) + mdat_header
     return prefix + head_moov(base) + mdat
+
+
+def with_length(init: bytes, seconds: float) -> bytes:
+    """The init segment ``init`` declaring the clip's length, ``seconds``, as a progressive player reads a length off
+    an MP4 that is still arriving: the ``mvhd``'s and each ``tkhd``'s duration (the movie's timescale), each
+    ``mdhd``'s (its track's: the length past the media time its edit starts at, the encoder's delay or priming),
+    and a ``mehd`` in the ``mvex`` (the fragments' whole length). The edit lists are left as they are (each to the
+    end of its track's fragments). Without a length a player shows none (``Infinity``) until the last fragment.
+    ``ValueError`` when ``init`` is not an ``ftyp`` and a ``moov``."""
+    tops = list(children(init, 0))
+    if [kind for kind, _ in tops][-1:] != [b"moov"] or b"ftyp" not in {kind for kind, _ in tops}:
+        raise ValueError("an init segment without its ftyp and moov")
+    if not seconds > 0:
+        raise ValueError(f"a clip of {seconds} s")
+    moov = tops[-1][1]
+    movie = round(seconds * timescale_of(next(find(moov, b"mvhd"))))
+
+    def trak(box: bytes) -> bytes:
+        media = round(seconds * timescale_of(next(find(box, b"mdia", b"mdhd"))))
+        box = _rebuilt(box, (b"tkhd",), lambda tkhd: _with_duration(tkhd, movie, 20, 28))
+        return _rebuilt(box, (b"mdia", b"mdhd"), lambda mdhd: _with_duration(mdhd, media, 16, 24))
+
+    def mvex(box: bytes) -> bytes:
+        kept = [child for kind, child in children(box) if kind != b"mehd"]
+        mehd = (
+            _full_box(b"mehd", 0, struct.pack(">I", movie))
+            if movie < 1 << 32
+            else _full_box(b"mehd", 1, struct.pack(">Q", movie))
+        )
+        return _box(b"mvex", [mehd, *kept])
+
+    changed = {b"mvhd": lambda box: _with_duration(box, movie, 16, 24), b"trak": trak, b"mvex": mvex}
+    inside = [changed[kind](child) if kind in changed else child for kind, child in children(moov)]
+    return b"".join(box for _, box in tops[:-1]) + _box(b"moov", inside)
+
+
+def _with_duration(box: bytes, duration: int, at: int, at_v1: int) -> bytes:
+    """A full box with the duration field its version puts at ``at`` (version 0: 32 bits) or ``at_v1`` (version 1:
+    64 bits) past its header set to ``duration`` (a version 0 box whose field cannot hold it keeps its own)."""
+    out = bytearray(box)
+    if box[8] == 1:
+        out[8 + at_v1 : 8 + at_v1 + 8] = struct.pack(">Q", duration)
+    elif duration < 1 << 32:
+        out[8 + at : 8 + at + 4] = struct.pack(">I", duration)
+    return bytes(out)
+
+
+def _duration(box: bytes, at: int, at_v1: int) -> int:
+    """A full box's duration field (where ``_with_duration`` writes it)."""
+    field = box[8 + at_v1 : 16 + at_v1] if box[8] == 1 else box[8 + at : 12 + at]
+    return int.from_bytes(field, "big")
+
+
+def _lasting(track: list[Sample], declared: int) -> tuple[list[Sample], int]:
+    """A track's head samples as the head lists them, and where its edit ends (its samples' last presentation, from
+    their first decode time, in the track's timescale). With the clip's length ``declared`` (the init segment's
+    ``mdhd``, ``with_length``), the last sample is listed as lasting to it and the edit ends there, so a player
+    reads the clip's length off the head (FFmpeg's demuxer, Chromium's, takes a track's length from its sample
+    table and its edit list, not from the ``mdhd`` alone); the fragments after it carry their own decode times
+    (``tfdt``), so every sample plays at its time as before."""
+    if not track:
+        return track, 0
+    end = max(s.dts - track[0].dts + s.offset + s.duration for s in track)
+    listed = sum(s.duration for s in track)
+    if declared <= listed:
+        return track, end
+    return track[:-1] + [replace(track[-1], duration=declared - listed + track[-1].duration)], end - listed + declared
 
 
 def _edits_to(elst: bytes, end: int, scale: int, movie_scale: int) -> bytes:

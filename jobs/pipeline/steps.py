@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import struct
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -19,9 +20,11 @@ from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFaile
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
 from renderer.ffmpeg import die_with_parent, ffmpeg_binary, ffmpeg_version
+from renderer.fragments import Piece
 from renderer.frames import FrameSpan, frame_span
+from renderer.head import with_length
 from renderer.instant import CopyRefused, copy_clip
-from renderer.plan import source_rate
+from renderer.plan import output_frames, output_rate, source_rate
 from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
 from renderer.render import Drawn, PosterResult, RenderResult, cut_for, draw_overlays, render_clips, render_poster
 from sources import SourceRef
@@ -240,8 +243,29 @@ def encode(ctx: Production) -> None:
         probe_source=opened.probe_video,
         max_pixels=ctx.settings.max_frame_pixels,
         drawn=ctx.overlays.result() if ctx.overlays is not None else None,
-        stream=ctx.stream.piece if ctx.stream is not None else None,
+        stream=_declaring_length(ctx.stream.piece, clip_length(ctx.spec, info)) if ctx.stream is not None else None,
     )
+
+
+def clip_length(spec: ClipSpec, info: MediaInfo) -> float:
+    """The rendered clip's length, known from its cut before its first frame: its frames at the output's rate."""
+    cut = cut_for(spec, info)
+    return float(output_frames(info, *cut) / output_rate(info))
+
+
+def _declaring_length(piece: Callable[[Piece], None], seconds: float) -> Callable[[Piece], None]:
+    """``piece`` handed the stream's init segment with the clip's length declared in it (``with_length``: players
+    show the length while the clip streams), the fragments as they are."""
+
+    def declared(given: Piece) -> None:
+        if given.kind == "init":
+            try:
+                given = replace(given, data=with_length(given.data, seconds))
+            except (ValueError, struct.error, StopIteration, IndexError) as exc:
+                log.warning("the stream's init segment is relayed without the clip's length: %s", exc)
+        piece(given)
+
+    return declared
 
 
 def render_still(ctx: Production) -> None:
