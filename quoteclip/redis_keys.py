@@ -52,6 +52,13 @@ def stream_index(job_id: str) -> str:
     return f"{PREFIX}:stream-index:{job_id}"
 
 
+def stream_wanted(job_id: str) -> str:
+    """Set, in the relay's Redis, for a few seconds at a time (``jobs.relay.WANTED_MS``) by the API while a viewer
+    waits for a rendering clip's stream (``jobs.relay.want``, called by ``begin``): its worker relays the clip's
+    fragments only once it is set, and renders an unwatched clip as it renders one with streaming off."""
+    return f"{PREFIX}:stream-wanted:{job_id}"
+
+
 def job_id(key: str) -> str:
     return f"clip-{key}"
 
