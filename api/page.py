@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import re
 from functools import lru_cache
 from importlib import resources
@@ -58,7 +59,12 @@ def store_sources(settings: Settings) -> str:
         return f"{base.scheme}://{base.netloc}"
     if settings.s3_endpoint:
         end = urlsplit(settings.s3_endpoint)
-        return f"{end.scheme}://{end.netloc} {end.scheme}://*.{end.netloc}"
+        origin = f"{end.scheme}://{end.netloc}"
+        try:
+            ipaddress.ip_address((end.hostname or "").strip("[]"))
+            return origin  # an address has no subdomains
+        except ValueError:
+            return f"{origin} {end.scheme}://*.{end.netloc}"
     return "https://*.amazonaws.com"
 
 

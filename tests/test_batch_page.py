@@ -83,7 +83,11 @@ def test_a_transcript_times_quotes_given_by_their_words(client) -> None:
 
 
 @pytest.fixture
-def served(workers) -> Iterator[str]:
+def served(workers, request) -> Iterator[str]:
+    """``quoteclip serve`` and a worker, storing clips in the local folder or, with the parameter ``"s3"``, in
+    S3 (SeaweedFS: the page's posters and players then load from the store's own origin)."""
+    if getattr(request, "param", "local") == "s3":
+        workers.env.update(request.getfixturevalue("s3").env())
     worker = workers.start(burst=False)
     try:
         with workers.serve() as base:
@@ -103,6 +107,7 @@ def logo_png(path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("served", ["local", "s3"], indirect=True)
 def test_the_batch_page_applies_a_brand_kit_and_refuses_a_quote_left_open(
     chromium, served, media, http_source, tmp_path
 ) -> None:

@@ -63,7 +63,9 @@ def test_every_page_has_a_strict_policy_that_hashes_exactly_its_own_inline_block
 def test_players_may_load_from_the_clip_store_and_nothing_else() -> None:
     assert store_sources(Settings.from_env({})) == ""  # a local store is served by the API itself
     s3 = {"QUOTECLIP_S3_BUCKET": "clips", "QUOTECLIP_S3_ENDPOINT": "http://127.0.0.1:8333"}
-    assert store_sources(Settings.from_env(s3)) == "http://127.0.0.1:8333 http://*.127.0.0.1:8333"
+    assert store_sources(Settings.from_env(s3)) == "http://127.0.0.1:8333"  # an address has no subdomains
+    named = {**s3, "QUOTECLIP_S3_ENDPOINT": "https://s3.example.net"}
+    assert store_sources(Settings.from_env(named)) == "https://s3.example.net https://*.s3.example.net"
     public = {**s3, "QUOTECLIP_PUBLIC_BASE_URL": "https://cdn.example/clips/"}
     assert store_sources(Settings.from_env(public)) == "https://cdn.example"
     assert store_sources(Settings.from_env({"QUOTECLIP_S3_BUCKET": "clips"})) == "https://*.amazonaws.com"
