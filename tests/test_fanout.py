@@ -105,9 +105,12 @@ def connections_to(pid: int, port: int) -> int:
     )
 
 
-async def ask(port: int, path: str, read: bool = True, rcvbuf: int = 0, agent: str = "test") -> dict[str, Any]:
-    """A GET on a raw socket: its status, headers, and (``read``) its chunked body and whether it ended whole. An
-    idle viewer (``read`` False) reads the headers only, with a small receive buffer."""
+async def ask(
+    port: int, path: str, read: bool = True, rcvbuf: int = 0, agent: str = "test", timeout: float = 30
+) -> dict[str, Any]:
+    """A GET on a raw socket: its status, headers, and (``read``) its chunked body and whether it ended whole
+    within ``timeout`` seconds. An idle viewer (``read`` False) reads the headers only, with a small receive
+    buffer."""
     sock = socket.socket()
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -115,7 +118,11 @@ async def ask(port: int, path: str, read: bool = True, rcvbuf: int = 0, agent: s
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     reader, writer = await asyncio.open_connection(sock=sock, limit=rcvbuf or 2**16)
     writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: {agent}\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+    except TimeoutError:
+        writer.close()
+        return {"status": 0, "headers": {}, "body": b"", "whole": False}
     lines = head.decode().split("\r\n")
     found: dict[str, Any] = {
         "status": int(lines[0].split()[1]),
@@ -129,19 +136,20 @@ async def ask(port: int, path: str, read: bool = True, rcvbuf: int = 0, agent: s
         return found
     body = bytearray()
     try:
-        if found["headers"].get("transfer-encoding") == "chunked":
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-                if size == 0:
-                    await reader.readuntil(b"\r\n")
-                    found["whole"] = True
-                    break
-                body += await reader.readexactly(size)
-                await reader.readexactly(2)
-        else:
-            body += await reader.readexactly(int(found["headers"].get("content-length", "0")))
-            found["whole"] = True
-    except (asyncio.IncompleteReadError, ConnectionError):
+        async with asyncio.timeout(timeout):
+            if found["headers"].get("transfer-encoding") == "chunked":
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                    if size == 0:
+                        await reader.readuntil(b"\r\n")
+                        found["whole"] = True
+                        break
+                    body += await reader.readexactly(size)
+                    await reader.readexactly(2)
+            else:
+                body += await reader.readexactly(int(found["headers"].get("content-length", "0")))
+                found["whole"] = True
+    except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
         pass
     found["body"] = bytes(body)
     writer.close()
@@ -314,10 +322,10 @@ def test_per_client_caps_answer_429_with_retry_after(fan_env) -> None:
         async def run() -> dict[str, Any]:
             path = links.sign(streamed, SITE, SECRET)
             viewers = [await ask(served.port, path, read=False) for _ in range(2)]
-            over = await ask(served.port, path)
+            over = await ask(served.port, path, timeout=5)
             waiting = [asyncio.create_task(ask(served.port, links.sign(held, SITE, SECRET))) for _ in range(2)]
             await asyncio.sleep(1.0)
-            over_held = await ask(served.port, links.sign(held, SITE, SECRET))
+            over_held = await ask(served.port, links.sign(held, SITE, SECRET), timeout=5)
             parts = [await ask(served.port, f"{path}/1.m4s") for _ in range(6)]
             for task in waiting:
                 task.cancel()
