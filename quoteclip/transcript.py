@@ -2,7 +2,9 @@
 
 YouTube's automatic captions (what yt-dlp fetches as VTT) carry a time for every word
 (``word<00:00:01.520><c> next</c>``) and repeat each line in the next cue; both are understood. Cues without
-word times have their span shared among their words by length.
+word times have their span shared among their words by length. Their ``json3`` form (``parse_json3``) gives each
+word's start (``segs[].tOffsetMs`` within events of ``tStartMs``/``dDurationMs``) and no end: a word ends where the
+next one starts, or with its event.
 """
 
 from __future__ import annotations
@@ -111,6 +113,65 @@ def parse_json(data: object) -> list[Word]:
     return [w for w in words if w.text]
 
 
+def parse_json3(data: object) -> list[Word]:
+    """Words from YouTube's ``json3`` captions: each segment's start is its event's ``tStartMs`` plus its
+    ``tOffsetMs``; its end is the next word's start, or its event's end (``tStartMs + dDurationMs``) when that comes
+    first. An event repeating words already read (the rolling display's events overlap) adds nothing; a segment
+    holding several words without times of their own (a human-made track's line) has its span shared among them."""
+    events = data.get("events") if isinstance(data, dict) else None
+    if not isinstance(events, list):
+        raise BadInput('transcript: json3 captions are {"events": [...]}')
+    timed: list[tuple[float, str, float]] = []  # (start, text, the event's end), seconds
+    for n, event in enumerate(events):
+        if not isinstance(event, dict) or not isinstance(event.get("segs"), list):
+            continue  # a window or style event, no text
+        try:
+            begin = float(event.get("tStartMs") or 0) / 1000
+            until = begin + float(event.get("dDurationMs") or 0) / 1000
+            segs = [(float(seg.get("tOffsetMs") or 0) / 1000, str(seg.get("utf8") or "")) for seg in event["segs"]]
+        except (AttributeError, TypeError, ValueError):
+            raise BadInput(f"transcript: json3 event {n} has no readable times: {str(event)[:80]!r}") from None
+        for k, (offset, text) in enumerate(segs):
+            clean = " ".join(html.unescape(text).split())
+            if not clean:
+                continue  # a line break ("\n") or a space
+            start = begin + offset
+            if len(clean.split()) > 1:  # several words with one time: shared up to the next segment (or the end)
+                later = [o for o, t in segs[k + 1 :] if t.strip()]
+                timed += [(w.start, w.text, until) for w in spread(clean, start, begin + later[0] if later else until)]
+            else:
+                timed.append((start, clean, until))
+    timed.sort(key=lambda item: item[0])
+    words: list[Word] = []
+    seen: set[tuple[float, str]] = set()
+    for start, text, _until in timed:
+        if (round(start, 3), text) in seen:
+            continue  # a rolling repeat
+        seen.add((round(start, 3), text))
+        words.append(Word(text, round(start, 3), round(start, 3)))
+    ends = {(round(s, 3), t): u for s, t, u in timed}
+    out = []
+    for n, word in enumerate(words):
+        until = ends[(word.start, word.text)]
+        following = words[n + 1].start if n + 1 < len(words) else until
+        end = min(following, until) if following > word.start else until
+        out.append(Word(word.text, word.start, round(max(end, word.start), 3)))
+    if not out:
+        raise BadInput("transcript: the json3 captions hold no words")
+    return out
+
+
+def read_transcript(text: str, name: str) -> list[Word]:
+    """Words from a transcript's text: JSON (a word list, or YouTube's json3 captions), else WebVTT or SRT."""
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"transcript: {name} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return parse_json3(data) if isinstance(data, dict) and "events" in data else parse_json(data)
+    return parse_cues(text)
+
+
 def load_transcript(path: str | Path) -> list[Word]:
     file = Path(path)
     try:
@@ -125,12 +186,7 @@ def load_transcript(path: str | Path) -> list[Word]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise BadInput(f"transcript: {str(path)!r} is not UTF-8 text") from None
-    if text.lstrip().startswith(("[", "{")):
-        try:
-            return parse_json(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"transcript: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return parse_cues(text)
+    return read_transcript(text, repr(str(path)))
 
 
 FILLERS = {"um", "uh", "er", "erm", "ah", "hmm", "mm", "uhm"}

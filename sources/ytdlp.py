@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urljoin
@@ -301,18 +302,54 @@ def extract(
 ) -> Extracted:
     """The media URLs of a page: for ``preview``, its lowest format of at least 360p (else the usual one). The page
     read is the one ``url``'s identity names (``page_url``), within the limits of ``page_limits``."""
+    found, _ = extract_with_captions(
+        url, workdir, ffmpeg_bin, allowed_networks, preview, cookies_file, extractor_args, proxy, captions=()
+    )
+    return found
+
+
+@dataclass(frozen=True)
+class CaptionTrack:
+    """A page's own captions, as read: their language, whether people made them (else the site's speech
+    recognition), their format (json3, vtt, …) and text."""
+
+    lang: str
+    human: bool
+    ext: str
+    text: str
+
+
+def extract_with_captions(
+    url: str,
+    workdir: Path,
+    ffmpeg_bin: str,
+    allowed_networks: tuple[str, ...] = (),
+    preview: bool = False,
+    cookies_file: Path | None = None,
+    extractor_args: tuple[str, ...] = (),
+    proxy: str | None = None,
+    captions: tuple[str, ...] = (),
+) -> tuple[Extracted, CaptionTrack | None]:
+    """``extract``, and with ``captions`` (languages) the page's own captions in the first of them it has (a human
+    track before an automatic one; json3, else WebVTT), read in the same session: through the egress proxy and the
+    capped handler, as the page is."""
     from yt_dlp.networking.exceptions import RequestError
     from yt_dlp.utils import DownloadError, ExtractorError
 
     limits = page_limits()
     cap = ResponseCap(limits.max_bytes)
+    track = None
     with EgressProxy(allowed_networks, upstream=proxy, limits=limits) as egress:
         try:
             options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview, limits=limits)
             options |= operator_options(workdir, cookies_file, extractor_args)
+            if captions:
+                options |= caption_options(captions)
             with youtube_dl(options, cap) as ydl:
                 info = ydl.extract_info(page_url(url), download=False)
                 hls = hls_choice(ydl, info, preview)
+                if captions and isinstance(info, dict):
+                    track = read_track(ydl, info, captions)
         except Exception as exc:
             if cap.over:  # whatever yt-dlp made of it (an error, a warning and a page without formats)
                 raise SourceUnavailable(
@@ -330,7 +367,40 @@ def extract(
             if egress.failed:  # one answer whatever the cause: no port or host scan through extraction
                 raise SourceTransient("source page could not be read (a host it needs did not answer)") from None
             _raise_extraction_error(exc)
-    return _extracted(url, same_video(url, info), hls)
+    return _extracted(url, same_video(url, info), hls), track
+
+
+def caption_options(langs: tuple[str, ...]) -> dict[str, Any]:
+    """yt-dlp's own choice of caption tracks: human-made (``writesubtitles``) over automatic
+    (``writeautomaticsub``) in each language asked (its regional and ``-orig`` forms too), json3 first."""
+    import re
+
+    return {
+        "writesubtitles": True,
+        "writeautomaticsub": True,
+        "subtitleslangs": [f"{re.escape(lang)}(-.+)?" for lang in langs],
+        "subtitlesformat": "json3/vtt/best",
+    }
+
+
+def read_track(ydl: Any, info: dict[str, Any], langs: tuple[str, ...]) -> CaptionTrack | None:
+    """The track yt-dlp chose (``requested_subtitles``) in the first language of ``langs`` the page has: a human
+    one (also in ``subtitles``), else the automatic track of the spoken language (``-orig``), else any; fetched by
+    the session's own handler."""
+    requested: dict[str, dict[str, Any]] = info.get("requested_subtitles") or {}
+    human = info.get("subtitles") or {}
+    for want in langs:
+        matching = [lang for lang in requested if lang == want or lang.startswith(want + "-")]
+        people = [lang for lang in matching if lang in human and not lang.endswith("-orig")]
+        automatic = [lang for lang in (f"{want}-orig", want) if lang in matching]
+        for lang in people + automatic + matching:
+            chosen = requested[lang]
+            text = chosen.get("data")
+            if text is None and chosen.get("url"):
+                text = ydl.urlopen(chosen["url"]).read().decode("utf-8-sig", errors="replace")
+            if text:
+                return CaptionTrack(lang, lang in people, str(chosen.get("ext") or ""), text)
+    return None
 
 
 def hls_choice(ydl: Any, info: dict[str, Any] | None, preview: bool = False) -> list[dict[str, Any]]:

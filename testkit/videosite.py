@@ -10,6 +10,8 @@ documentation and issue tracker describe them; YouTube itself cannot be reached 
 - the plain (non-HLS, non-DASH) formats may be refused (``plain="refused"``: listed, then 403 to every request,
   as YouTube's ``web`` client formats without a PO token) or left out of the page (``plain="gone"``: SABR-only);
 - or DASH: a signed manifest (read by yt-dlp's own MPD parser) naming fMP4 fragments beside it;
+- an episode may carry captions, as YouTube lists them: automatic (speech recognition) or human-made tracks, in
+  json3 or WebVTT, each at a URL of its own (``/captions/ID/N.EXT``);
 - the yt-dlp extractor for it is a plugin (testkit/plugins), found on the Python path as any plugin is.
 """
 
@@ -45,10 +47,19 @@ class SiteFormat:
 
 
 @dataclass
+class SiteCaption:
+    lang: str
+    ext: str  # "json3" or "vtt"
+    text: str
+    auto: bool = True  # the site's speech recognition (else made by people)
+
+
+@dataclass
 class Episode:
     title: str
     duration: float
     formats: list[SiteFormat]
+    captions: list[SiteCaption] = field(default_factory=list)
 
 
 @dataclass
@@ -65,6 +76,7 @@ class VideoSite:
     ranges: list[tuple[str, int, int]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)  # ("ID/FORMAT", why)
     segments: list[str] = field(default_factory=list)  # HLS segment files sent, in order
+    caption_loads: Counter[str] = field(default_factory=Counter)  # "ID/N" -> times a caption track was sent
     _signatures: dict[str, list[float]] = field(default_factory=dict)  # sig -> [uses left, available at]
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -129,10 +141,15 @@ class VideoSite:
                     **({"available_at": int(available) + 1} if available else {}),
                 }
             )
+        captions = [
+            {"lang": c.lang, "ext": c.ext, "auto": c.auto, "url": f"/captions/{video_id}/{n}.{c.ext}"}
+            for n, c in enumerate(episode.captions)
+        ]
         data = {
             "title": episode.title,
             "duration": episode.duration,
             "formats": formats,
+            "captions": captions,
             "headers": {"X-Site-Token": f"token-{video_id}"},
         }
         body = json.dumps(data).replace("</", "<\\/")  # raw text inside <script>: no HTML escaping
@@ -161,6 +178,17 @@ class VideoSite:
                     return Body(len(page), lambda o, n: page[o : o + n], "text/html; charset=utf-8")
                 if len(path) == 3 and path[0] == "media" and path[1] in site.episodes:
                     return self._media(path[1], path[2], parse_qs(parts.query))
+                if len(path) == 3 and path[0] == "captions" and path[1] in site.episodes:
+                    number = path[2].split(".")[0]
+                    tracks = site.episodes[path[1]].captions
+                    if not number.isdigit() or int(number) >= len(tracks):
+                        self.send_empty(404)
+                        return None
+                    with site._lock:
+                        site.caption_loads[f"{path[1]}/{number}"] += 1
+                    body = tracks[int(number)].text.encode()
+                    kind = "text/vtt" if path[2].endswith(".vtt") else "application/json"
+                    return Body(len(body), lambda o, n: body[o : o + n], kind)
                 if len(path) == 4 and path[0] == "hls" and path[1] in site.episodes:
                     return self._hls(path[1], path[2], path[3], parse_qs(parts.query))
                 self.send_empty(404)

@@ -461,3 +461,26 @@ def test_youtube_formats_hls_reads_hls_though_plain_formats_are_served(site, set
     # and by default, the plain formats, said as such
     other = clip(settings, site.url("yt1"), 200.9, 202.9, caption="plain")[0]
     assert source_format(settings, other) == "https" and site.bytes_sent["yt1/137"] > 0
+
+
+def test_render_finds_the_quote_in_the_sources_own_captions(site, tmp_path) -> None:
+    """``--transcript source --quote WORDS`` with no --start/--end: the clip runs from the first word's start to the
+    last word's end in the page's automatic captions (json3), cut exactly; one extraction for captions and render."""
+    from test_source_captions import rolling_json3
+
+    from testkit.videosite import SiteCaption
+
+    site.episodes["ep1"].captions = [SiteCaption("en", "json3", rolling_json3())]
+    env = {
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+        "QUOTECLIP_CACHE_DIR": str(tmp_path / "cache"),
+        "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.1/32",
+    }
+    done = run_cli(
+        "render", site.url("ep1"), "--transcript", "source", "--quote", "Charlie, delta echo!", "--json", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert round(result["duration"] * 30) == 90  # 300.9 → 303.9: 3 s at 30 fps
+    assert_exact(Path(result["path"]), 0.1)
+    assert site.page_loads["ep1"] == 1 and site.caption_loads == {"ep1/0": 1}

@@ -1,6 +1,7 @@
 """A yt-dlp extractor for the tests' video site (testkit/videosite.py), loaded as yt-dlp loads any plugin (a
 ``yt_dlp_plugins`` package on the Python path). It hands yt-dlp what a real site's extractor does: freshly signed
-media URLs with an ``expire=`` time, the headers every media request must carry, sizes, and ``available_at``."""
+media URLs with an ``expire=`` time, the headers every media request must carry, sizes, ``available_at``, and its
+caption tracks (human-made ``subtitles``, ``automatic_captions``)."""
 
 from urllib.parse import urljoin
 
@@ -25,4 +26,16 @@ class QuoteclipVideoSiteIE(InfoExtractor):
                 formats += [{**m, "http_headers": headers} for m in found]
             else:
                 formats.append({**f, "url": urljoin(url, f["url"]), "http_headers": headers})
-        return {"id": video_id, "title": data["title"], "duration": data.get("duration"), "formats": formats}
+        subtitles: dict[str, list[dict[str, str]]] = {}
+        automatic: dict[str, list[dict[str, str]]] = {}
+        for track in data.get("captions") or []:  # as YouTube's extractor lists them: by language, each format
+            listed = automatic if track["auto"] else subtitles
+            listed.setdefault(track["lang"], []).append({"ext": track["ext"], "url": urljoin(url, track["url"])})
+        return {
+            "id": video_id,
+            "title": data["title"],
+            "duration": data.get("duration"),
+            "formats": formats,
+            "subtitles": subtitles,
+            "automatic_captions": automatic,
+        }
