@@ -24,7 +24,7 @@ from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 # the brand style file's) and reads their values as one ClipOptions (``ClipOptions.given(ctx.params)``).
 Start = Annotated[str | None, typer.Option(help="Quote start: seconds, MM:SS(.fff) or HH:MM:SS(.fff).")]
 End = Annotated[str | None, typer.Option(help="Quote end, same forms as --start.")]
-Caption = Annotated[str | None, typer.Option(help="The quote's text, burned in as captions.")]
+Caption = Annotated[str | None, typer.Option("--caption", "--quote", help="The quote's text, burned in as captions.")]
 Watermark = Annotated[str | None, typer.Option(help="Brand text (e.g. StarZero) or a PNG logo path.")]
 WatermarkPosition = Annotated[str | None, typer.Option(help="top-left | top-right | bottom-left | bottom-right")]
 WatermarkOpacity = Annotated[float | None, typer.Option(help="0.05–1.0 (default 0.8)")]
@@ -60,7 +60,11 @@ Loudness = Annotated[
     typer.Option(help="Level the sound to this integrated loudness, LUFS (e.g. -14), or off (the default)."),
 ]
 Transcript = Annotated[
-    str | None, typer.Option(help="A WebVTT/SRT/JSON transcript: find --caption in it for the times and words.")
+    str | None,
+    typer.Option(
+        help="A WebVTT/SRT/JSON transcript, or `source` (the page's own captions): find --caption in it for the "
+        "times and words."
+    ),
 ]
 
 
@@ -189,11 +193,12 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
             "(give --watermark, or a style file with one)\n"
         )
     if opts.transcript:
-        from quoteclip.transcript import align, load_transcript, retime
+        from quoteclip.transcript import align, retime
+        from sources.captions import transcript_words
 
         if not opts.caption:
             raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
-        found = align(opts.caption, load_transcript(opts.transcript))
+        found = align(opts.caption, transcript_words(opts.transcript, opts.source, settings))
         data["start"] = opts.start if opts.start is not None else found.start
         data["end"] = opts.end if opts.end is not None else found.end
         data["words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(opts.caption, found.words)]
