@@ -336,3 +336,18 @@ def queue_env(redis_url: str, tmp_path: Path, ffmpeg_counter: tuple[str, Path]) 
 @pytest.fixture
 def workers(queue_env: dict[str, str], tmp_path: Path) -> Workers:
     return Workers(queue_env, tmp_path)
+
+
+@contextlib.contextmanager
+def serving_with_a_worker(workers: Workers) -> Iterator[str]:
+    """``quoteclip serve`` and one ``quoteclip worker`` as real processes on loopback, with the workers'
+    environment as it is when called: the API's address."""
+    worker = workers.start(burst=False)
+    try:
+        with workers.serve() as base:
+            yield base
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        if worker.stdout:
+            worker.stdout.close()
