@@ -22,6 +22,10 @@ AUDIO_BITRATE = "128k"
 PREVIEW_PRESET = "ultrafast"
 PREVIEW_CRF = 28
 PREVIEW_AUDIO_BITRATE = "96k"
+# A preview's picture is scaled down by averaging the source's pixels (swscale's area filter): about half the CPU of
+# the final's bicubic from 1080p to 640×360, the largest cost after the source's decode (docs/editors.md).
+PREVIEW_SCALER = "area"
+SCALER = "bicubic"
 FADE = 0.15  # seconds of fade in and out: the sound by default (no click), the picture only when asked
 STILL_FORMATS = "image2,pam_pipe,png_pipe"  # the overlays' images: PAM as quoteclip writes them (a PNG read too)
 SEQUENCE_FORMATS = f"concat,{STILL_FORMATS}"
@@ -353,7 +357,8 @@ def _picture(
     spec = target.spec
     width, height = spec.size
     if not info.audio_only:  # (an audiogram's picture is made at the output's size)
-        video = _fit(video, width, height, spec.fit, target.crop_x)
+        scaler = PREVIEW_SCALER if spec.quality == "preview" else SCALER
+        video = _fit(video, width, height, spec.fit, target.crop_x, scaler)
     for overlay in target.overlays:
         if overlay.sequence:
             # safe=0 lets the list give each image its clock ("option framerate": renderer/captions.py writes the
@@ -443,31 +448,45 @@ def source_input(
 
 
 def _fit(
-    video: ffmpeg.nodes.FilterableStream, width: int, height: int, fit: str, crop_x: str | None = None
+    video: ffmpeg.nodes.FilterableStream,
+    width: int,
+    height: int,
+    fit: str,
+    crop_x: str | None = None,
+    scaler: str = SCALER,
 ) -> ffmpeg.nodes.FilterableStream:
     """Scale into width×height without distortion: black bars (pad), a blurred fill of the frame (blur), or
     filling the frame and cropping the middle (center)."""
     if fit in ("center", "speaker"):
-        filled = video.filter("scale", width, height, force_original_aspect_ratio="increase", flags="bicubic")
+        filled = video.filter("scale", width, height, force_original_aspect_ratio="increase", flags=scaler)
         if fit == "speaker" and crop_x is not None:  # the window follows the face (an expression of t)
             return filled.filter("crop", width, height, x=crop_x, y="(ih-oh)/2").filter("setsar", 1)
         return filled.filter("crop", width, height).filter("setsar", 1)
     if fit == "pad":
-        return _contain(video, width, height).filter("pad", width, height, "(ow-iw)/2", "(oh-ih)/2").filter("setsar", 1)
+        contained = _contain(video, width, height, scaler)
+        return contained.filter("pad", width, height, "(ow-iw)/2", "(oh-ih)/2").filter("setsar", 1)
     split = video.filter_multi_output("split")
     bg = (
         split[1]
-        .filter("scale", width // 8, height // 8, force_original_aspect_ratio="increase")
+        .filter(
+            "scale",
+            width // 8,
+            height // 8,
+            force_original_aspect_ratio="increase",
+            **({} if scaler == SCALER else {"flags": scaler}),
+        )
         .filter("crop", width // 8, height // 8)
         .filter("boxblur", 6)
         .filter("scale", width, height)
     )
-    return ffmpeg.overlay(bg, _contain(split[0], width, height), x="(W-w)/2", y="(H-h)/2").filter("setsar", 1)
+    return ffmpeg.overlay(bg, _contain(split[0], width, height, scaler), x="(W-w)/2", y="(H-h)/2").filter("setsar", 1)
 
 
-def _contain(video: ffmpeg.nodes.FilterableStream, width: int, height: int) -> ffmpeg.nodes.FilterableStream:
+def _contain(
+    video: ffmpeg.nodes.FilterableStream, width: int, height: int, scaler: str = SCALER
+) -> ffmpeg.nodes.FilterableStream:
     return video.filter(
-        "scale", width, height, force_original_aspect_ratio="decrease", force_divisible_by=2, flags="bicubic"
+        "scale", width, height, force_original_aspect_ratio="decrease", force_divisible_by=2, flags=scaler
     )
 
 
