@@ -128,6 +128,12 @@ def open_source(
                     remote.ensure_size()
             except SourceLinkExpired:
                 latest = budget.latest or found
+                if not latest.hls and latest.extractor.lower().startswith("youtube"):
+                    from .ytdlp import po_token_wanted
+
+                    raise po_token_wanted(
+                        f"format {latest.video.format_id}, HTTP 403 on a fresh link, and no HLS rendition"
+                    ) from None
                 if not latest.hls:
                     raise
                 # refused on a fresh link before any byte: refused, not expired (YouTube's web client without a PO

@@ -64,6 +64,11 @@ PREVIEW_SORT = ["res:360", "proto:https", "vcodec", "acodec"]
 
 
 class _Logger:
+    """yt-dlp's messages into quoteclip's log; its warnings also kept (the last 50), to explain a failure."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
     def debug(self, msg: str) -> None:
         log.debug("yt-dlp: %s", msg)
 
@@ -72,9 +77,29 @@ class _Logger:
 
     def warning(self, msg: str) -> None:
         log.info("yt-dlp: %s", msg)
+        self.warnings = [*self.warnings[-49:], str(msg)]
 
     def error(self, msg: str) -> None:
         log.info("yt-dlp: %s", msg)
+
+
+class PoTokenWanted(SourceRefused):
+    """YouTube refused a format for want of a PO token (proof of origin): its ``web`` client's plain formats answer
+    HTTP 403 without one, or yt-dlp left them out. Only the operator can help (docs/sources.md)."""
+
+
+PO_TOKEN_CURE = (
+    "set QUOTECLIP_YOUTUBE_FORMATS=hls, run a PO-token provider (pip install 'quoteclip[youtube]' and its server, "
+    "docs/sources.md) or pass a token in QUOTECLIP_EXTRACTOR_ARGS (youtube:po_token=web.gvs+TOKEN)"
+)
+
+
+def po_token_wanted(what: str, warnings: list[str] | tuple[str, ...] = ()) -> PoTokenWanted:
+    """The error for a format YouTube refused for want of a PO token: what happened, the operator's cures, and
+    what the PO-token provider said, if it said anything."""
+    said = next((w for w in warnings if "bgutil" in w.lower() or "[pot" in w.lower()), None)
+    provider = f"; the PO-token provider said: {said.strip()[:240]}" if said else ""
+    return PoTokenWanted(f"YouTube wants a PO token for this format ({what}): {PO_TOKEN_CURE}{provider}")
 
 
 class ResponseCap:
@@ -339,9 +364,11 @@ def extract_with_captions(
     limits = page_limits()
     cap = ResponseCap(limits.max_bytes)
     track = None
+    logger = _Logger()
     with EgressProxy(allowed_networks, upstream=proxy, limits=limits) as egress:
         try:
             options = ydl_options(workdir, ffmpeg_bin, proxy=egress.url, preview=preview, limits=limits)
+            options["logger"] = options["logger"] and logger
             options |= operator_options(workdir, cookies_file, extractor_args)
             if captions:
                 options |= caption_options(captions)
@@ -366,7 +393,13 @@ def extract_with_captions(
                 ) from None
             if egress.failed:  # one answer whatever the cause: no port or host scan through extraction
                 raise SourceTransient("source page could not be read (a host it needs did not answer)") from None
+            if any(n in str(exc).lower() for n in ("requested format is not available", "no video formats")) and any(
+                "po token" in w.lower() for w in logger.warnings
+            ):  # yt-dlp skipped the formats that want one, and nothing was left
+                raise po_token_wanted("yt-dlp left out every format that wants one", logger.warnings) from None
             _raise_extraction_error(exc)
+    if any("po token" in w.lower() for w in logger.warnings):
+        log.warning("YouTube wants a PO token for some formats of %s: the others are read", url)
     return _extracted(url, same_video(url, info), hls), track
 
 

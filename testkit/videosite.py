@@ -70,6 +70,7 @@ class VideoSite:
     lifetime: float = 6 * 3600  # the expire= time written into each URL
     cookie: str | None = None  # "name=value" every media request must carry
     plain: str = "served"  # the plain formats: "served", "refused" (listed, then 403) or "gone" (not listed)
+    warnings: list[str] = field(default_factory=list)  # what the extractor warns of on every page (yt-dlp's words)
     page_loads: Counter[str] = field(default_factory=Counter)
     requests: int = 0  # every request, of any path
     bytes_sent: Counter[str] = field(default_factory=Counter)  # "ID/FORMAT" -> bytes
@@ -88,6 +89,11 @@ class VideoSite:
 
     def url(self, video_id: str) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/watch/{video_id}"
+
+    def youtube_url(self, video_id: str) -> str:
+        """The same page, read by the plugin's YouTube-like extractor (its key starts with "Youtube", as YouTube's
+        own extractors' do): what quoteclip says of YouTube's refusals is said of it."""
+        return f"http://127.0.0.1:{self.server.server_address[1]}/youtube/{video_id}"
 
     def close(self) -> None:
         self.server.shutdown()
@@ -150,6 +156,7 @@ class VideoSite:
             "duration": episode.duration,
             "formats": formats,
             "captions": captions,
+            "warnings": self.warnings,
             "headers": {"X-Site-Token": f"token-{video_id}"},
         }
         body = json.dumps(data).replace("</", "<\\/")  # raw text inside <script>: no HTML escaping
@@ -171,7 +178,7 @@ class VideoSite:
                     site.requests += 1
                 parts = urlsplit(self.path)
                 path = parts.path.strip("/").split("/")
-                if len(path) == 2 and path[0] == "watch" and path[1] in site.episodes:
+                if len(path) == 2 and path[0] in ("watch", "youtube") and path[1] in site.episodes:
                     with site._lock:
                         site.page_loads[path[1]] += 1
                     page = site._page(path[1]).encode()

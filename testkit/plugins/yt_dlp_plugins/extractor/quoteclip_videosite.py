@@ -18,6 +18,8 @@ class QuoteclipVideoSiteIE(InfoExtractor):
         data = self._search_json(
             r'<script[^>]+id="player"[^>]*>', webpage, "player data", video_id, end_pattern=r"</script>"
         )
+        for warning in data.get("warnings") or []:
+            self.report_warning(warning, video_id)
         headers = dict(data.get("headers") or {})
         formats = []
         for f in data["formats"]:
@@ -39,3 +41,10 @@ class QuoteclipVideoSiteIE(InfoExtractor):
             "subtitles": subtitles,
             "automatic_captions": automatic,
         }
+
+
+class YoutubeQuoteclipVideoSiteIE(QuoteclipVideoSiteIE):
+    """The same site read as YouTube is: its key starts with "Youtube" (quoteclip names YouTube's refusals so)."""
+
+    IE_NAME = "quoteclip:videosite:youtube"
+    _VALID_URL = r"https?://127\.0\.0\.1:\d+/youtube/(?P<id>[\w-]+)"
