@@ -224,6 +224,9 @@ class ClipSpec(BaseModel):
     # The sound levelled to this integrated loudness (EBU R128, LUFS) by one gain, its true peak kept under
     # TRUE_PEAK; None: the source's sound as it is (the default; a platform preset's otherwise). "off": None.
     loudness: float | None = Field(default=None, ge=-40.0, le=-5.0)
+    # Pauses inside the quote longer than this many seconds shortened to it, cut at word boundaries
+    # (renderer/tighten.py); None: the exact quote (the default).
+    tighten: float | None = Field(default=None, ge=0.1, le=10.0)
 
     @model_validator(mode="before")
     @classmethod
@@ -271,6 +274,8 @@ class ClipSpec(BaseModel):
             del data["platform"]
             if data.get("loudness", 0) is None:
                 del data["loudness"]
+        if data.get("tighten", 0) is None:
+            del data["tighten"]
         return data
 
     @field_validator("background")
@@ -327,6 +332,11 @@ class ClipSpec(BaseModel):
             raise ValueError(
                 "loudness: an instant clip copies the source's sound as it is; level it in a final or preview "
                 "render (or give loudness off)"
+            )
+        if self.tighten is not None and self.quality == "instant":
+            raise ValueError(
+                "tighten: an instant clip copies the source's frames as they are; tighten the pauses in a final or "
+                "preview render"
             )
         limit = (info.context or {}).get("max_seconds")
         if limit is not None and self.end - self.start > float(limit):
