@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM_FLAGS
+from conftest import CHROMIUM_FLAGS, serving_with_a_worker
 from fastapi.testclient import TestClient
 from mediacheck import rgb_frame
 
@@ -88,15 +88,8 @@ def served(workers, request) -> Iterator[str]:
     S3 (SeaweedFS: the page's posters and players then load from the store's own origin)."""
     if getattr(request, "param", "local") == "s3":
         workers.env.update(request.getfixturevalue("s3").env())
-    worker = workers.start(burst=False)
-    try:
-        with workers.serve() as base:
-            yield base
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-        if worker.stdout:
-            worker.stdout.close()
+    with serving_with_a_worker(workers) as base:
+        yield base
 
 
 def logo_png(path: Path) -> Path:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM_FLAGS
+from conftest import CHROMIUM_FLAGS, serving_with_a_worker
 from mediacheck import streams
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -18,15 +18,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def served(workers, queue_env, tmp_path) -> Iterator[str]:
     """``quoteclip serve`` and ``quoteclip worker`` as real processes on loopback."""
-    worker = workers.start(burst=False)
-    try:
-        with workers.serve() as base:
-            yield base
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-        if worker.stdout:
-            worker.stdout.close()
+    with serving_with_a_worker(workers) as base:
+        yield base
 
 
 def test_download_button_in_chromium(chromium, served, media, http_source, tmp_path) -> None:

@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 import pytest
-from conftest import CHROMIUM_FLAGS
+from conftest import CHROMIUM_FLAGS, serving_with_a_worker
 from fastapi.testclient import TestClient
 
 from api import create_app
@@ -75,15 +75,8 @@ def test_players_may_load_from_the_clip_store_and_nothing_else() -> None:
 def keyed(workers, queue_env) -> Iterator[str]:
     """``quoteclip serve`` with an API key required, and a worker."""
     workers.env["QUOTECLIP_API_KEYS"] = KEY
-    worker = workers.start(burst=False)
-    try:
-        with workers.serve() as base:
-            yield base
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-        if worker.stdout:
-            worker.stdout.close()
+    with serving_with_a_worker(workers) as base:
+        yield base
 
 
 @pytest.mark.slow
