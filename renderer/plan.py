@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import ffmpeg
 
@@ -14,6 +15,9 @@ from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 from .fragments import STREAM_MOVFLAGS, fragment_seconds
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
+
+if TYPE_CHECKING:
+    from .tighten import Kept
 
 PRESET = DEFAULT_ENCODER_PRESET  # (a spec may name a faster one: encoder_preset)
 CRF = 23
@@ -219,10 +223,12 @@ def build_outputs(
     audio_source: str | None = None,
     cut: tuple[float, float] | None = None,
     max_pixels: int | None = None,
+    keep: Kept | None = None,
 ) -> list[str]:
     """One ffmpeg pass for several outputs of one cut (profiles): the source is read and decoded once, and the
     decoded picture and sound are split into one branch per output (fit, overlays, encoder of its own). The
-    targets share the cut and the quality; one target is the one-clip command."""
+    targets share the cut and the quality; one target is the one-clip command. ``keep``: the cut's pauses
+    tightened, only these frames of it kept (renderer/tighten.py)."""
     first = targets[0].spec
     start, duration = cut if cut is not None else (first.cut_start, first.duration)
     preview = first.quality == "preview"
@@ -237,6 +243,10 @@ def build_outputs(
         audio = src.audio
     else:  # a silent track, so every clip plays the same way in every player
         audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
+    picture = None if info.audio_only else src.video
+    if keep is not None:
+        picture, audio = keep.apply(picture, audio)
+        duration = keep.duration
     count = len(targets)
     if info.audio_only:  # an audiogram: each output's picture made from its background and the sound's waveform
         sounds = _branches(audio.filter_multi_output("asplit", 2 * count), 2 * count)
@@ -244,7 +254,8 @@ def build_outputs(
         rate = output_rate(info)
         videos = [_audiogram(t, wave, duration, rate) for t, wave in zip(targets, sounds[count:], strict=True)]
     else:
-        videos = [src.video] if count == 1 else _branches(src.video.filter_multi_output("split", count), count)
+        assert picture is not None
+        videos = [picture] if count == 1 else _branches(picture.filter_multi_output("split", count), count)
         audios = [audio] if count == 1 else _branches(audio.filter_multi_output("asplit", count), count)
     nodes = []
     for target, video, sound in zip(targets, videos, audios, strict=True):
