@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import queue
 import secrets
 import threading
 import time
@@ -54,6 +55,7 @@ READ_BLOCK_MS = 1000  # a viewer waits this long for the next pieces before aski
 READ_COUNT = 4  # pieces a viewer reads at once (a few hundred KB)
 WAIT_STEP = 0.5  # seconds between looks at the job while a viewer waits for its stream to begin
 TIMEOUT = 2.0  # seconds a relay's Redis call may take before the worker stops relaying
+WANTED_MS = 5000  # a viewer's wish for a clip's stream (redis_keys.stream_wanted) lasts this long unless renewed
 
 
 def relay_url(settings: Settings) -> str:
@@ -71,9 +73,18 @@ def entry_id(number: int) -> str:
 
 class Relay:
     """The writing end of one render's stream (a ``ClipStream``): called by the render's fragment reader (``piece``)
-    and by the pipeline (``finished``, ``failed``); a heartbeat thread keeps the stream alive while it renders."""
+    and by the pipeline (``finished``, ``failed``); a heartbeat thread keeps the stream alive while it renders.
 
-    def __init__(self, connection: Redis, job_id: str, duration: float, max_bytes: int) -> None:
+    On demand (a job's render: ``relaying``), nothing is written to Redis until a viewer waits for the stream
+    (``redis_keys.stream_wanted``, set by ``want``), so a render nobody watches costs what one with streaming off
+    costs but for the fragmented copy it keeps: until then the pieces are kept in memory (at most ``max_bytes``),
+    and a viewer who comes mid-render has them all relayed at once, from the init segment. The pieces are then
+    written by a thread of their own, so ffmpeg, writing the fragmented copy into a pipe the reader drains, never
+    waits on Redis."""
+
+    def __init__(
+        self, connection: Redis, job_id: str, duration: float, max_bytes: int, on_demand: bool = False
+    ) -> None:
         self.connection = connection
         self.job_id = job_id
         self.key, self.index = redis_keys.stream(job_id), redis_keys.stream_index(job_id)
@@ -85,11 +96,73 @@ class Relay:
         self.kept: deque[tuple[int, int]] = deque()  # (piece number, bytes) of what the relay holds
         self.held = 0
         self.relayed = 0  # bytes relayed in all (the trimmed ones too)
+        self.wanted_key = redis_keys.stream_wanted(job_id)
+        self.on_demand = on_demand  # (off: every piece relayed as it comes, from the caller's thread)
+        self.watched = not on_demand  # a viewer has asked for the stream: its pieces are relayed
+        self.waiting: list[Piece] = []  # the pieces kept until then
+        self.waiting_bytes = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._queue: queue.SimpleQueue[Piece | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
 
     def piece(self, piece: Piece) -> None:
+        """Take the next piece (from the render's fragment reader: on demand, it returns at once)."""
+        if not self.on_demand:
+            self._take(piece)
+            return
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._writing, name="relay-writer", daemon=True)
+            self._writer.start()
+        self._queue.put(piece)
+
+    def _writing(self) -> None:
+        while (piece := self._queue.get()) is not None:
+            self._take(piece)
+
+    def drain(self) -> None:
+        """Wait until every piece taken is written (or kept)."""
+        if self._writer is not None and self._writer is not threading.current_thread():
+            self._queue.put(None)
+            self._writer.join(timeout=30)
+            self._writer = None
+
+    def _take(self, piece: Piece) -> None:
+        if not self.watched:
+            self._keep(piece)
+            if not self.waiting or not self._asked():  # (nothing kept: none of it could be joined)
+                return
+            self.watched = True
+            log.info("a viewer waits for clip %s: its stream is relayed", self.job_id)
+            kept, self.waiting, self.waiting_bytes = self.waiting, [], 0
+            for each in kept:
+                self._relay(each)
+            return
+        self._relay(piece)
+
+    def _keep(self, piece: Piece) -> None:
+        if piece.kind == "init":
+            self.waiting, self.waiting_bytes = [], 0
+        elif not self.waiting:  # (its start was not kept: no viewer could join it)
+            return
+        self.waiting.append(piece)
+        self.waiting_bytes += len(piece.data)
+        if self.waiting_bytes > self.max_bytes:  # later viewers wait for the stored clip, as past the relay's cap
+            self.waiting, self.waiting_bytes = [], 0
+
+    def _asked(self) -> bool:
+        """Whether a viewer waits for this clip's stream (a Redis that fails: as if none did)."""
+        if self.state not in ("waiting", "streaming"):
+            return False
+        try:
+            return bool(self.connection.exists(self.wanted_key))
+        except RedisError as exc:
+            with self._lock:
+                self._broke(exc)
+            return False
+
+    def _relay(self, piece: Piece) -> None:
         with self._lock:
             if self.state not in ("waiting", "streaming") or (piece.kind != "init" and self.state != "streaming"):
                 return
@@ -143,7 +216,8 @@ class Relay:
         first = self.kept[0][0]
         with self.connection.pipeline(transaction=True) as pipe:
             pipe.xtrim(self.key, minid=entry_id(first), approximate=False)
-            pipe.hdel(self.index, *[str(n) for n in dropped if n > 0])
+            if fragments := [str(n) for n in dropped if n > 0]:
+                pipe.hdel(self.index, *fragments)
             pipe.hset(self.index, "first", first)
             pipe.execute()
         if 0 in dropped:
@@ -172,6 +246,13 @@ class Relay:
         self._end("abort", reason[:200], ABORTED_MS)
 
     def _end(self, kind: str, reason: str, keep_ms: int) -> None:
+        self.drain()
+        if kind == "end" and not self.watched and self.waiting and self._asked():  # a viewer came at the very end
+            self.watched = True
+            kept, self.waiting = self.waiting, []
+            for each in kept:
+                self._relay(each)
+        self.waiting, self.waiting_bytes = [], 0
         self._stop_beat()
         with self._lock:
             if self.state != "streaming":
@@ -209,6 +290,7 @@ class Relay:
 
     def close(self) -> None:
         """A stream left without its end (the job stopped some other way) is cut for its viewers."""
+        self.drain()
         if self.state == "streaming":
             self.failed("the render stopped")
         self._stop_beat()
@@ -219,12 +301,12 @@ class Relay:
 def relaying(settings: Settings, job: Job | None, specs: list[ClipSpec]) -> Iterator[Relay | None]:
     """The relay of a job's render, closed when the render ends however it ends; None (nothing relayed) with
     streaming off, without a job, for a batch's job (the bulk queue: nobody plays its clips while they render) and
-    for several profiles rendered together."""
+    for several profiles rendered together. Its fragments are relayed once a viewer asks for them (on demand)."""
     if not settings.stream or job is None or len(specs) != 1 or job.origin == bulk_queue_name(settings):
         yield None
         return
     connection = redis_url.client(relay_url(settings), socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
-    relay = Relay(connection, job.id, specs[0].duration, settings.stream_max_bytes)
+    relay = Relay(connection, job.id, specs[0].duration, settings.stream_max_bytes, on_demand=True)
     try:
         yield relay
     finally:
@@ -265,14 +347,21 @@ class Begun:
     init: bytes
 
 
+async def want(redis: AsyncRedis, job_id: str) -> None:
+    """Say a viewer waits for the job's stream, for ``WANTED_MS``: its worker relays the clip's fragments once it is
+    said (from the start, whenever it is said during the render). ``begin`` says it each time it looks."""
+    await redis.set(redis_keys.stream_wanted(job_id), b"1", px=WANTED_MS)
+
+
 async def begin(
     redis: AsyncRedis, job_id: str, deadline: float, rendering: Callable[[], Awaitable[bool]]
 ) -> Begun | None:
     """Wait until the job's stream can be joined from its start (its init segment relayed, and not aborted): the
     stream, or None once the render ends without one (stored, failed, rendered with streaming off) or at
-    ``deadline`` (``time.monotonic``)."""
+    ``deadline`` (``time.monotonic``). While it waits, the worker is told a viewer waits (``want``)."""
     key, index = redis_keys.stream(job_id), redis_keys.stream_index(job_id)
     while True:
+        await want(redis, job_id)
         first = _entries(await redis.xrange(key, entry_id(0), entry_id(0)))
         if first:
             fields = first[0][1]

@@ -12,6 +12,7 @@ fragment (``mdhd``, ``hdlr``, ``tkhd``, ``trex``, ``tfhd``, ``tfdt``, ``trun``) 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import struct
@@ -40,6 +41,7 @@ FRAGMENT_MAX_SECONDS = 2.0  # (a source under 4.5 fps: Chromium then waits for a
 # after the last fragment (a stream is read once, from the start).
 STREAM_MOVFLAGS = "+empty_moov+default_base_moof+delay_moov+skip_trailer"
 READ_SIZE = 1 << 16
+PIPE_BYTES = 1 << 20  # the FIFO's buffer: several fragments of a 1080p clip (the system's default cap, pipe-max-size)
 INIT_BOXES = {b"ftyp", b"moov"}
 CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsd", b"mvex", b"moof", b"traf", b"avc1", b"mp4a"}
 # sample entries hold fixed fields before their child boxes: (the entry, the bytes before its children)
@@ -119,6 +121,7 @@ def read_fragments(path: Path, sink: Callable[[Piece], None], ready: threading.E
     splitter = Splitter()
     relaying = True
     fd = os.open(path, os.O_RDONLY)  # (waits for ffmpeg, or ``unblock``, to open it for writing)
+    _widen(fd)
     ready.set()
     try:
         while chunk := os.read(fd, READ_SIZE):
@@ -132,6 +135,15 @@ def read_fragments(path: Path, sink: Callable[[Piece], None], ready: threading.E
                 relaying = False
     finally:
         os.close(fd)
+
+
+def _widen(fd: int) -> None:
+    """Give the FIFO ``PIPE_BYTES`` of buffer (Linux; elsewhere, or past the system's cap, it keeps its own), so
+    ffmpeg writes a whole fragment into it without waiting for this reader to be scheduled."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass
 
 
 def fragment_seconds(rate: Fraction) -> float:

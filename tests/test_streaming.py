@@ -743,7 +743,8 @@ def test_a_links_hls_playlist_plays_in_ffmpegs_hls_demuxer(
 def test_a_clicks_clip_is_relayed_and_a_batchs_is_not(workers, queue_env, media, http_source) -> None:
     """Only a click's clip is relayed while it renders (someone may be waiting to play it); a batch's clips, on the
     bulk queue, and a quote's profiles rendered together are not (nobody plays them while they render), and
-    neither is anything with streaming off."""
+    neither is anything with streaming off. (Each is asked for by a viewer here: a clip nobody asks for is not
+    relayed, tests/test_relay_demand.py.)"""
     from redis import Redis
 
     from jobs.queue import enqueue_clip, enqueue_profiles
@@ -759,8 +760,10 @@ def test_a_clicks_clip_is_relayed_and_a_batchs_is_not(workers, queue_env, media,
         [build_spec({**quote(http_source.url("lv.mp4"), 3, 4), "profile": p}) for p in ("landscape", "square")],
         settings,
     )
-    workers.burst(1)
     relay = Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
+    for job_id in [click, batch, *(p.job_id for p in profiles)]:
+        relay.set(redis_keys.stream_wanted(job_id), 1, px=60_000)  # (a viewer waits for each)
+    workers.burst(1)
     assert relay.exists(redis_keys.stream(click)) == 1  # (kept for the clip's length and 30 s past its end)
     assert relay.exists(redis_keys.stream(batch)) == 0
     assert all(relay.exists(redis_keys.stream(p.job_id)) == 0 for p in profiles)
