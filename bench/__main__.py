@@ -17,7 +17,8 @@ from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
 from .stack import Stack
 
-GROUPS = ("render", "queue", "links", "firstframe", "cli", "previews", "creators")  # the modules, in the table's order
+# the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run)
+GROUPS = ("render", "queue", "click", "links", "firstframe", "cli", "previews", "creators")
 
 
 def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = frozenset(GROUPS)) -> list[Row]:
@@ -32,13 +33,15 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
     source = source_1080p(ffmpeg, run.minutes)
     if "render" in only:
         done(render.figures(run, ffmpeg, source, work))
-    if only & {"queue", "links", "firstframe", "cli", "previews"}:
+    if only & {"queue", "click", "links", "firstframe", "cli", "previews"}:
         with Stack(work, source, ffmpeg) as stack:
             stack.start_api()
             if "queue" in only:
                 done(queue.figures(run, ffmpeg, source, work, stack))
             else:
                 stack.start_worker()  # (figures 3–6 start the worker the figures after them share)
+                if "click" in only:
+                    done(queue.click_figures(run, ffmpeg, source, work, stack)[0])
             if "links" in only:
                 done(links.figures(run, stack))
             if "firstframe" in only:

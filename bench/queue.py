@@ -24,37 +24,12 @@ from .timing import children_cpu, once, pair_ratio, percentile
 
 def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack) -> list[Row]:
     """Starts the worker of figures 3–6 (it keeps running for the figures after these, as one would)."""
-    rows: list[Row] = []
     worker = stack.start_worker()
     size = source.stat().st_size
     q = run.quote
-    for _ in range(run.warmup):
-        click_to_file(stack, 30.0, q)  # warm-up of the worker, the API and the store
-        baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, q, work / "bare.mp4")  # and of the bare side
-    times: list[float] = []
-    limit: list[float] = []
-    fetched: list[int] = []
-    parts: list[dict[str, float]] = []
-    for i in range(run.clicks):  # alternating: a click (new quote, cold source cache), then the bare transcode
-        stack.clear_source_cache()
-        times.append(click_to_file(stack, 100.0 + 7 * i, q, parts))
-        fetched.append(stack.http.bytes_sent["episode.mp4"])
-        limit.append(once(lambda: baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, q, work / "bare.mp4")))
+    rows, times, fetched = click_figures(run, ffmpeg, source, work, stack)
     with PeakRss(worker.pid) as rss:  # a separate run: sampling memory costs CPU the timed runs should not pay
         click_to_file(stack, 90.0, q)
-    ratio = pair_ratio(times, limit)
-    rows.append(
-        Comparison.of(
-            f"3a. click → link → first byte over HTTP (POST /clips to quoteclip serve, a worker, S3), {q:g} s quote, "
-            f"cold source cache, {run.clicks} clicks, vs bare local transcode",
-            times,
-            limit,
-            ratio,
-            "≤ 1.3×",
-            ratio <= 1.3,
-        )
-    )
-    rows.append(added_time(parts, limit))
     naive_times = []
     naive_bytes = 0
     for _ in range(run.naive_runs):
@@ -129,6 +104,41 @@ def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack)
         )
     )
     return rows
+
+
+def click_figures(
+    run: RunConfig, ffmpeg: str, source: Path, work: Path, stack: Stack
+) -> tuple[list[Row], list[float], list[int]]:
+    """Figures 3a and 3d with the worker running (``python -m bench --only click`` runs these alone): clicks, each
+    a new quote from a cold source cache, alternating with the bare transcode of the same span, after the same
+    warm-up of both sides. Their rows, the clicks' seconds and the source bytes each fetched."""
+    q = run.quote
+    for _ in range(run.warmup):
+        click_to_file(stack, 30.0, q)  # warm-up of the worker, the API and the store
+        baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, q, work / "bare.mp4")  # and of the bare side
+    times: list[float] = []
+    limit: list[float] = []
+    fetched: list[int] = []
+    parts: list[dict[str, float]] = []
+    for i in range(run.clicks):  # alternating: a click (new quote, cold source cache), then the bare transcode
+        stack.clear_source_cache()
+        times.append(click_to_file(stack, 100.0 + 7 * i, q, parts))
+        fetched.append(stack.http.bytes_sent["episode.mp4"])
+        limit.append(once(lambda: baselines.bare_ffmpeg(ffmpeg, str(source), 100.0, q, work / "bare.mp4")))
+    ratio = pair_ratio(times, limit)
+    rows: list[Row] = [
+        Comparison.of(
+            f"3a. click → link → first byte over HTTP (POST /clips to quoteclip serve, a worker, S3), {q:g} s quote, "
+            f"cold source cache, {run.clicks} clicks, vs bare local transcode",
+            times,
+            limit,
+            ratio,
+            "≤ 1.3×",
+            ratio <= 1.3,
+        ),
+        added_time(parts, limit),
+    ]
+    return rows, times, fetched
 
 
 def added_time(parts: list[dict[str, float]], limit: list[float]) -> Reading:
