@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 from cli.batch import FIELDS, _refuse_a_row_inside
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput
+from quoteclip.platforms import PLATFORMS, parse_platforms
 from quoteclip.spec import ClipSpec, build_spec, describe_validation_error, in_profiles, parse_profiles
 from quoteclip.transcript import MAX_TRANSCRIPT_BYTES, Word, align, parse_cues, parse_json, retime
 
@@ -56,10 +57,14 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
     on-demand clicks. A quote that cannot be rendered (a bad time, a caption too long, …) is left out and named
     in ``rejected`` (its number counted from 1, its ``line`` too when the quotes came as text, and why); the
     others are queued. A batch with no good quote is a 422, and so are quotes given as text with a quote left
-    open that runs on into the next line (named by its line). Counts the queued quotes × profiles clips against
-    the caller's rate limit, before queueing any."""
+    open that runs on into the next line (named by its line). ``profiles``: every quote in each shape, from one
+    decode; ``platforms``: every quote for each platform's preset (its shape, caption margins, loudness). Counts
+    the clips it will queue against the caller's rate limit, before queueing any."""
     common = dict(request.model_extra or {})
     profiles = parse_profiles(common.pop("profiles")) if common.get("profiles") is not None else None
+    platforms = _platforms(common.pop("platforms")) if common.get("platforms") is not None else None
+    if profiles is not None and platforms is not None:
+        raise BadInput("platforms: a platform sets the shape; give platforms or profiles, not both")
     lines: dict[int, int] = {}  # quote number → its line in the quotes' text
     if isinstance(request.quotes, str):
         listed = quotes_of_text(request.quotes)
@@ -68,39 +73,42 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
     else:
         quotes = request.quotes
     spoken = transcript_words(request.transcript) if request.transcript is not None else None
-    good: list[tuple[int, ClipSpec]] = []
+    good: list[tuple[int, list[ClipSpec]]] = []  # each good quote's clips
     rejected: list[dict[str, Any]] = []
     for number, quote in enumerate(quotes, start=1):
         try:
             fields = _quote(quote if spoken is None else _found(quote, spoken))
-            spec = build_spec(
-                {**common, "source": request.source, **fields},
-                max_seconds=svc.settings.max_clip_seconds,
-                encoder_preset=svc.settings.encoder_preset,
-            )
-            good.append((number, spec))
+            specs = [
+                build_spec(
+                    {**common, **over, "source": request.source, **fields},
+                    max_seconds=svc.settings.max_clip_seconds,
+                    encoder_preset=svc.settings.encoder_preset,
+                )
+                for over in ([{"platform": name} for name in platforms] if platforms else [{}])
+            ]
+            good.append((number, in_profiles(specs[0], profiles) if profiles is not None else specs))
         except BadInput as exc:
             rejected.append({"quote": number, **_line(lines, number), "error": f"{exc.kind}: {exc}"})
     if not good:
         named = ("line", "line") if lines else ("quote", "quote")
         reasons = "; ".join(f"{named[0]} {r[named[1]]}: {r['error']}" for r in rejected[:3])
         raise BadInput(f"quotes: no quote of the batch can be rendered ({reasons})")
-    allowance.take(len(good) * (len(profiles) if profiles is not None else 1))
+    allowance.take(sum(len(specs) for _, specs in good))
     clips: list[dict[str, Any]] = []
-    for number, spec in good:
+    what: list[dict[str, Any]] = []
+    for number, specs in good:
         if profiles is not None:  # every quote in every profile, each quote's profiles from one decode
-            made = [
-                c.model_dump()
-                for c in accepted_profiles(svc, in_profiles(spec, profiles), request.callback_url, bulk=True)
-            ]
+            made = [c.model_dump() for c in accepted_profiles(svc, specs, request.callback_url, bulk=True)]
         else:
-            made = [{**accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump(), "profile": spec.profile}]
-        clips += [{**c, "quote": number, **_line(lines, number)} for c in made]
+            made = [
+                {**accepted(svc, spec, request.callback_url, bulk=True)[0].model_dump(), "profile": spec.profile}
+                for spec in specs
+            ]
+        for clip, spec in zip(made, specs, strict=True):
+            platform = {"platform": spec.platform} if spec.platform else {}
+            clips.append({**clip, "quote": number, **_line(lines, number), **platform})
+            what.append({"id": clip["id"], "quote": number, "profile": clip["profile"], **platform, **_described(spec)})
     batch_id = "batch-" + secrets.token_hex(12)
-    what = [
-        {"id": c["id"], "quote": c["quote"], "profile": c["profile"], **_described(spec)}
-        for c, spec in zip(clips, [s for n, s in good for _ in range(len(profiles) if profiles else 1)], strict=True)
-    ]
     with svc.connection.pipeline() as pipe:
         pipe.rpush(redis_keys.batch(batch_id), *[c["id"] for c in clips])
         pipe.expire(redis_keys.batch(batch_id), BATCH_TTL)
@@ -113,6 +121,18 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
         "clips": clips,
         "rejected": rejected,
     }
+
+
+def _platforms(value: object) -> tuple[str, ...]:
+    """``["shorts", "x"]`` (or ``"shorts,x"``): the platforms every quote is rendered for, each once."""
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise BadInput(f"platforms: a list of platform names ({', '.join(PLATFORMS)}), got {str(value)[:80]!r}")
+    try:
+        return parse_platforms(value)
+    except ValueError as exc:
+        raise BadInput(f"platforms: {str(exc).removeprefix('platform: ')}") from None
 
 
 def quotes_of_text(text: str) -> list[tuple[int, dict[str, str]]]:
@@ -238,7 +258,7 @@ def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
                 "error": body["error"],
                 "poster": svc.link_for(clip_id, poster, "poster.jpg"),
                 "download_url": sign_path(f"/clips/{clip_id}/download", svc.settings),
-                **{k: v for k, v in what.get(clip_id, {}).items() if k in ("quote", "profile")},
+                **{k: v for k, v in what.get(clip_id, {}).items() if k in ("quote", "profile", "platform")},
             }
         )
     return {"id": batch_id, "counts": dict(Counter(c["status"] for c in clips)), "clips": clips}

@@ -82,6 +82,21 @@ def test_a_transcript_times_quotes_given_by_their_words(client) -> None:
     assert bad.status_code == 422 and bad.json()["detail"].startswith("bad input: transcript: not valid JSON")
 
 
+def test_platforms_render_every_quote_in_each_platforms_preset(client) -> None:
+    body = {"source": "http://127.0.0.1:9/ep.mp4", "quotes": "1,2.5,one\n3,4,two", "platforms": ["shorts", "x"]}
+    answer = client.post("/batches", json=body)
+    assert answer.status_code == 200, answer.text
+    batch = answer.json()
+    made = [(c["line"], c["profile"], c["platform"]) for c in batch["clips"]]
+    assert made == [(1, "vertical", "shorts"), (1, "landscape", "x"), (2, "vertical", "shorts"), (2, "landscape", "x")]
+    kept = json.loads(client.app.state.services.connection.get(redis_keys.batch_clips(batch["id"])))
+    assert [c["platform"] for c in kept] == ["shorts", "x"] * 2
+    both = client.post("/batches", json={**body, "profiles": ["square"]})
+    assert both.status_code == 422 and "give platforms or profiles, not both" in both.json()["detail"]
+    unknown = client.post("/batches", json={**body, "platforms": ["shorts", "vine"]})
+    assert unknown.status_code == 422 and "unknown platform 'vine'" in unknown.json()["detail"], unknown.text
+
+
 @pytest.fixture
 def served(workers, request) -> Iterator[str]:
     """``quoteclip serve`` and a worker, storing clips in the local folder or, with the parameter ``"s3"``, in

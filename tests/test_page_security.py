@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import urllib.parse
 from collections.abc import Iterator
@@ -85,7 +86,8 @@ def test_the_pages_work_under_their_policy_and_a_named_cut_waits_for_a_click(
 ) -> None:
     """In Chromium, with an API key required: /edit opened from a link naming a cut shows the cut and sends
     nothing with the tab's key until Preview is clicked; then the sign-in bar, the preview and Play on / all work
-    with no CSP violation and no console error; a page of another origin cannot frame /edit."""
+    with no CSP violation and no console error, as does a batch for two platforms; a page of another origin
+    cannot frame /edit."""
     from playwright.sync_api import sync_playwright
 
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=30))
@@ -120,7 +122,14 @@ def test_the_pages_work_under_their_policy_and_a_named_cut_waits_for_a_click(
             )
             index_violations = page.evaluate("window.violations")
 
-            page.goto(f"{keyed}/batch")
+            page.goto(f"{keyed}/batch?{urllib.parse.urlencode({'source': cut['source'], 'quotes': '1,2,one'})}")
+            page.check("#platforms input[value=shorts]")
+            page.check("#platforms input[value=x]")
+            with page.expect_request(lambda r: r.url.endswith("/batches") and r.method == "POST") as asked:
+                page.click("#go")
+            sent = json.loads(asked.value.post_data or "{}")
+            page.wait_for_function("() => document.querySelectorAll('.clip strong').length === 2", timeout=30_000)
+            cards = [el.inner_text() for el in page.query_selector_all(".clip strong")]
             batch_violations = page.evaluate("window.violations")
 
             framer = browser.new_page()
@@ -139,3 +148,6 @@ def test_the_pages_work_under_their_policy_and_a_named_cut_waits_for_a_click(
     )
     assert not [line for line in console if line.startswith("error") and "401" not in line], console
     assert framed_form == [] or framed_form == [False], framed_form  # refused to be framed
+    # platforms chosen on the batch page replace its shapes: one clip a platform, in its preset
+    assert sent["platforms"] == ["shorts", "x"] and "profiles" not in sent and sent["quotes"] == "1,2,one", sent
+    assert cards == ["line 1 · shorts", "line 1 · x"], cards
