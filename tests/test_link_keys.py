@@ -197,3 +197,13 @@ def test_the_websites_page_carries_the_javascript_signer_byte_for_byte() -> None
     signer = (ROOT / "docs" / "signer.js").read_text(encoding="utf-8")
     assert signer in blocks, "docs/websites.md must show docs/signer.js whole, in a ```js block"
     assert '--8<-- "docs/signer.js"' not in page
+
+
+def test_while_the_revocations_cannot_be_read_a_link_is_503_never_served(env: dict[str, str]) -> None:
+    """A revocation holds: with Redis unreachable a valid link is answered ``503`` with ``Retry-After`` (the links'
+    error answer), not the clip."""
+    app = client(env, QUOTECLIP_REDIS_URL="redis://127.0.0.1:9/0")  # nothing listens on the discard port
+    answer = app.get(links.sign(quote(), "starzero", S1, key_id="k1"))
+    assert answer.status_code == 503 and answer.headers["retry-after"], answer.text
+    assert answer.json() == {"detail": "the revoked links cannot be read"}
+    assert answer.headers["cache-control"] == "no-store"
