@@ -33,6 +33,7 @@ from .plan import (
     parse_loudness,
 )
 from .probe import FORMATS, MediaInfo, Readable, probe
+from .tighten import Kept, tightened
 from .timing import clip_words
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class RenderResult:
     ffmpeg_s: float = 0.0  # wall-clock seconds of the ffmpeg run
     # a streamed render: (ffmpeg's start, its first fragment read), seconds since the epoch (time.time)
     streamed: tuple[float, float] | None = None
+    kept: Kept | None = None  # a clip with its pauses tightened: the source frames it holds
 
 
 def poster_time(duration: float) -> float:
@@ -329,8 +331,11 @@ def render_clips(
         raise BadInput("profiles rendered together must share the cut and the quality")
     check_span(first, info)
     cut = cut_for(first, info)
-    duration = cut[1]
-    if drawn is None or drawn.cut != cut:
+    keep = tightened(first, info, source, cut, workdir, ffmpeg_bin, timeout, audio_source)
+    duration = cut[1] if keep is None else keep.cut[1]
+    if keep is not None:  # the captions laid out on the tightened clip's timeline
+        drawn = draw_overlays([keep.respec(s) for s in specs], workdir, keep.cut)
+    elif drawn is None or drawn.cut != cut:
         drawn = draw_overlays(specs, workdir, cut)
     targets = _targets(specs, drawn, info, source, workdir, probe_source)
     fifo = None
@@ -341,7 +346,7 @@ def render_clips(
     if any(spec.loudness is not None for spec in specs):  # one measurement of the cut for every levelled output
         measured = measure_loudness(info, source, cut, ffmpeg_bin, timeout, audio_source)
         targets = [replace(t, loudness=measured) if t.spec.loudness is not None else t for t in targets]
-    argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
+    argv = build_outputs(targets, info, source, ffmpeg_bin, audio_source, cut, max_pixels, keep)
 
     def progress(seconds: float) -> None:
         if on_progress is not None:
@@ -389,6 +394,7 @@ def render_clips(
                 still if still.is_file() and still.stat().st_size > 0 else None,
                 ffmpeg_s,
                 (started, relayed_at[0]) if relayed_at else None,
+                kept=keep,
             )
         )
     return results
