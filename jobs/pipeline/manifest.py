@@ -33,6 +33,9 @@ def sidecar_files(
         at = poster_time(result.duration)
         still = result.poster.read_bytes() if result.poster is not None else poster(result.path, at)
         files[".jpg"] = (still, "image/jpeg")
+    # a clip with its pauses tightened: the source spans it holds, one after another (its end: the last one's)
+    kept = result.kept.source_spans() if result.kept is not None else None
+    end = kept[-1]["end"] if kept else round(result.source_start + result.duration, 3)
     files[".manifest.json"] = (
         manifest(
             key=key,
@@ -42,7 +45,8 @@ def sidecar_files(
             quote={"start": spec.start, "end": spec.end},
             # the caption as burned: the words the cut holds, in the pages shown (spec.caption is as asked)
             caption=burned_caption(result.captions),
-            source_times={"start": result.source_start, "end": round(result.source_start + result.duration, 3)},
+            source_times={"start": result.source_start, "end": end},
+            **({"kept": kept} if kept is not None else {}),
             frames=frames.to_json(),
             preview=preview,
             spec=spec.model_dump(mode="json"),
