@@ -65,6 +65,7 @@ def clip_command(name: str, help: str, action: Callable[[list[ClipSpec], Setting
         video_fades: opt.VideoFades = False,
         platform: opt.Platform = None,
         loudness: opt.Loudness = None,
+        tighten: opt.Tighten = None,
         transcript: opt.Transcript = None,
         as_json: JsonOpt = False,
         verbose: VerboseOpt = False,
@@ -162,6 +163,7 @@ def batch(
     video_fades: opt.VideoFades = False,
     platform: opt.Platform = None,
     loudness: opt.Loudness = None,
+    tighten: opt.Tighten = None,
     transcript: opt.Transcript = None,
     queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
     dry_run: Annotated[

@@ -59,6 +59,10 @@ Loudness = Annotated[
     str | None,
     typer.Option(help="Level the sound to this integrated loudness, LUFS (e.g. -14), or off (the default)."),
 ]
+Tighten = Annotated[
+    float | None,
+    typer.Option(help="Shorten each pause inside the quote longer than this many seconds to it (e.g. 0.4)."),
+]
 Transcript = Annotated[
     str | None,
     typer.Option(
@@ -96,6 +100,7 @@ class ClipOptions:
     video_fades: bool = False
     platform: str | None = None
     loudness: str | None = None
+    tighten: float | None = None
     transcript: str | None = None
 
     @classmethod
@@ -130,6 +135,7 @@ BRAND_FIELDS = {
     "encoder_preset",
     "platform",
     "loudness",
+    "tighten",
 }
 
 
@@ -162,6 +168,8 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
         data.pop("platform", None)
     if opts.loudness is not None:
         data["loudness"] = opts.loudness
+    if opts.tighten is not None:
+        data["tighten"] = opts.tighten
     data["source"] = opts.source
     given = {
         "caption": opts.caption,
