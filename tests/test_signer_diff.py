@@ -232,6 +232,35 @@ def test_both_signers_make_one_link_or_both_refuse_random(js: JsSigner, case: di
     made["random"] = made.get("random", 0) + check(js, case)
 
 
+SEED = {"source": "https://www.youtube.com/watch?v=Dkm0sjuzgPU", "start": "18:54.0", "end": "19:01.0"}
+REPORTED = [  # the disagreements found between the signers, each now one answer from both
+    ({**SEED, "caption": "\x1fa quote\x85"}, "\x1fa quote\x85"),  # kept: not ASCII whitespace
+    ({**SEED, "caption": "\ufeffa quote"}, "\ufeffa quote"),
+    ({**SEED, "caption": " \t\na quote\r\x0b\x0c "}, "a quote"),  # the six characters trimmed
+    ({**SEED, "caption": "\xa0a quote\u3000"}, "\xa0a quote\u3000"),
+    ({**SEED, "start": "١١٣٤"}, None),  # Arabic-Indic digits
+    ({**SEED, "end": "１１４１"}, None),  # fullwidth digits
+    ({**SEED, "constructor": "x"}, None),
+    ({**SEED, "__proto__": {"a": 1}}, None),
+    ({**SEED, "watermark": {"logo": ""}}, ""),  # an empty logo is no logo
+    ({**SEED, "watermark": {"logo": ""}, "logo": "brand:StarZero"}, None),  # a logo given twice
+    ({**SEED, "logo": ""}, ""),
+    ({**SEED, "start": 10**400}, None),
+    ({**SEED, "start": "86400.001"}, None),
+]
+
+
+@pytest.mark.parametrize(("clip", "caption"), REPORTED)
+def test_what_the_signers_once_disagreed_on(js: JsSigner, clip: dict[str, Any], caption: str | None) -> None:
+    """Each case the two signers once answered differently: one link from both (its caption as the canonical form
+    keeps it), or a refusal from both (``caption`` None)."""
+    case = {"clip": clip, "variant": "clip", "expires": None, "keyId": None}
+    assert check(js, case) is (caption is not None)
+    if caption is not None:
+        clip_of = links.verify(links.path_of(python_sign(case)["link"]), {"starzero": SECRET})
+        assert clip_of.get("caption", "") == caption
+
+
 def test_the_examples_make_links_as_well_as_refusals() -> None:
     """The property above is not vacuous: a good share of the examples make a link (and the rest are refused)."""
     fixed = made.get("fixed")
