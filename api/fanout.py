@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import logging
 import time
@@ -43,6 +44,15 @@ POOL_WAIT = 10.0  # seconds a request waits for one of its pool's connections be
 BEGIN_STEP = 1.0  # seconds a clip's reader waits for its stream to begin before asking whether its render goes on
 PARTS_BYTES = 64 * 1024**2  # the HLS parts an API process keeps in memory, bytes in all (the oldest dropped)
 PLAYLISTS = 256  # the playlists an API process keeps built
+
+
+def give_back_memory() -> None:
+    """Hand the memory freed by a stream's end back to the system: glibc keeps freed memory in its heap otherwise,
+    and an API process would keep its peak of viewers for good."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # (not glibc)
 
 
 def blocking_client(url: str, size: int, **options: Any) -> Redis:
@@ -229,6 +239,12 @@ class Hub:
     def forget(self, clip: Clip) -> None:
         if self.clips.get(clip.job_id) is clip:
             del self.clips[clip.job_id]
+
+    def left(self, clip: Clip) -> None:
+        """A viewer of ``clip`` has gone: once a stream that has ended has none, its memory goes back (once its
+        last viewer's answer is gone too)."""
+        if clip.done and clip.viewers == 0:
+            asyncio.get_running_loop().call_later(1.0, give_back_memory)
 
     def playlist(self, key: tuple[Any, ...], build: Callable[[], str]) -> tuple[str, str]:
         """The playlist of a stream in the state ``key`` names, with its ETag: built once."""

@@ -6,6 +6,10 @@
 - An idle connection between requests is closed after ``QUOTECLIP_KEEP_ALIVE`` seconds (uvicorn's keep-alive).
 - One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections: one more is answered ``503`` with
   ``Retry-After`` as it comes and closed, before anything of it is read.
+- A connection buffers at most ``WRITE_BUFFER`` bytes of its answer before the answer waits for the client to read
+  (asyncio's default is 64 KiB): a thousand viewers of a stream that stopped reading hold little.
+- A connection closed with bytes still buffered for it (a client that stopped reading) is aborted if it has not
+  taken them within ``QUOTECLIP_STREAM_SEND_TIMEOUT`` seconds (a close alone would hold it until they are sent).
 - An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
   cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
   be sent).
@@ -29,6 +33,7 @@ ABORT = "quoteclip.abort"
 MAX_HEADER_BYTES = 16 * 1024
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 WARN_EVERY = 10.0  # seconds between warnings of connections refused
+WRITE_BUFFER = 16 * 1024  # bytes a connection's answer buffers before its sender waits for the client to read
 
 
 class GuardedProtocol(H11Protocol):
@@ -37,6 +42,7 @@ class GuardedProtocol(H11Protocol):
     header_timeout = 10.0
     body_timeout = 60.0
     max_connections = 1000
+    close_grace = 10.0  # seconds a closed connection has to take what it was sent before it is aborted
     refused_at = 0.0  # when a refusal was last logged (class-wide)
 
     _deadline: asyncio.TimerHandle | None = None
@@ -52,6 +58,15 @@ class GuardedProtocol(H11Protocol):
             transport.write(FULL)
             transport.close()
             return
+        transport.set_write_buffer_limits(high=WRITE_BUFFER)  # (a slow reader's answer waits at this much)
+        close = transport.close
+
+        def closing() -> None:  # a close waits for what is buffered to be sent: never, to a client that stopped reading
+            close()
+            if transport.get_write_buffer_size():
+                self.loop.call_later(self.close_grace, transport.abort)
+
+        transport.close = closing  # type: ignore[method-assign]
         self._arm("headers", self.header_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -105,6 +120,7 @@ def protocol(settings: Settings) -> type[GuardedProtocol]:
             "header_timeout": settings.header_timeout,
             "body_timeout": settings.body_timeout,
             "max_connections": settings.max_connections,
+            "close_grace": settings.stream_send_timeout,
         },
     )
 

@@ -53,6 +53,10 @@ SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 # block's end, and the first frame plays from the head alone. Later fragments are not padded: by then the player is
 # ahead of its playback.
 PLAYER_BLOCK = 32 * 1024
+# A viewer's chunks are handed to its connection this much at a time, each once the connection has sent the one
+# before (api/server.py keeps a connection's write buffer as small): a viewer holds about this much of the
+# stream's bytes of its own, whatever the size of a fragment.
+SLICE = 16 * 1024
 
 
 async def joined(svc: Services, job_id: str, deadline: float) -> Clip | None:
@@ -158,6 +162,7 @@ class RelayResponse(StreamingResponse):
             self.clip.viewers -= 1
             if self.release is not None:
                 self.release()
+            self.clip.hub.left(self.clip)
 
     def _maker(self) -> Callable[[bytes], bytes] | None:
         # (a MediaSource is given the fragments as they are)
@@ -176,11 +181,12 @@ class RelayResponse(StreamingResponse):
                     return self._cut(f"it fell {self.behind // 1024**2} MB behind the stream")
                 chunk = made.chunks[position]
                 position += 1
-                message = {"type": "http.response.body", "body": chunk, "more_body": True}
-                try:
-                    await asyncio.wait_for(send(message), self.send_timeout)
-                except TimeoutError:
-                    return self._cut(f"a chunk took longer than {self.send_timeout:g} s to reach it")
+                for at in range(0, len(chunk), SLICE):  # (what its connection buffers stays small)
+                    message = {"type": "http.response.body", "body": chunk[at : at + SLICE], "more_body": True}
+                    try:
+                        await asyncio.wait_for(send(message), self.send_timeout)
+                    except TimeoutError:
+                        return self._cut(f"a chunk took longer than {self.send_timeout:g} s to reach it")
                 sent += len(chunk)
             elif clip.done:
                 if clip.cut is not None or not made.closed:
