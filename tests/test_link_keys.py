@@ -207,3 +207,23 @@ def test_while_the_revocations_cannot_be_read_a_link_is_503_never_served(env: di
     assert answer.status_code == 503 and answer.headers["retry-after"], answer.text
     assert answer.json() == {"detail": "the revoked links cannot be read"}
     assert answer.headers["cache-control"] == "no-store"
+
+
+def test_the_websites_pages_worked_example_is_what_the_signers_make() -> None:
+    """The canonical form's worked example on the page is what the signer makes of its clip (a signer in another
+    language is checked against it)."""
+    page = (ROOT / "docs" / "websites.md").read_text(encoding="utf-8")
+    clip = {
+        "source": " https://www.youtube.com/watch?v=Dkm0sjuzgPU\n",
+        "start": "18:54",
+        "end": 1141.5,
+        "caption": "\ufeffThis weird scheduling…\t",
+        "watermark": {"text": "StarZero"},
+        "profile": "landscape",
+    }
+    made = links.sign(clip, "starzero", "an-example-secret-0123", variant="poster", expires=1900000000, key_id="k2")
+    assert f"link     {made}\n" in page
+    canonical = links.canonical({**clip, "variant": "poster", "expires": 1900000000})
+    shown = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    shown = shown.replace("\ufeff", "\\ufeff")  # the page writes U+FEFF as \ufeff
+    assert f"JSON     {shown}\n" in page
