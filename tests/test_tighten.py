@@ -12,6 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from conftest import run_cli
 from mediacheck import frame_index, frame_means
 
 from jobs.pipeline.produce import produce_clip
@@ -135,3 +136,16 @@ def test_default_clip_is_the_exact_quote(pause_source, settings) -> None:
 def test_tighten_refused_on_an_instant_clip(pause_source) -> None:
     with pytest.raises(Exception, match="tighten: an instant clip"):
         build_spec({"source": str(pause_source), **QUOTE, "tighten": 0.4, "quality": "instant"})
+
+
+def test_batch_tightens_with_the_option(pause_source, tmp_path) -> None:
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text("start,end,caption\n0,4.6,one two three four\n")
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}
+    done = run_cli(
+        "batch", str(pause_source), str(quotes), "--tighten", "0.4", "--quality", "preview", "--json", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    [clip] = json.loads(done.stdout)["clips"]
+    assert len(json.loads(Path(clip["path"]).with_suffix(".manifest.json").read_text())["kept"]) == 2
+    assert abs(clip["duration"] - 3.5) < 0.1  # the silence (1.5 s) shortened to 0.4 s
