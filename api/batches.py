@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import secrets
+import time
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ router = APIRouter()
 BATCH_TTL = 7 * 24 * 3600
 CHUNK = 1024 * 1024
 MAX_QUOTES_TEXT = 256 * 1024
+MAX_TRANSCRIPT_WORDS = 60_000  # about seven hours of speech at 150 words a minute
+FINDING_SECONDS = 20.0  # finding a batch's quotes in its transcript: past this, the batch is refused
 MAX_BATCH_BODY = MAX_TRANSCRIPT_BYTES + 2 * MAX_QUOTES_TEXT  # a batch with its episode's transcript (keyed callers)
 BOX = "the quotes"  # what a refusal of the quotes' text names (as `quoteclip batch` names its file)
 DEFAULT_COLUMNS = ["start", "end", "caption"]
@@ -75,7 +78,14 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
     spoken = transcript_words(request.transcript) if request.transcript is not None else None
     good: list[tuple[int, list[ClipSpec]]] = []  # each good quote's clips
     rejected: list[dict[str, Any]] = []
+    finding = time.monotonic() + FINDING_SECONDS
     for number, quote in enumerate(quotes, start=1):
+        if spoken is not None and number > 1 and time.monotonic() > finding:
+            raise BadInput(
+                f"transcript: finding the quotes in the transcript took over {FINDING_SECONDS:.0f} s ({number - 1} "
+                f"of {len(quotes)} looked for); send fewer quotes a batch, the part of the transcript they are in, or "
+                "their start and end"
+            )
         try:
             fields = _quote(quote if spoken is None else _found(quote, spoken))
             specs = [
@@ -141,10 +151,12 @@ def quotes_of_text(text: str) -> list[tuple[int, dict[str, str]]]:
     column), blank lines skipped. A caption holding commas is written in double quotes, or is simply the rest of
     its line. A quote left open that runs on into a line reading as a row of its own is refused naming its line,
     by the very check ``quoteclip batch`` applies to a CSV file (cli/batch.py)."""
+    # Any line end (LF, CRLF, a lone CR) is one: counted as one line, and seen by the left-open check.
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     reader = csv.reader(io.StringIO(text))
     columns, end = DEFAULT_COLUMNS, 0
     quotes: list[tuple[int, dict[str, str]]] = []
-    for cells in reader:
+    for cells in _rows(reader):
         line, end = end + 1, reader.line_num  # a row may span lines: it starts just after the last one ended
         names = [cell.strip().lower() for cell in cells]
         if not quotes and columns is DEFAULT_COLUMNS and "caption" in names and set(names) <= FIELDS:
@@ -170,19 +182,52 @@ def quotes_of_text(text: str) -> list[tuple[int, dict[str, str]]]:
     return quotes
 
 
+def _rows(reader: Any) -> Iterator[list[str]]:
+    """The rows of a CSV reader; a field past the reader's limit is refused naming the line it starts on."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if "field larger than field limit" not in str(exc):
+                raise BadInput(f"quotes: line {start}: not readable as CSV ({exc})") from None
+            raise BadInput(
+                f"quotes: line {start}: a field of over {csv.field_size_limit()} characters (a caption is far "
+                "shorter: is a quote left open?)"
+            ) from None
+        yield cells
+
+
 def transcript_words(text: str) -> list[Word]:
     """A transcript given as text: a JSON word list (``[{"text", "start", "end"}]`` or ``{"words": [...]}``), or
     WebVTT/SRT cues (word-timed or not), as ``--transcript`` reads a file."""
     text = text.removeprefix("\ufeff")
     if text.lstrip().startswith(("[", "{")):
         try:
-            return parse_json(json.loads(text))
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(f"transcript: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        except RecursionError:
+            raise BadInput("transcript: JSON nested too deeply (a word list is a list of objects)") from None
+        listed = data.get("words") if isinstance(data, dict) else data
+        _within(len(listed) if isinstance(listed, list) else 0)
+        return parse_json(data)
+    _within(text.count("-->"))  # each cue holds a word at least: refused before reading cue by cue
     words = parse_cues(text)
     if not words:
         raise BadInput("transcript: no timed words or cues found (WebVTT, SRT or a JSON word list)")
+    _within(len(words))
     return words
+
+
+def _within(words: int) -> None:
+    if words > MAX_TRANSCRIPT_WORDS:
+        raise BadInput(
+            f"transcript: {words} words or cues, over the {MAX_TRANSCRIPT_WORDS} words a batch's transcript may hold "
+            "(send the part the quotes are in, or the quotes' start and end)"
+        )
 
 
 def _found(quote: object, spoken: list[Word]) -> object:
