@@ -146,7 +146,8 @@ class RelayResponse(StreamingResponse):
         super().__init__(
             iter(()),
             media_type="video/mp4",
-            headers={"Cache-Control": NO_STORE, CODECS: clip.begun.codecs, **headers},
+            # (X-Accel-Buffering: a proxy in front, nginx, passes it on as it comes: docs/deploy.md)
+            headers={"Cache-Control": NO_STORE, "X-Accel-Buffering": "no", CODECS: clip.begun.codecs, **headers},
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -189,6 +189,7 @@ def test_fifty_viewers_of_one_stream_share_one_reader_and_a_few_redis_connection
         peak = max(peak, redis_connections(served.process.pid, redis_port))
     answers = result[0]
     assert [a["status"] for a in answers] == [200] * 50
+    assert all(a["headers"]["x-accel-buffering"] == "no" for a in answers)  # (a proxy in front passes it on)
     assert all(a["whole"] for a in answers)
     expected = stream.as_sent()
     assert all(a["body"] == expected for a in answers), "a viewer got other bytes than the stream's"
