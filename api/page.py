@@ -17,7 +17,7 @@ import ipaddress
 import re
 from functools import lru_cache
 from importlib import resources
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
@@ -51,21 +51,30 @@ def _hashes(html: str, kind: str) -> str:
 def store_sources(settings: Settings) -> str:
     """Where a page's players and posters may load clips from besides this origin: the S3 store's public base, its
     endpoint (and the endpoint's subdomains, for virtual-hosted buckets) or AWS S3; a local store is served by
-    this origin."""
+    this origin. A policy cannot name an IPv6 address (browsers ignore the source, and every clip is blocked): a
+    store named by one gets its scheme alone."""
     if not settings.uses_s3:
         return ""
     if settings.public_base_url:
-        base = urlsplit(settings.public_base_url)
-        return f"{base.scheme}://{base.netloc}"
+        return " ".join(_sources(urlsplit(settings.public_base_url), subdomains=False))
     if settings.s3_endpoint:
-        end = urlsplit(settings.s3_endpoint)
-        origin = f"{end.scheme}://{end.netloc}"
-        try:
-            ipaddress.ip_address((end.hostname or "").strip("[]"))
-            return origin  # an address has no subdomains
-        except ValueError:
-            return f"{origin} {end.scheme}://*.{end.netloc}"
+        return " ".join(_sources(urlsplit(settings.s3_endpoint), subdomains=True))
     return "https://*.amazonaws.com"
+
+
+def _sources(url: SplitResult, subdomains: bool) -> list[str]:
+    """A store URL's origin as policy sources: never its credentials or path; a name's subdomains when asked
+    (an address has none)."""
+    host = (url.hostname or "").lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if isinstance(address, ipaddress.IPv6Address):
+        return [f"{url.scheme}:"]
+    port = f":{url.port}" if url.port else ""
+    origin = [f"{url.scheme}://{host}{port}"]
+    return origin if address or not subdomains else [*origin, f"{url.scheme}://*.{host}{port}"]
 
 
 def policy(html: str, settings: Settings) -> str:

@@ -72,6 +72,20 @@ def test_players_may_load_from_the_clip_store_and_nothing_else() -> None:
     assert store_sources(Settings.from_env({"QUOTECLIP_S3_BUCKET": "clips"})) == "https://*.amazonaws.com"
 
 
+def test_a_store_named_oddly_still_gets_a_source_a_browser_accepts() -> None:
+    """A policy cannot name an IPv6 address (Chromium ignores ``http://[::1]:8333`` as an invalid source, and
+    blocks every clip): such a store gets its scheme alone. Credentials in a store's URL never reach a header;
+    a host's case and a default port are the browser's, a path is left out."""
+    s3 = {"QUOTECLIP_S3_BUCKET": "clips", "QUOTECLIP_S3_ENDPOINT": "http://[::1]:8333"}
+    assert store_sources(Settings.from_env(s3)) == "http:"
+    public = {**s3, "QUOTECLIP_PUBLIC_BASE_URL": "https://[2001:db8::1]/clips/"}
+    assert store_sources(Settings.from_env(public)) == "https:"
+    secret = {**s3, "QUOTECLIP_S3_ENDPOINT": "https://user:s3cret@S3.Example.net:8443/path"}
+    assert store_sources(Settings.from_env(secret)) == "https://s3.example.net:8443 https://*.s3.example.net:8443"
+    secret_base = {**s3, "QUOTECLIP_PUBLIC_BASE_URL": "https://user:s3cret@cdn.example/clips/"}
+    assert store_sources(Settings.from_env(secret_base)) == "https://cdn.example"
+
+
 @pytest.fixture
 def keyed(workers, queue_env) -> Iterator[str]:
     """``quoteclip serve`` with an API key required, and a worker."""
