@@ -405,12 +405,13 @@ def build_poster(
     audio_source: str | None = None,
     cut: tuple[float, float] | None = None,
     max_pixels: int | None = None,
+    keep: Kept | None = None,
 ) -> list[str]:
     """The poster of ``target`` alone (``target.poster``: its path and time), without the clip: the inputs and the
     picture's filters of the full render (``build_outputs``), so the same frame comes out the same, then only the
     JPEG. ffmpeg decodes from the cut's start to the poster's frame (at most ``poster_time``'s second) and stops
     once the one frame is written; nothing is encoded to H.264, no sound is read (an audiogram's waveform
-    excepted: its picture is drawn from the sound)."""
+    excepted: its picture is drawn from the sound). ``keep``: the clip's pauses tightened, as ``build_outputs``."""
     spec = target.spec
     start, duration = cut if cut is not None else (spec.cut_start, spec.duration)
     preview = spec.quality == "preview"
@@ -420,10 +421,15 @@ def build_poster(
             sound = source_input(audio_source, start - info.audio_offset, duration).audio
         else:
             sound = source_input(source, start - info.timeline_offset, duration, preview, max_pixels).audio
+        if keep is not None:
+            sound = keep.apply(None, sound)[1]
+            duration = keep.duration
         video = _audiogram(target, sound, duration, output_rate(info))
     else:
         threads = 1 if one_thread else None
         video = source_input(source, start - info.timeline_offset, duration, preview, max_pixels, threads).video
+        if keep is not None:
+            video, duration = keep.picture(video), keep.duration
     out = _still(target, info, _picture(target, info, video, duration))
     out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
     return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
