@@ -270,10 +270,13 @@ def render_poster(
     captions and watermark on it, the same JPEG the full render writes beside the clip."""
     check_span(spec, info)
     cut = cut_for(spec, info)
-    if drawn is None or drawn.cut != cut:
+    keep = tightened(spec, info, source, cut, workdir, ffmpeg_bin, timeout, audio_source)
+    if keep is not None:  # the captions laid out on the tightened clip's timeline, as render_clips does
+        drawn = draw_overlays([keep.respec(spec)], workdir, keep.cut)
+    elif drawn is None or drawn.cut != cut:
         drawn = draw_overlays([spec], workdir, cut)
     target = _targets([spec], drawn, info, source, workdir, probe_source)[0]
-    argv = build_poster(target, info, source, ffmpeg_bin, audio_source, cut, max_pixels)
+    argv = build_poster(target, info, source, ffmpeg_bin, audio_source, cut, max_pixels, keep)
     began = time.perf_counter()
     said = run_ffmpeg(argv, timeout=timeout)
     ffmpeg_s = round(time.perf_counter() - began, 3)
