@@ -90,16 +90,24 @@ class Kept:
             words = tuple(Word(w.text, moved(w.start), max(moved(w.start), moved(w.end))) for w in spec.words)
         return spec.model_copy(update={"start": moved(spec.start), "end": moved(spec.end), "words": words})
 
+    def picture(self, video: ffmpeg.nodes.FilterableStream) -> ffmpeg.nodes.FilterableStream:
+        """The cut's frames (as decoded from the cut's start) reduced to the spans kept: selected by index and
+        retimed one after another."""
+        rate = f"({self.rate.numerator}/{self.rate.denominator})"
+        chosen = "+".join(f"between(n,{a},{b})" for a, b in self._relative())
+        return video.filter("select", chosen).filter("setpts", f"N/{rate}/TB")
+
+    def _relative(self) -> list[tuple[int, int]]:
+        return [(first - self.first, last - self.first) for first, last in self.spans]
+
     def apply(
         self, video: ffmpeg.nodes.FilterableStream | None, audio: ffmpeg.nodes.FilterableStream
     ) -> tuple[ffmpeg.nodes.FilterableStream | None, ffmpeg.nodes.FilterableStream]:
-        """The cut's picture and sound (as decoded from the cut's start) reduced to the spans kept: the frames
-        selected by index and retimed one after another; the sound cut at the same times, joined by crossfades."""
-        rate = f"({self.rate.numerator}/{self.rate.denominator})"
-        relative = [(first - self.first, last - self.first) for first, last in self.spans]
+        """The cut's picture and sound (as decoded from the cut's start) reduced to the spans kept: the frames by
+        ``picture``; the sound cut at the same times, the spans joined by crossfades."""
         if video is not None:
-            chosen = "+".join(f"between(n,{a},{b})" for a, b in relative)
-            video = video.filter("select", chosen).filter("setpts", f"N/{rate}/TB")
+            video = self.picture(video)
+        relative = self._relative()
         if len(relative) == 1:
             a, b = relative[0]
             cut = audio.filter("atrim", start=_t(a / self.rate), end=_t((b + 1) / self.rate))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -149,3 +150,23 @@ def test_batch_tightens_with_the_option(pause_source, tmp_path) -> None:
     [clip] = json.loads(done.stdout)["clips"]
     assert len(json.loads(Path(clip["path"]).with_suffix(".manifest.json").read_text())["kept"]) == 2
     assert abs(clip["duration"] - 3.5) < 0.1  # the silence (1.5 s) shortened to 0.4 s
+
+
+def test_poster_rendered_alone_is_the_tightened_clips(pause_source, settings, tmp_path) -> None:
+    from PIL import Image
+
+    from jobs.pipeline.produce import produce_poster
+
+    # from 0.7 s: frames 21-47 and 87-137 kept, 2.6 s; the poster (1 s in) is clip frame 30, source frame 90
+    quote = {"source": str(pause_source), **QUOTE, "start": 0.7, "words": WORDS, "tighten": 0.4}
+    alone = produce_poster(build_spec(quote), settings, LocalStorage(settings.storage_dir))
+    other = replace(settings, storage_dir=tmp_path / "other")
+    clip = produce_clip(build_spec(quote), other, LocalStorage(other.storage_dir))
+
+    def named(path: Path) -> int:
+        with Image.open(path) as image:
+            gray = np.asarray(image.convert("L"), dtype=np.float64)
+        return frame_index(float(gray[: gray.shape[0] // 3, : gray.shape[1] // 3].mean()), 90)
+
+    assert named(settings.storage_dir / f"{alone.key}.jpg") == 90
+    assert named(Path(clip.path).with_suffix(".jpg")) == 90
