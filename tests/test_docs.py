@@ -98,3 +98,10 @@ def test_the_streaming_page_gives_the_cut_bound_the_relays_constants_make() -> N
         f"`MISSED_MS` + `READ_BLOCK_MS` = {missed + block:g} s",
     ):
         assert phrase in said, f"docs/streaming.md does not say {phrase!r}"
+
+
+def test_no_docs_page_shows_an_include_directive() -> None:
+    """A reader on a code host sees a page's Markdown as it is: an include directive (``--8<--``) would show them
+    the directive, not what it includes."""
+    shown = [page.name for page in (ROOT / "docs").glob("*.md") if "--8<--" in page.read_text(encoding="utf-8")]
+    assert shown == [], f"docs pages that show an include directive: {shown}"
