@@ -77,3 +77,26 @@ def test_a_browsers_preflight_of_a_link_is_answered_for_any_origin(away: TestCli
         assert int(answer.headers["access-control-max-age"]) > 0
     # the rest of the API keeps its own list: a preflight from an origin it does not name is refused
     assert away.options("/clips", headers=asked).status_code == 400
+
+
+def test_an_error_raised_inside_a_link_route_is_a_500_with_the_link_headers(away, queue_env, monkeypatch) -> None:
+    """A bug inside a route (not a refusal, not Redis away): the 500 every method gets is still readable by the
+    page that asked and never cached; and no answer under /l/ allows credentials, whatever the request sends."""
+    from api.links import routes
+
+    async def broken(*_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(routes, "link_answer", broken)
+    env = {**queue_env, "QUOTECLIP_SITE_KEYS": f"site:{SECRET}", "QUOTECLIP_CORS_ORIGINS": "https://admin.example"}
+    crashing = TestClient(create_app(Settings.from_env(env)), raise_server_exceptions=False)
+    for method in ("GET", "HEAD"):
+        answer = crashing.request(method, link(), headers={"Origin": "https://admin.example", "Cookie": "a=b"})
+        assert_link_error(answer, 500)
+        assert "access-control-allow-credentials" not in answer.headers, method
+    odd = {"Origin": "https://admin.example", "Access-Control-Request-Method": "DELETE"}
+    odd["Access-Control-Request-Headers"] = "authorization, x-api-key, cookie"
+    preflight = away.options(link(), headers=odd)
+    assert preflight.status_code == 204 and "access-control-allow-credentials" not in preflight.headers
+    allowed = {h.strip().lower() for h in preflight.headers["access-control-allow-headers"].split(",")}
+    assert not {"authorization", "x-api-key", "cookie"} & allowed, allowed
