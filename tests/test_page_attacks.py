@@ -59,6 +59,13 @@ def test_no_address_makes_a_page_spend_the_tabs_key(chromium, keyed) -> None:
                 seen[name] = (list(sent), list(errors), *state)
                 sent.clear()
                 errors.clear()
+            page.goto(f"{keyed}/batch", wait_until="load")
+            for kit in ({"style": None}, {"profiles": 5}):  # a brand style file of the wrong kinds: said
+                brand = {"name": "brand.json", "mimeType": "application/json", "buffer": json.dumps(kit).encode()}
+                page.set_input_files("#brandfile", brand)
+                page.wait_for_timeout(200)
+                seen[f"kit {kit}"] = (list(errors), page.inner_text("#summary"))
+                errors.clear()
             page.goto(keyed + addresses["words"], wait_until="load")
             page.goto(f"{keyed}/batch", wait_until="load")
             page.go_back(wait_until="load")  # back (from the back/forward cache, or loaded again)
@@ -72,3 +79,7 @@ def test_no_address_makes_a_page_spend_the_tabs_key(chromium, keyed) -> None:
     for name in ("index", "batch"):
         assert seen[name][:5] == ([], [], source, False, False), (name, seen[name])
     assert seen["back"] == ([], [], source), seen["back"]
+    for kit in ("kit {'style': None}", "kit {'profiles': 5}"):
+        errors_seen, said = seen[kit]
+        assert errors_seen == [], (kit, errors_seen)
+        assert said.startswith("brand style file: a field of an unexpected kind"), (kit, said)
