@@ -159,7 +159,8 @@ async def ask(
 @pytest.mark.integration
 def test_fifty_viewers_of_one_stream_share_one_reader_and_a_few_redis_connections(fan_env) -> None:
     """50 viewers of one clip's stream at once: every one gets the same bytes, the clip's whole stream, while the
-    API process holds at most its two pools (2 each), the job events' connection and one for the clip."""
+    API process holds at most its two pools (2 each), the job events' connection and one for the clip; 100 HLS
+    part requests after it open no more."""
     clip = quote(fan_env["SOURCE_URL"])
     path = links.sign(clip, SITE, SECRET)
     redis_port = urlsplit(fan_env["QUOTECLIP_REDIS_URL"]).port or 6379
@@ -185,8 +186,20 @@ def test_fifty_viewers_of_one_stream_share_one_reader_and_a_few_redis_connection
             time.sleep(0.03)
         stream.writer.finished()
         thread.join(30)
-        stream.close()
         peak = max(peak, redis_connections(served.process.pid, redis_port))
+
+        async def parts() -> list[dict[str, Any]]:  # HLS parts, each on a connection of its own
+            names = ["index.m3u8", "init.mp4", "1.m4s", "2.m4s"] * 25
+            return await asyncio.gather(*(ask(served.port, f"{path}/{name}") for name in names))
+
+        hls: list[list[dict[str, Any]]] = []
+        thread = threading.Thread(target=lambda: hls.append(asyncio.run(parts())))
+        thread.start()
+        while thread.is_alive():
+            peak = max(peak, redis_connections(served.process.pid, redis_port))
+            time.sleep(0.02)
+        stream.close()
+    assert [a["status"] for a in hls[0]] == [200] * 100
     answers = result[0]
     assert [a["status"] for a in answers] == [200] * 50
     assert all(a["headers"]["x-accel-buffering"] == "no" for a in answers)  # (a proxy in front passes it on)
