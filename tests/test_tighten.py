@@ -114,7 +114,7 @@ def test_tighten_from_the_transcript_cuts_the_pause_on_frames_without_a_click(pa
 
 
 def test_tighten_without_a_transcript_finds_the_silence(pause_source, settings) -> None:
-    result = render(pause_source, settings, tighten=0.4)
+    result = render(pause_source, settings, tighten=0.4, quality="preview")
     spans = manifest_of(result)["kept"]
     assert len(spans) == 2
     # the silence (1.5 s to 3.0 s) less 0.2 s at each end, on frames
@@ -124,8 +124,8 @@ def test_tighten_without_a_transcript_finds_the_silence(pause_source, settings) 
 
 
 def test_default_clip_is_the_exact_quote(pause_source, settings) -> None:
-    plain = render(pause_source, settings, words=WORDS)
-    short = render(pause_source, settings, words=WORDS, tighten=5.0)  # no pause that long: nothing cut
+    plain = render(pause_source, settings, words=WORDS, quality="preview")
+    short = render(pause_source, settings, words=WORDS, quality="preview", tighten=5.0)  # no pause that long
     assert plain.key != short.key
     for result in (plain, short):
         assert "kept" not in manifest_of(result)
