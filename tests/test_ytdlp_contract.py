@@ -148,3 +148,36 @@ def test_constraints_pin_the_versions_ci_tested_and_the_image_installs_with_them
     assert "constraints.txt ./" in dockerfile and '".[speaker]" -c constraints.txt' in dockerfile
     assert "ARG YTDLP" in dockerfile and '"yt-dlp[default]==$YTDLP"' in dockerfile
     assert "constraints.txt" not in (root / ".dockerignore").read_text()
+
+
+def test_a_720p_hls_rendition_comes_before_a_plain_format_under_720p() -> None:
+    """A YouTube page left with format 18 (360p, plain) by SABR-only streaming, and HLS renditions: the 720p HLS
+    one is read; with a plain 720p format, the plain one still comes first."""
+    import yt_dlp
+
+    from sources.ytdlp import FORMAT, FORMAT_SORT
+
+    def fmt(format_id: str, protocol: str, height: int) -> dict[str, Any]:
+        return {
+            "format_id": format_id,
+            "protocol": protocol,
+            "height": height,
+            "url": f"https://cdn.example/{format_id}",
+            "vcodec": "avc1",
+            "acodec": "mp4a.40.2",
+            "ext": "mp4",
+        }
+
+    def chosen(formats: list[dict[str, Any]]) -> str:
+        with yt_dlp.YoutubeDL({"quiet": True, "format_sort": FORMAT_SORT}) as ydl:
+            ydl.sort_formats({"formats": formats})
+            found = list(
+                ydl.build_format_selector(FORMAT)(
+                    {"formats": formats, "has_merged_format": True, "incomplete_formats": False}
+                )
+            )
+        return str(found[0]["format_id"])
+
+    sabr = [fmt("18", "https", 360), fmt("93", "m3u8_native", 360), fmt("95", "m3u8_native", 720)]
+    assert chosen(sabr) == "95"
+    assert chosen([*sabr, fmt("22", "https", 720)]) == "22"
