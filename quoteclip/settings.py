@@ -175,10 +175,13 @@ _KEY_FIELDS = {"id", "secret", "secrets", "brand", "hosts", "max_seconds", "life
 
 
 def _site_key(entry: object, where: str) -> SiteKey:
-    from .links import KEY_ID
+    from .links import KEY_ID, MAX_LIFETIME
 
     if not isinstance(entry, Mapping) or set(entry) - _KEY_FIELDS:
-        raise BadInput(f"{where} must be an object with {', '.join(sorted(_KEY_FIELDS))}")
+        unknown = sorted(str(name)[:64] for name in set(entry) - _KEY_FIELDS) if isinstance(entry, Mapping) else []
+        which = f" ({str(entry['id'])[:64]})" if isinstance(entry, Mapping) and "id" in entry else ""
+        refused = f", not {', '.join(unknown)}" if unknown else ""
+        raise BadInput(f"{where}{which} must be an object with {', '.join(sorted(_KEY_FIELDS))}{refused}")
     key_id, secret, named = entry.get("id"), entry.get("secret"), entry.get("secrets")
     if not isinstance(key_id, str) or not KEY_ID.match(key_id):
         raise BadInput(f"{where}: id must be 1-64 letters, digits, - or _, got {key_id!r}")
@@ -190,9 +193,16 @@ def _site_key(entry: object, where: str) -> SiteKey:
     for kid, text in live:
         if kid is not None and not KEY_ID.match(kid):
             raise BadInput(f"{where} ({key_id}): a key id must be 1-64 letters, digits, - or _, got {kid!r}")
+        named_as = "secret" if kid is None else f"the secret of key {kid}"
         if not isinstance(text, str) or len(text) < 16:
-            named_as = "secret" if kid is None else f"the secret of key {kid}"
             raise BadInput(f"{where} ({key_id}): {named_as} must be text of at least 16 characters")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")  # bytes of the environment that are not UTF-8 arrive as lone surrogates
+            except UnicodeEncodeError:
+                raise BadInput(
+                    f"{where} ({key_id}): {named_as} must be UTF-8 text (it holds bytes that are not)"
+                ) from None
     brand, hosts = entry.get("brand"), entry.get("hosts")
     most, lifetime = entry.get("max_seconds"), entry.get("lifetime")
     try:
@@ -202,12 +212,25 @@ def _site_key(entry: object, where: str) -> SiteKey:
             else WatermarkSpec.model_validate({"text": brand} if isinstance(brand, str) else brand)
         )
     except ValueError as exc:
-        raise BadInput(f"{where} ({key_id}): brand is not a watermark ({str(exc).splitlines()[-1].strip()})") from None
+        from pydantic import ValidationError
+
+        errors = exc.errors() if isinstance(exc, ValidationError) else []
+        why = errors[0]["msg"] if errors else str(exc).splitlines()[0]
+        raise BadInput(f"{where} ({key_id}): brand is not a watermark ({why})") from None
     if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts)):
         raise BadInput(f"{where} ({key_id}): hosts must be a list of host names")
-    for name, value in (("max_seconds", most), ("lifetime", lifetime)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
-            raise BadInput(f"{where} ({key_id}): {name} must be a number of seconds above 0, got {value!r}")
+    for name, value, least in (("max_seconds", most, "above 0"), ("lifetime", lifetime, "from 1")):
+        # compared, never converted first: NaN, infinity and a huge number all fail it (NaN would mean no limit)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (value > 0 if name == "max_seconds" else value >= 1)
+            or not value <= MAX_LIFETIME
+        ):
+            raise BadInput(
+                f"{where} ({key_id}): {name} must be a number of seconds {least} to {MAX_LIFETIME} (ten years), "
+                f"got {value!r:.40}"
+            )
     (first_id, first), *others = [(kid, str(text)) for kid, text in live]
     return SiteKey(
         key_id,
