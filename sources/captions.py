@@ -44,8 +44,9 @@ def source_words(source: str, settings: Settings, ffmpeg_bin: str = "ffmpeg") ->
     from .safety import check_url
     from .ytdlp import extract_with_captions
 
-    ref = resolve_source(source, allow_local=settings.allow_local_sources is True)
-    if not ref.remote or is_direct_media(ref.input):
+    remote = source.startswith(("http://", "https://"))
+    ref = resolve_source(source, allow_local=False) if remote else None
+    if ref is None or is_direct_media(ref.input):
         raise BadInput(
             "transcript: source: only a page (YouTube, a site yt-dlp reads) carries captions of its own; "
             "give a transcript file instead"

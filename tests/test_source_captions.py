@@ -141,3 +141,12 @@ def test_a_generic_pages_track_of_word_timed_webvtt_is_its_captions(http_source,
     found = align("the quote is", source_words(http_source.url("page.html"), settings))
     assert (found.start, found.end) == (4.5, 6.2)
     assert http_source.requests["ep.vtt"] == 1
+
+
+@pytest.mark.parametrize("source", ["/tmp/no-such-episode.mp4", "http://127.0.0.1:9/episode.mp4"])
+def test_a_file_or_a_media_url_has_no_captions_of_its_own(source: str, settings) -> None:
+    from quoteclip.errors import BadInput
+    from sources.captions import source_words
+
+    with pytest.raises(BadInput, match="^transcript: source: only a page .* carries captions of its own"):
+        source_words(source, settings)
