@@ -102,6 +102,7 @@ def moviepy_clip(source: str, start: float, end: float, caption: str, brand: str
             preset=PRESET,
             ffmpeg_params=["-crf", str(CRF), "-pix_fmt", "yuv420p"],
             audio_codec="aac",
+            temp_audiofile_path=str(out.parent),  # (moviepy's default is the working directory)
             logger=None,
         )
 
