@@ -137,7 +137,9 @@ def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:
     source host the key may not clip."""
     from urllib.parse import urlsplit
 
+    from quoteclip import links
     from quoteclip.spec import build_spec
+    from sources.safety import host_allowed
 
     mark = {"text": clip["watermark"]} if "watermark" in clip else {"logo": clip["logo"]} if "logo" in clip else None
     data = {name: value for name, value in clip.items() if name not in ("watermark", "logo", "style")}
@@ -145,8 +147,11 @@ def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:
     longest = min(settings.max_clip_seconds, key.max_seconds or settings.max_clip_seconds)
     build_spec({k: v for k, v in data.items() if v is not None}, max_seconds=longest)
     if key.hosts is not None:
-        host = (urlsplit(str(clip["source"])).hostname or "").lower()
-        if not any(host == h or host.endswith("." + h) for h in key.hosts):
+        try:
+            host = (urlsplit(links.trim(str(clip["source"]))).hostname or "").lower()
+        except ValueError:  # bad IPv6 brackets, and the like
+            raise BadInput(f"source URL is malformed: {str(clip['source'])[:200]!r}") from None
+        if not host_allowed(host, key.hosts):  # as the service compares them (api/links/verify.py)
             raise BadInput(
                 f"source: the key {key.id} may clip {', '.join(key.hosts)} only, got {host or clip['source']!r}"
             )
