@@ -44,6 +44,8 @@ def revoke(
             raise StorageFailed(f"could not reach Redis to revoke the link: {exc}") from None
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() + done.seconds))
         lines = [f"revoked link {done.hash} (site {done.site}) until {until}"]
+        if done.seconds == 0:  # --clip through a link past its expiry: the link is refused as expired already
+            lines = [f"link {done.hash} (site {done.site}) has expired already: it needs no entry"]
         if done.clip is not None:
             lines.append(f"revoked every link of the site {done.site} to clip {done.clip}")
         if delete_clip:

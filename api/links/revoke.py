@@ -9,6 +9,7 @@ revoke LINK`` (cli/revoke.py) and ``DELETE /links/{hash}`` (with an API key).
   that: retire its key before then if it must stay refused.
 - A clip (``--clip``, ``"clip": true``) is named by its site and its fields apart from variant and expiry
   (``links.clip_hash``): every variant, every expiry, every key of the site; its entry lives ``DEFAULT_SECONDS``.
+  A link past its expiry still names its clip (its signature holds): it revokes the clip's links that live on.
 - ``--delete-clip`` (``"delete_clip": true``) also removes the clip from the store, with its poster, captions and
   metadata, so a new render is needed for any other link to it.
 """
@@ -93,17 +94,28 @@ def revoke_link(
     link; with ``whole_clip`` every link of its site naming its clip; with ``delete_clip`` its stored clip removed
     from ``storage`` too."""
     now = time.time() if now is None else now
+    expired = False
     try:
         path = links.path_of(link.strip())
         signer = links.parse(path)[0]
         site = settings.sites().get(links.site_of(signer))
-        clip = links.verify(path, site.signers() if site is not None else {}, now=now)
+        secrets = site.signers() if site is not None else {}
+        try:
+            clip = links.verify(path, secrets, now=now)
+        except links.LinkExpired:
+            if not whole_clip:
+                raise
+            # signed and in form (verify checks expiry last): it still names its clip, whose links may live on
+            clip, expired = links.verify(path, secrets, now=links.decode(links.parse(path)[1])["x"]), True
     except links.LinkExpired:
         raise BadInput("link: it has expired already (answered 410): nothing to revoke") from None
     except links.LinkError:
         raise BadInput("link: not a valid link of this service's live keys (answered 403): nothing to revoke") from None
     assert site is not None
-    done = revoke_hash(connection, links.link_hash(path), entry_seconds(clip.get("expires"), now))
+    if expired:  # the link itself needs no entry: it is refused as expired
+        done = Revocation(links.link_hash(path), 0)
+    else:
+        done = revoke_hash(connection, links.link_hash(path), entry_seconds(clip.get("expires"), now))
     done.site = site.id
     if whole_clip:
         done.clip = links.clip_hash(links.decode(links.parse(path)[1]))

@@ -1,0 +1,147 @@
+"""Signed links attacked where the first tests did not look: site key settings of every bad shape (a clear message
+naming the entry, never a traceback), ``quoteclip sign --check`` against what the service itself answers, revoking
+a clip through a link that has expired, and link requests asking Redis for revocations through the API's one pool
+(no connection of their own). Real Redis, the app and the command line; nothing is rendered (a ``HEAD`` of a clip
+not stored is ``404``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from api import create_app
+from quoteclip import links
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+
+S1 = "secret-one-0123456789"
+SOURCE = "http://127.0.0.1:9/episode.mp4"  # the test environment's allowed host; never fetched here
+
+
+def quote(**extra: Any) -> dict[str, Any]:
+    return {"source": SOURCE, "start": 1, "end": 3, "caption": "one two three", **extra}
+
+
+@pytest.fixture
+def env(queue_env: dict[str, str]) -> dict[str, str]:
+    queue_env.update(
+        {"QUOTECLIP_SITE_KEYS": f"starzero:k1:{S1}", "QUOTECLIP_ALLOW_LOCAL_SOURCES": "", "QUOTECLIP_STREAM": "false"}
+    )
+    return queue_env
+
+
+def keys_file(tmp_path: Path, entry: dict[str, Any] | str) -> dict[str, str]:
+    path = tmp_path / "keys.json"
+    text = entry if isinstance(entry, str) else json.dumps({"keys": [{"id": "starzero", **entry}]})
+    path.write_text(text, encoding="utf-8")
+    return {"QUOTECLIP_SITE_KEYS_FILE": str(path)}
+
+
+GOOD = {"secrets": {"k1": S1}}
+BAD_FILES = [  # a keys file entry, and what the message must say
+    ({**GOOD, "lifetime": 1e400}, "lifetime must be a number of seconds"),  # JSON's 1e400 is infinity
+    ({**GOOD, "lifetime": float("nan")}, "lifetime must be a number of seconds"),  # JSON's NaN, as Python reads it
+    ({**GOOD, "max_seconds": float("nan")}, "max_seconds must be a number of seconds"),  # else: no longest clip
+    ({**GOOD, "max_seconds": 1e400}, "max_seconds must be a number of seconds"),
+    ({**GOOD, "lifetime": 0.5}, "lifetime must be a number of seconds"),  # else: 0 s
+    ({**GOOD, "lifetime": links.MAX_LIFETIME + 1}, "to 315360000 (ten years)"),  # else: every link refused when signed
+    ({"secrets": {"k1": "secret-\ud800-0123456789"}}, "the secret of key k1 must be UTF-8 text"),
+    ({**GOOD, "extra": 1, "hosts": ["youtube.com"]}, "not extra"),  # the unknown field named
+    ({**GOOD, "brand": 5}, "brand is not a watermark (Input should be a valid dictionary"),
+]
+
+
+@pytest.mark.parametrize(("entry", "said"), BAD_FILES)
+def test_a_bad_keys_file_entry_is_named_never_a_traceback(
+    tmp_path: Path, entry: dict[str, Any] | str, said: str
+) -> None:
+    with pytest.raises(BadInput) as raised:
+        Settings.from_env(keys_file(tmp_path, entry)).sites()
+    message = str(raised.value)
+    assert "QUOTECLIP_SITE_KEYS_FILE key 1 (starzero)" in message and said in message, message
+    assert "errors.pydantic.dev" not in message and "\n" not in message
+
+
+def test_a_secret_that_is_not_utf8_is_named_at_sign_and_at_serve_start() -> None:
+    """An environment's bytes that are not UTF-8 reach Python as lone surrogates: the key is refused by name (else
+    every link of it would be a 500 at the service, an internal error at ``quoteclip sign``)."""
+    import os
+
+    bad = os.fsdecode(b"starzero:k1:secret-\xff-0123456789")
+    with pytest.raises(BadInput, match=r"QUOTECLIP_SITE_KEYS entry 'starzero' \(starzero\): the secret of key k1 must"):
+        Settings.from_env({"QUOTECLIP_SITE_KEYS": bad}).sites()
+
+
+def sign_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """``quoteclip sign`` in this process (as the command line runs it): its exit code and its output."""
+    import cli.sign  # noqa: F401 (registers the command)
+    from cli.app import app
+
+    answer = CliRunner().invoke(app, ["sign", *args], env=env)
+    return answer.exit_code, (answer.stdout + (answer.stderr if answer.stderr_bytes else "")).strip()
+
+
+def test_sign_check_passes_what_the_service_accepts_and_names_a_malformed_source(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A key scoped to ``youtube.com``: its host with the root's trailing dot is answered by the service, so
+    ``--check`` passes it too (it compared hosts its own way); a malformed source is bad input, not an internal
+    error; a host off the scope is refused by both."""
+    scoped = {"id": "scoped", "secrets": {"k1": S1}, "hosts": ["youtube.com"], "max_seconds": 2.5}
+    env.update(keys_file(tmp_path, json.dumps({"keys": [scoped]})))
+    env.update({"QUOTECLIP_SOURCE_HOSTS": "youtube.com", "QUOTECLIP_SITE_KEYS": ""})
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    for source, end, service in (
+        ("https://youtube.com./watch?v=x", "3", 404),
+        ("https://www.YouTube.com/watch?v=x", "3.5", 404),
+        ("https://youtube.com/watch?v=x", "3.501", 403),  # over the key's 2.5 s
+        ("https://youtube.com@evil.example/x", "3", 403),
+    ):
+        code, out = sign_cli(env, source, "--start", "1", "--end", end, "--site", "scoped", "--check")
+        link = out if code == 0 else links.sign({"source": source, "start": 1, "end": end}, "scoped", S1, key_id="k1")
+        assert app.head(links.path_of(link)).status_code == service, (source, end)
+        assert (code == 0) is (service == 404), (source, end, out)
+    code, out = sign_cli(env, "https://[bad/x", "--start", "1", "--end", "3", "--site", "scoped")
+    assert code == 2 and "source URL is malformed" in out and "internal error" not in out, out
+
+
+def test_an_expired_link_still_revokes_its_clip(env: dict[str, str]) -> None:
+    """A key whose links expire makes a new link every step: the one at hand may have expired while the clip's
+    current links live. ``--clip`` takes it (its signature still proves the clip); the link alone is still
+    refused (an expired link needs no revoking)."""
+    from conftest import run_cli
+
+    old = links.sign(quote(), "starzero", S1, expires=int(time.time()) - 10, key_id="k1")
+    current = links.sign(quote(), "starzero", S1, expires=int(time.time()) + 3600, key_id="k1")
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    assert app.head(current).status_code == 404
+    alone = run_cli("revoke", old, env=env)
+    assert alone.returncode == 2 and "expired already" in alone.stderr, alone.stderr
+    whole = run_cli("revoke", old, "--clip", env=env)
+    assert whole.returncode == 0 and "revoked every link of the site starzero" in whole.stdout, whole.stderr
+    assert "has expired already: it needs no entry" in whole.stdout
+    assert app.get(current).status_code == 410
+
+
+def test_link_requests_ask_for_revocations_through_the_apis_one_pool(env: dict[str, str]) -> None:
+    """200 link requests (verified, revocation looked up: a ``HEAD`` of a clip not stored, a revoked link's
+    ``GET``, a stream part) open no Redis connection of their own: the server counts none received."""
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    link, revoked = (links.sign(quote(caption=c), "starzero", S1, key_id="k1") for c in ("kept", "revoked"))
+    server = redis.Redis.from_url(env["QUOTECLIP_REDIS_URL"])
+    server.set("quoteclip:links:revoked:" + links.link_hash(links.path_of(revoked)), "1")
+    answers = {app.head(link).status_code, app.get(revoked).status_code}  # the pool's first connections
+    received = int(server.info("stats")["total_connections_received"])
+    asks = (lambda: app.head(link), lambda: app.get(revoked), lambda: app.get(links.path_of(revoked) + "/index.m3u8"))
+    for n in range(200):
+        answers.add(asks[n % 3]().status_code)
+    opened = int(server.info("stats")["total_connections_received"]) - received
+    server.close()
+    assert answers == {404, 410} and opened == 0, (answers, opened)
