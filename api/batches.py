@@ -210,6 +210,10 @@ def transcript_words(text: str) -> list[Word]:
     WebVTT/SRT cues (word-timed or not), as ``--transcript`` reads a file."""
     text = text.removeprefix("\ufeff")
     if text.lstrip().startswith(("[", "{")):
+        # A word is an object of three fields (a bracket, three commas): its values counted before it is parsed.
+        values = text.count(",") + text.count("{") + text.count("[")
+        if values > 5 * MAX_TRANSCRIPT_WORDS:
+            _within(values // 4)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
