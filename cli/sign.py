@@ -96,6 +96,8 @@ def sign(
             _check(clip, key, settings)
         if check is True or (check is None and _source_rules_set(settings)):
             _check_source(clip, settings)
+        if check is not False and key.brand is None and settings.brand_dir is not None:
+            _check_brand(clip, settings)
         if key.brand is not None and opts.watermark is not None and key.brand.text != opts.watermark:
             typer.echo(
                 f"quoteclip: warning: the key {key.id} puts its brand on every clip, whatever the link names", err=True
@@ -155,6 +157,17 @@ def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:
             raise BadInput(
                 f"source: the key {key.id} may clip {', '.join(key.hosts)} only, got {host or clip['source']!r}"
             )
+
+
+def _check_brand(clip: dict[str, object], settings: Settings) -> None:
+    """A logo named ``brand:NAME`` is a file of the service's QUOTECLIP_BRAND_DIR, set here: it must be there (the
+    service answers a link naming a missing one 422). A key with a brand never draws the link's logo."""
+    from jobs.pipeline.assets import brand_file
+    from quoteclip import links
+
+    logo = clip.get("logo")
+    if isinstance(logo, str) and links.trim(logo).startswith("brand:"):
+        brand_file(links.trim(logo), settings, "watermark")
 
 
 def _source_rules_set(settings: Settings) -> bool:

@@ -110,6 +110,18 @@ def test_sign_check_passes_what_the_service_accepts_and_names_a_malformed_source
         assert (code == 0) is (service == 404), (source, end, out)
     code, out = sign_cli(env, "https://[bad/x", "--start", "1", "--end", "3", "--site", "scoped")
     assert code == 2 and "source URL is malformed" in out and "internal error" not in out, out
+    brands = tmp_path / "brands"
+    brands.mkdir()
+    (brands / "there.png").write_bytes(b"a brand file, never drawn here")
+    env["QUOTECLIP_BRAND_DIR"] = str(brands)
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    for logo, service in (("brand:there.png", 404), ("brand:missing.png", 422)):
+        args = ("https://youtube.com/x", "--start", "1", "--end", "3", "--site", "scoped", "--watermark", logo)
+        code, out = sign_cli(env, *args)
+        unchecked = {"source": args[0], "start": 1, "end": 3, "logo": logo}
+        link = out if code == 0 else links.sign(unchecked, "scoped", S1, key_id="k1")
+        assert app.head(links.path_of(link)).status_code == service, (logo, out)
+        assert (code == 0) is (service == 404), (logo, out)
 
 
 def test_an_expired_link_still_revokes_its_clip(env: dict[str, str]) -> None:
