@@ -9,11 +9,12 @@ import secrets
 import time
 import zipfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import Field, ValidationError
 
 from cli.batch import FIELDS, _refuse_a_row_inside
@@ -29,11 +30,35 @@ from .deps import AllowanceDep, ServicesDep
 from .errors import APIError
 from .models import MAX_BATCH, BatchRequest, Quote
 
-router = APIRouter()
+MAX_TRANSCRIPT_WORDS = 60_000  # about seven hours of speech at 150 words a minute
+MAX_BODY_VALUES = 6 * MAX_TRANSCRIPT_WORDS + 50_000  # a full transcript and a hundred quotes, with room
+
+
+class _Counted(APIRoute):
+    """A route whose JSON body's values (by its commas and brackets) are counted before FastAPI parses it: a keyed
+    caller's batch may be 20 MiB (a transcript), and 20 MiB of empty objects takes half a gigabyte to parse."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def counted(request: Request) -> Response:
+            if request.method == "POST":
+                body = await request.body()  # kept by the request: parsed from this copy
+                values = body.count(b",") + body.count(b"{") + body.count(b"[")
+                if values > MAX_BODY_VALUES:
+                    raise BadInput(
+                        f"request: about {values} JSON values, over the {MAX_BODY_VALUES} a batch's body may hold "
+                        f"(at most {MAX_BATCH} quotes and a transcript of {MAX_TRANSCRIPT_WORDS} words)"
+                    )
+            return await handler(request)
+
+        return counted
+
+
+router = APIRouter(route_class=_Counted)
 BATCH_TTL = 7 * 24 * 3600
 CHUNK = 1024 * 1024
 MAX_QUOTES_TEXT = 256 * 1024
-MAX_TRANSCRIPT_WORDS = 60_000  # about seven hours of speech at 150 words a minute
 FINDING_SECONDS = 20.0  # finding a batch's quotes in its transcript: past this, the batch is refused
 # Finding one quote (quoteclip.transcript.align) compares a window of about its words with the quote at each place
 # its first or last three words occur: about 0.6 µs a unit of (60 + window × words) a place and offset. A quote

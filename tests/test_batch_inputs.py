@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from api import batches, create_app
 from quoteclip import redis_keys
+from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 
 SOURCE = "http://127.0.0.1:9/ep.mp4"
@@ -94,4 +95,25 @@ def test_a_json_transcript_of_millions_of_values_is_refused_before_it_is_parsed(
     for values in ("{}", "[]", "0"):
         transcript = "[" + f"{values}," * 6_000_000 + f"{values}]"
         detail = _refused(client, quotes="caption\nhello world", transcript=transcript)
-        assert f"over the {batches.MAX_TRANSCRIPT_WORDS} words" in detail, detail
+        assert "JSON values, over the" in detail, detail  # counted in the whole body first
+        started = time.monotonic()
+        with pytest.raises(BadInput, match=f"over the {batches.MAX_TRANSCRIPT_WORDS} words"):
+            batches.transcript_words(transcript)  # and in the transcript, wherever it comes from
+        assert time.monotonic() - started < 1
+
+
+def test_a_body_of_millions_of_json_values_is_refused_before_it_is_parsed(client) -> None:
+    """A keyed caller's batch body may hold 20 MiB (a transcript): as millions of empty objects in any field it
+    took half a gigabyte to parse before a field's limit was seen. Its values are counted first."""
+    junk = "[" + "{}," * 6_000_000 + "{}]"
+    started = time.monotonic()
+    answer = client.post(
+        "/batches",
+        content=f'{{"source": "{SOURCE}", "quotes": "1,2,x", "junk": {junk}}}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422 and time.monotonic() - started < 5, (answer.status_code, answer.text[:200])
+    assert "JSON values" in answer.json()["detail"], answer.text
+    quotes = [{"start": 1, "end": 2, "caption": "x"}] * 150_000
+    answer = client.post("/batches", json={"source": SOURCE, "quotes": quotes})
+    assert answer.status_code == 422 and "JSON values" in answer.json()["detail"], answer.text[:200]
