@@ -157,3 +157,18 @@ def test_link_requests_ask_for_revocations_through_the_apis_one_pool(env: dict[s
     opened = int(server.info("stats")["total_connections_received"]) - received
     server.close()
     assert answers == {404, 410} and opened == 0, (answers, opened)
+
+
+def test_a_hash_in_capitals_revokes_the_same_link(env: dict[str, str]) -> None:
+    """Hex is hex: ``DELETE /links/{HASH}`` in capitals (as some tools print SHA-256) revokes the link, not a 422."""
+    env["QUOTECLIP_API_KEYS"] = "api-key-0123456789"
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    link = links.sign(quote(), "starzero", S1, key_id="k1")
+    digest = links.link_hash(links.path_of(link)).upper()
+    answer = app.delete(f"/links/{digest}", headers={"X-API-Key": "api-key-0123456789"})
+    assert answer.status_code == 200 and answer.json()["hash"] == digest.lower(), answer.text
+    assert app.get(link).status_code == 410
+    with_link = app.request(
+        "DELETE", f"/links/{digest}", json={"link": link}, headers={"X-API-Key": "api-key-0123456789"}
+    )
+    assert with_link.status_code == 200, with_link.text

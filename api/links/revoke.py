@@ -177,6 +177,7 @@ def revoke(link_hash: str, svc: ServicesDep, body: Annotated[RevokeBody | None, 
     if not svc.settings.api_keys:
         raise HTTPException(403, "revoking a link needs the API's keys (QUOTECLIP_API_KEYS): or use quoteclip revoke")
     body = body or RevokeBody()
+    link_hash = link_hash.lower()  # hex either way: as some tools print a SHA-256
     try:
         if body.link is None:
             if body.clip or body.delete_clip:
