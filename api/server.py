@@ -12,13 +12,17 @@
   taken them within ``QUOTECLIP_STREAM_SEND_TIMEOUT`` seconds (a close alone would hold it until they are sent).
 - An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
   cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
-  be sent).
+  be sent); and set its socket's send buffer (``SEND_BUFFER``: a function of the bytes): a stream caps it, so a
+  viewer that stops reading stalls its answer within a few hundred KB instead of the megabytes the system's
+  buffers grow to.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import time
 from typing import Any
 
@@ -30,6 +34,7 @@ from quoteclip.settings import Settings
 log = logging.getLogger(__name__)
 
 ABORT = "quoteclip.abort"
+SEND_BUFFER = "quoteclip.send_buffer"
 MAX_HEADER_BYTES = 16 * 1024
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 WARN_EVERY = 10.0  # seconds between warnings of connections refused
@@ -79,6 +84,7 @@ class GuardedProtocol(H11Protocol):
         if self.scope is not None:
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
             extensions[ABORT] = self._abort
+            extensions[SEND_BUFFER] = self._send_buffer
         state = self.conn.their_state
         if state is h11.SEND_BODY:
             if self._phase != "body":
@@ -109,6 +115,12 @@ class GuardedProtocol(H11Protocol):
     def _abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+    def _send_buffer(self, size: int) -> None:
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
 def protocol(settings: Settings) -> type[GuardedProtocol]:

@@ -33,7 +33,7 @@ from renderer.head import progressive_head
 from .caps import CapReached, address
 from .deps import Services, ServicesDep
 from .fanout import Clip, etag
-from .server import ABORT
+from .server import ABORT, SEND_BUFFER
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,10 @@ PLAYER_BLOCK = 32 * 1024
 # before (api/server.py keeps a connection's write buffer as small): a viewer holds about this much of the
 # stream's bytes of its own, whatever the size of a fragment.
 SLICE = 16 * 1024
+# A streamed answer's socket buffers at most this much of it in the system: a viewer that stops reading stalls its
+# answer there (and is cut at the send deadline) rather than after the megabytes the system's buffers grow to;
+# 256 KiB keeps 20 Mbit/s flowing over a 100 ms round trip, many times a clip's rate.
+SEND_BUFFER_BYTES = 256 * 1024
 
 
 async def joined(svc: Services, job_id: str, deadline: float) -> Clip | None:
@@ -151,7 +155,10 @@ class RelayResponse(StreamingResponse):
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.abort = scope.get("extensions", {}).get(ABORT)
+        extensions = scope.get("extensions", {})
+        self.abort = extensions.get(ABORT)
+        if (send_buffer := extensions.get(SEND_BUFFER)) is not None:
+            send_buffer(SEND_BUFFER_BYTES)
         try:
             await super().__call__(scope, receive, send)
         finally:

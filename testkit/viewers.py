@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -107,10 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
         connection = Redis.from_url(redis_url)
         writer = relay.Relay(connection, job_id, 7.0, 96 * 1024**2)
-        rows: list[tuple[str, dict[str, Any]]] = []
+        rows = Rows(args.viewers, args.mb)
+        api_process: list[subprocess.Popen[bytes]] = []
         try:
             with contextlib.chdir(args.tree or Path.cwd()), serving(full, log=args.log) as served:
                 pid = served.process.pid
+                api_process.append(served.process)
                 writer.piece(Piece("init", os.urandom(2000), codecs="avc1.64001f,mp4a.40.2"))
                 writer.piece(Piece("fragment", os.urandom(100_000), 0.0, 0.3))
                 asyncio.run(idle_viewer(served.port, path))[1].close()  # (one first: the API's imports and threads)
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     return await asyncio.gather(*(idle_viewer(served.port, path) for _ in range(args.viewers)))
 
                 viewers = asyncio.run(connect_all())
-                statuses = sorted({status for status, _ in viewers})
+                rows.statuses = sorted({status for status, _ in viewers})
                 rows.append(("viewers connected", sample(pid, redis_port, served.port)))
                 count = max(1, int(args.mb * 1024**2 // 200_000))
                 for n in range(count):
@@ -135,16 +138,37 @@ def main(argv: list[str] | None = None) -> int:
                     sock.close()
                 time.sleep(3.0)
                 rows.append(("3 s after the viewers left", sample(pid, redis_port, served.port)))
+        except subprocess.TimeoutExpired:  # (the API did not stop within 30 s of SIGTERM)
+            print("the API did not stop within 30 s of SIGTERM: killed", file=sys.stderr)
+            api_process[0].kill()
+            api_process[0].wait()
         finally:
             writer.close()
             source.server.shutdown()
             redis_proc.terminate()
             redis_proc.wait(10)
-    print(f"{args.viewers} idle viewers of one signed link ({args.mb:g} MB streamed), statuses {statuses}:")
-    print(f"{'':32} {'Redis conns':>11} {'API fds':>8} {'RSS MB':>7} {'viewers held':>12}")
-    for name, row in rows:
-        print(f"{name:32} {row['redis']:>11} {row['fds']:>8} {row['rss_mb']:>7} {row['viewers']:>12}")
     return 0
+
+
+class Rows:
+    """The figures, printed as they are taken (a run that fails later keeps them)."""
+
+    def __init__(self, viewers: int, mb: float) -> None:
+        self.viewers, self.mb = viewers, mb
+        self.statuses: list[int] = []
+        self.headed = False
+
+    def append(self, row: tuple[str, dict[str, Any]]) -> None:
+        name, found = row
+        if not self.headed:
+            self.headed = True
+            print(f"{self.viewers} idle viewers of one signed link ({self.mb:g} MB streamed):")
+            print(f"{'':32} {'Redis conns':>11} {'API fds':>8} {'RSS MB':>7} {'viewers held':>12}")
+        print(
+            f"{name:32} {found['redis']:>11} {found['fds']:>8} {found['rss_mb']:>7} {found['viewers']:>12}", flush=True
+        )
+        if name == "viewers connected":
+            print(f"{'(their statuses)':32} {self.statuses}", flush=True)
 
 
 if __name__ == "__main__":
