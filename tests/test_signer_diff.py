@@ -312,3 +312,46 @@ def test_links_the_javascript_signer_makes_are_answered_by_the_service(
     finally:
         js.close()
     assert len(answered) >= 5, answered
+
+
+def _caption_filling(payload: int, unit: str) -> str:
+    """A caption of ``unit`` repeated, as long as it can be while SEED's payload stays within ``payload``."""
+    caption = ""
+    while len(links.encode(links.canonical({**SEED, "caption": caption + unit}))) <= payload:
+        caption += unit
+    return caption
+
+
+AT_THE_BOUND = _caption_filling(links.MAX_PAYLOAD, "x")
+EDGES = [  # inputs a generator seldom reaches, each one answer from both signers: the link made, or None
+    ({**SEED, "caption": AT_THE_BOUND}, True),  # the payload exactly MAX_PAYLOAD characters
+    ({**SEED, "caption": AT_THE_BOUND + "xx"}, False),  # past it
+    ({**SEED, "caption": _caption_filling(links.MAX_PAYLOAD, "é")}, True),  # two UTF-8 bytes a character
+    ({**SEED, "caption": "\ud800"}, False),  # lone surrogates: not text either signer signs
+    ({**SEED, "caption": "a\udc00b"}, False),
+    ({**SEED, "caption": "🎬\ud83c"}, False),
+    ({**SEED, "start": 1e21}, False),
+    ({**SEED, "start": -0.0}, True),
+    ({**SEED, "start": "0x10"}, False),
+    ({**SEED, "start": " 12 "}, True),
+    ({**SEED, "start": "1_000"}, False),
+    ({**SEED, "start": "12."}, False),
+    ({**SEED, "start": ".5"}, False),
+    ({**SEED, "start": "1e1"}, False),
+    ({**SEED, "start": "Infinity"}, False),
+    ({**SEED, "start": 0.0005}, False),
+    ({**SEED, "end": 86400.0005}, False),
+]
+
+
+@pytest.mark.parametrize(("clip", "made"), EDGES)
+def test_edges_both_signers_answer_alike(js: JsSigner, clip: dict[str, Any], made: bool) -> None:
+    assert len(links.encode(links.canonical({**SEED, "caption": AT_THE_BOUND}))) == links.MAX_PAYLOAD
+    case = {"clip": clip, "variant": "clip", "expires": None, "keyId": "k1"}
+    assert check(js, case) is made
+
+
+@pytest.mark.parametrize("expires", [-0.0, 0, 1.8e9, 1e21, 2**53 + 1])
+def test_edge_expiries_both_signers_answer_alike(js: JsSigner, expires: float) -> None:
+    case = {"clip": SEED, "variant": "poster", "expires": expires, "keyId": None}
+    assert check(js, case) is (expires < 2e9)
