@@ -103,6 +103,11 @@ def sign(
                 f"quoteclip: warning: the key {key.id} puts its brand on every clip, whatever the link names", err=True
             )
         lifetime = key.lifetime
+        if expires is not None and not 1 <= expires <= links.MAX_LIFETIME:  # 0 is not "never": leave it out
+            raise BadInput(
+                f"--expires must be 1 s to {links.MAX_LIFETIME} s (ten years), got {expires} (without it: the key's link "
+                "lifetime, or no expiry)"
+            )
         if expires is not None and lifetime is not None and expires > lifetime:
             raise BadInput(f"expires: {expires} s is over the key {key.id}'s link lifetime of {lifetime} s")
         seconds = expires if expires is not None else lifetime

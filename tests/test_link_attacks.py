@@ -174,3 +174,15 @@ def test_a_hash_in_capitals_revokes_the_same_link(env: dict[str, str]) -> None:
         "DELETE", f"/links/{digest}", json={"link": link}, headers={"X-API-Key": "api-key-0123456789"}
     )
     assert with_link.status_code == 200, with_link.text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [("0", "--expires must be 1 s to 315360000 s"), ("-5", "--expires must be 1 s"), ("315360001", "(ten years)")],
+)
+def test_sign_expires_out_of_its_range_is_named(seconds: str, said: str) -> None:
+    """``--expires 0`` or below signed a link dead within the minute (the expiry rounded up), which a page would show
+    as broken; past ten years the message named an absolute unix time the operator never gave."""
+    env = {"QUOTECLIP_SITE_KEYS": f"starzero:k1:{S1}"}
+    code, out = sign_cli(env, SOURCE, "--start", "1", "--end", "3", "--site", "starzero", "--expires", seconds)
+    assert code == 2 and said in out and "--expires" in out, out
