@@ -105,8 +105,8 @@ def sign(
         lifetime = key.lifetime
         if expires is not None and not 1 <= expires <= links.MAX_LIFETIME:  # 0 is not "never": leave it out
             raise BadInput(
-                f"--expires must be 1 s to {links.MAX_LIFETIME} s (ten years), got {expires} (without it: the key's link "
-                "lifetime, or no expiry)"
+                f"--expires must be 1 s to {links.MAX_LIFETIME} s (ten years), got {expires} (without it: the "
+                "key's link lifetime, or no expiry)"
             )
         if expires is not None and lifetime is not None and expires > lifetime:
             raise BadInput(f"expires: {expires} s is over the key {key.id}'s link lifetime of {lifetime} s")
