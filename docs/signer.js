@@ -151,6 +151,11 @@ export async function signLink(clip, { site, keyId, secret, base = "", variant =
     throw new LinkError("key id: 1-64 letters, digits, - or _");
   }
   const signer = key === undefined || key === null ? who : `${who}.${key}`;
+  // An unset variable's undefined or "": never an empty key (Web Crypto refuses one, or signs with it).
+  if (typeof secret !== "string" || secret === "") {
+    throw new LinkError("secret: the site key's secret is missing (text, as QUOTECLIP_SITE_KEYS gives it)");
+  }
+  if (!secret.isWellFormed()) throw new LinkError("secret: must be well-formed text (no lone surrogate)");
   if (!VARIANTS.has(variant)) throw new LinkError(`variant must be one of ${[...VARIANTS.keys()].join(", ")}`);
   const payload = encode(canonical({ ...clip, variant, expires }));
   if (expires !== null && expires > Date.now() / 1000 + MAX_LIFETIME) {

@@ -300,6 +300,13 @@ def sign(
     """The signed link to ``clip`` (long field names, see ``canonical``) as ``variant``, signed by the site's key
     ``key_id`` (None: the site's key listed without an id)."""
     who = signer(site, key_id)
+    if not isinstance(secret, str | bytes) or not secret:  # an unset variable's None or "": never an empty key
+        raise LinkError("secret: the site key's secret is missing (text, as QUOTECLIP_SITE_KEYS gives it)")
+    if isinstance(secret, str) and not secret.isascii():
+        try:
+            secret.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LinkError("secret: must be well-formed text (no lone surrogate)") from None
     if variant not in VARIANTS:
         raise LinkError(f"variant must be one of {', '.join(VARIANTS)}, got {_shown(variant)}")
     payload = encode(canonical({**clip, "variant": variant, "expires": expires}))

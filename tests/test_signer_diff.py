@@ -355,3 +355,19 @@ def test_edges_both_signers_answer_alike(js: JsSigner, clip: dict[str, Any], mad
 def test_edge_expiries_both_signers_answer_alike(js: JsSigner, expires: float) -> None:
     case = {"clip": SEED, "variant": "poster", "expires": expires, "keyId": None}
     assert check(js, case) is (expires < 2e9)
+
+
+@pytest.mark.parametrize("secret", [None, "", 5, "half-\ud800-a-secret-0123"])
+def test_a_missing_or_broken_secret_is_refused_by_both(js: JsSigner, secret: object) -> None:
+    """``process.env.QUOTECLIP_SITE_SECRET`` unset is ``undefined``: the JavaScript signer signed with an empty key
+    (Web Crypto takes it), links the service refuses with a 403 nobody could explain; a lone surrogate became U+FFFD
+    in JavaScript and a UnicodeEncodeError in Python. Both now refuse, naming the secret."""
+    request: dict[str, Any] = {"clip": SEED, "site": "starzero", "base": BASE, "variant": "clip", "expires": None}
+    if secret is not None:
+        request["secret"] = secret
+    assert js.process.stdin is not None and js.process.stdout is not None
+    js.process.stdin.write(json.dumps(request) + "\n")
+    theirs = json.loads(js.process.stdout.readline())
+    assert "secret" in theirs.get("error", ""), theirs
+    with pytest.raises(links.LinkError, match="secret"):
+        links.sign(SEED, "starzero", secret)  # type: ignore[arg-type]
