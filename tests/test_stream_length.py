@@ -127,13 +127,15 @@ def held_stream(pieces: list[bytes], held: threading.Event, sent: int) -> Iterat
 
 
 @pytest.mark.slow
-def test_chromium_shows_the_length_of_a_clip_still_streaming(streamed, chromium, http_source) -> None:
+@pytest.mark.parametrize("held_after", ["head", "a third"])
+def test_chromium_shows_the_length_of_a_clip_still_streaming(streamed, chromium, http_source, held_after) -> None:
     """Chromium's <video src> given the stream as the API sends Chromium (its head, then the fragments), held after
-    a third of the clip: its duration is the clip's length, not Infinity, while the rest has not come; it plays
+    its head (the init segment and the first fragment) or after a third of the clip: its duration is the clip's
+    length, not Infinity, while the rest has not come; it presents the first frame from the head alone, and plays
     what has come."""
     from conftest import CHROMIUM_FLAGS
     from playwright.sync_api import sync_playwright
-    from test_streaming_browser import page_with_video
+    from test_streaming_browser import WATCH, page_with_video
 
     from api.streams import ForPlayers
 
@@ -141,7 +143,7 @@ def test_chromium_shows_the_length_of_a_clip_still_streaming(streamed, chromium,
     length = probe(str(stored), first_frame=False).duration
     players = ForPlayers(True)
     pieces = [players(p.data) for p in stream.pieces]
-    sent = len(pieces) // 3
+    sent = 2 if held_after == "head" else len(pieces) // 3
     held = threading.Event()
     streaming = held_stream(pieces, held, sent)
     url = next(streaming)
@@ -151,15 +153,19 @@ def test_chromium_shows_the_length_of_a_clip_still_streaming(streamed, chromium,
             try:
                 page = page_with_video(browser, http_source, {})
                 video = page.locator("#v")
+                video.evaluate(WATCH)
                 video.evaluate("(v, src) => { v.src = src; }", url)
-                page.wait_for_function("document.getElementById('v').currentTime > 0.5", timeout=30_000)
+                page.wait_for_function("window.seen.first !== null", timeout=30_000)
+                if held_after != "head":
+                    page.wait_for_function("document.getElementById('v').currentTime > 0.5", timeout=30_000)
                 seen: dict[str, Any] = video.evaluate(
-                    "(v) => ({duration: String(v.duration), buffered: v.buffered.end(v.buffered.length - 1)})"
+                    "(v) => ({duration: String(v.duration), buffered: v.buffered.end(v.buffered.length - 1),"
+                    " first: window.seen.first.mediaTime})"
                 )
                 assert not held.is_set()
             finally:
                 browser.close()
     finally:
         streaming.close()
-    assert seen["buffered"] < length / 2, seen  # (still streaming)
+    assert seen["first"] == 0 and seen["buffered"] < length / 2, seen  # (still streaming)
     assert float(seen["duration"]) == pytest.approx(length, abs=FRAME), seen
