@@ -334,11 +334,13 @@ def parse(path: str) -> tuple[str, str, str, str]:
 
 
 def path_of(link: str) -> str:
-    """A link's path (``/l/…``) from the link as a page has it (with the service's address, or without)."""
-    at = link.find(PREFIX)
-    if at < 0:
+    """A link's path (``/l/…``) from the link as a page has it (with the service's address, or without): its last
+    ``/l/`` but one segment, so a base holding ``/l/`` (a proxy's path) is no part of it."""
+    rest = link.split("#", 1)[0].split("?", 1)[0]
+    at = rest.rfind(PREFIX, 0, rest.rfind("/"))
+    if rest.find(PREFIX) < 0 or at < 0:
         raise LinkError("not a clip link: no /l/ in it")
-    return link[at:].split("?", 1)[0].split("#", 1)[0]
+    return rest[at:]
 
 
 def link_hash(path: str) -> str:

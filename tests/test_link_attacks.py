@@ -186,3 +186,11 @@ def test_sign_expires_out_of_its_range_is_named(seconds: str, said: str) -> None
     env = {"QUOTECLIP_SITE_KEYS": f"starzero:k1:{S1}"}
     code, out = sign_cli(env, SOURCE, "--start", "1", "--end", "3", "--site", "starzero", "--expires", seconds)
     assert code == 2 and said in out and "--expires" in out, out
+
+
+def test_a_links_path_is_found_whatever_its_base_holds() -> None:
+    """A service behind a proxy at ``https://proxy.example/l`` has links ``…/l/l/site/…``: ``quoteclip revoke`` and
+    ``DELETE /links/{hash}`` read the link's path from its end, not from the first ``/l/``."""
+    for base in ("https://proxy.example/l", "https://proxy.example/l/l/", "https://x.example/a/l/b", ""):
+        link = links.sign(quote(), "starzero", S1, base, key_id="k1")
+        assert links.path_of(link + "?utm=/l/x#/l/y") == links.path_of(link) == link[len(base.rstrip("/")) :], base
