@@ -194,3 +194,34 @@ def test_a_links_path_is_found_whatever_its_base_holds() -> None:
     for base in ("https://proxy.example/l", "https://proxy.example/l/l/", "https://x.example/a/l/b", ""):
         link = links.sign(quote(), "starzero", S1, base, key_id="k1")
         assert links.path_of(link + "?utm=/l/x#/l/y") == links.path_of(link) == link[len(base.rstrip("/")) :], base
+
+
+HOSTS = ["youtube.com", "www.youtube.com", "YouTube.COM", "youtube.com.", "m.youtube.com.", "evilyoutube.com",
+         "youtube.com.evil.example", "vimeo.com", "[::1]", "127.0.0.1", "youtube.com:8443", "user@youtube.com",
+         "youtube.com@vimeo.com", "xn--ytube-pta.com", "[bad"]  # fmt: skip
+
+
+def test_sign_check_and_the_service_decide_alike_on_every_spelling(env: dict[str, str], tmp_path: Path) -> None:
+    """Sources with hosts in every spelling a URL allows, schemes and lengths around the key's bound, each crossed
+    with the others: what ``quoteclip sign`` signs by default (``--check``: the key's scopes and the service's source
+    rules, set here) the service answers (a ``HEAD``: ``404``, not rendered yet), and what it refuses the service
+    refuses (``403``, ``422``)."""
+    import itertools
+
+    scoped = {"id": "scoped", "secrets": {"k1": S1}, "hosts": ["youtube.com"], "max_seconds": 2.5}
+    env.update(keys_file(tmp_path, json.dumps({"keys": [scoped]})))
+    env.update({"QUOTECLIP_SOURCE_HOSTS": "youtube.com,vimeo.com,127.0.0.1", "QUOTECLIP_SITE_KEYS": ""})
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    seen: dict[str, int] = {}
+    ways = [("https://", "3"), ("https://", "3.501"), ("HTTP://", "3.5"), ("ftp://", "3"), ("", "3")]
+    for host, (scheme, end) in itertools.product(HOSTS, ways):
+        source = f"{scheme}{host}/watch?v=x"
+        code, out = sign_cli(env, source, "--start", "1", "--end", end, "--site", "scoped")
+        assert code in (0, 2) and "internal error" not in out, out
+        unchecked = {"source": source, "start": 1, "end": end}
+        link = out if code == 0 else links.sign(unchecked, "scoped", S1, key_id="k1")
+        status = app.head(links.path_of(link)).status_code
+        assert (code == 0) is (status == 404), (source, end, out, status)
+        seen[f"{code}/{status}"] = seen.get(f"{code}/{status}", 0) + 1
+    print(f"sign --check and the service on {sum(seen.values())} links (exit/status: count): {seen}")
+    assert seen.get("0/404", 0) >= 5, seen
