@@ -24,6 +24,7 @@ from pydantic import (
 
 from . import assets
 from .errors import BadInput
+from .links import MAX_SECONDS
 from .platforms import PLATFORMS, PlatformName
 
 DEFAULT_MAX_SECONDS = 180.0
@@ -52,6 +53,8 @@ WORDS_PER_SECOND = 10  # timed words a clip may carry per second (speech runs at
 WORDS_SLACK = 20
 _HEX = r"^#[0-9A-Fa-f]{6}$"
 
+MAX_TIME = MAX_SECONDS  # the latest start or end any clip names (24 hours), as a signed link's bound
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -69,6 +72,8 @@ def parse_time(value: object, field: str = "time") -> float:
         raise ValueError(f"{field} must be a finite time, got {value!r}")
     if seconds < 0:
         raise ValueError(f"{field} must not be negative, got {value!r}")
+    if seconds > MAX_TIME:
+        raise ValueError(f"{field} is past 24 hours, the latest time a clip may name, got {str(value)[:40]!r}")
     return round(seconds, 3)
 
 

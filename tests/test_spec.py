@@ -42,6 +42,9 @@ def test_parse_time_forms(text: object, seconds: float) -> None:
         (True, "must be a time"),
         ([1], "must be seconds"),
         ("1e3", "must be seconds"),
+        ("99999999999:00:01.000", "past 24 hours"),  # (a transcript's cue time once gave a start of 3.6e14 s)
+        (86400.001, "past 24 hours"),
+        (1e300, "past 24 hours"),
     ],
 )
 def test_parse_time_refuses(text: object, message: str) -> None:
