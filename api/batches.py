@@ -22,7 +22,7 @@ from quoteclip import redis_keys
 from quoteclip.errors import BadInput
 from quoteclip.platforms import PLATFORMS, parse_platforms
 from quoteclip.spec import ClipSpec, build_spec, describe_validation_error, in_profiles, parse_profiles
-from quoteclip.transcript import MAX_TRANSCRIPT_BYTES, Word, _parts, align, parse_cues, parse_json, retime
+from quoteclip.transcript import MAX_TRANSCRIPT_BYTES, Word, find_quote, parse_cues, parse_json
 
 from .auth import sign_path
 from .clips import accepted, accepted_profiles, status_of
@@ -60,10 +60,6 @@ BATCH_TTL = 7 * 24 * 3600
 CHUNK = 1024 * 1024
 MAX_QUOTES_TEXT = 256 * 1024
 FINDING_SECONDS = 20.0  # finding a batch's quotes in its transcript: past this, the batch is refused
-# Finding one quote (quoteclip.transcript.align) compares a window of about its words with the quote at each place
-# its first or last three words occur: about 0.6 µs a unit of (60 + window × words) a place and offset. A quote
-# past this (about 10 s) is refused, not searched for.
-FINDING_WORK = 16_000_000
 MAX_BATCH_BODY = MAX_TRANSCRIPT_BYTES + 2 * MAX_QUOTES_TEXT  # a batch with its episode's transcript (keyed callers)
 BOX = "the quotes"  # what a refusal of the quotes' text names (as `quoteclip batch` names its file)
 DEFAULT_COLUMNS = ["start", "end", "caption"]
@@ -105,7 +101,6 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
     else:
         quotes = request.quotes
     spoken = transcript_words(request.transcript) if request.transcript is not None else None
-    heard = Counter(_parts([w.text for w in spoken], drop_fillers=True)[0]) if spoken is not None else Counter()
     good: list[tuple[int, list[ClipSpec]]] = []  # each good quote's clips
     rejected: list[dict[str, Any]] = []
     finding = time.monotonic() + FINDING_SECONDS
@@ -117,7 +112,7 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
                 "their start and end"
             )
         try:
-            fields = _quote(quote if spoken is None else _found(quote, spoken, heard))
+            fields = _quote(quote if spoken is None else _found(quote, spoken))
             specs = [
                 build_spec(
                     {**common, **over, "source": request.source, **fields},
@@ -264,24 +259,17 @@ def _within(words: int) -> None:
         )
 
 
-def _found(quote: object, spoken: list[Word], heard: Counter[str]) -> object:
+def _found(quote: object, spoken: list[Word]) -> object:
     """A quote found in the transcript by its caption, as ``--transcript`` finds one: its words' times, and its
-    start and end unless the quote gives them. ``heard``: how often each word of the transcript occurs."""
+    start and end unless the quote gives them. Finding one is bounded (``quoteclip.transcript.align``): a quote whose
+    words occur too often to be found in time is refused, asking for its start and end."""
     if not isinstance(quote, dict) or "_bad" in quote:
         return quote
     caption = str(quote.get("caption") or "")
     if not caption.strip():
         raise BadInput("caption: give the quote's text to find it in the transcript")
-    wanted = _parts(caption.split(), drop_fillers=False)[0]
-    n = len(wanted)
-    places = sum(heard[token] for token in set(wanted[: min(3, n)]) | set(wanted[-min(3, n) :]))
-    if places * min(3, n) * (60 + (n + max(2, n // 5)) * n) > FINDING_WORK:
-        raise BadInput(
-            f"quote: its first and last words occur {places} times in the transcript, too often to find a quote of "
-            f"{n} words in time; give its start and end"
-        )
-    found = align(caption, spoken)
-    words = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(caption, found.words)]
+    found, timed = find_quote(caption, spoken)
+    words = [{"text": w.text, "start": w.start, "end": w.end} for w in timed]
     return {"start": found.start, "end": found.end, **quote, "words": words}
 
 

@@ -13,6 +13,7 @@ import html
 import json
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
@@ -220,24 +221,61 @@ def _close(a: str, b: str) -> bool:
 def _fuzzy(window: list[str], wanted: list[str]) -> list[str]:
     """The window with each token replaced by a quote token it is close to, so near misses still match."""
     vocabulary = set(wanted)
-    return [t if t in vocabulary else next((q for q in wanted if _close(t, q)), t) for t in window]
+    unique = list(dict.fromkeys(wanted))  # the first close one wins: a repeated quote word changes nothing
+    chosen: dict[str, str] = {}
+    out = []
+    for t in window:
+        if t in vocabulary:
+            out.append(t)
+            continue
+        if t not in chosen:
+            chosen[t] = next((q for q in unique if _close(t, q)), t)
+        out.append(chosen[t])
+    return out
 
 
-def align(quote: str, words: list[Word], threshold: float = DEFAULT_THRESHOLD) -> Alignment:
-    """Find ``quote`` in ``words``: tolerant of case, punctuation and small transcription differences."""
-    wanted = _parts(quote.split(), drop_fillers=False)[0]
+# Finding a quote compares a window of about its words with it at each place its first or last three words occur.
+# A place whose window cannot beat the best match so far (too few of the quote's words in it) is skipped, and the
+# search stops at a perfect match; past MAX_COMPARISONS windows compared in full it stops and names the quote.
+MAX_COMPARISONS = 4000
+
+
+def align(
+    quote: str, words: list[Word], threshold: float = DEFAULT_THRESHOLD, max_comparisons: int = MAX_COMPARISONS
+) -> Alignment:
+    """Find ``quote`` in ``words``: tolerant of case, punctuation and small transcription differences.
+
+    Bounded: a place whose window holds too few of the quote's words to beat the best match found is not compared,
+    and a perfect match ends the search, so a quote of common words ("the the the …") in a long transcript takes a
+    fraction of a second; a quote needing over ``max_comparisons`` full comparisons is refused (BadInput), asking
+    for its start and end."""
+    wanted = quote_tokens(quote)
     if not wanted:
         raise BadInput("quote: the quote's text has no words to look for")
     tokens, owner = _parts([w.text for w in words], drop_fillers=True)  # each token points back at its word
+    near = _fuzzy(tokens, wanted)  # each token as the quote token it is close to (the same for every window)
     n = len(wanted)
+    want = Counter(wanted)
     anchors = set(wanted[: min(3, n)]) | set(wanted[-min(3, n) :])
+    width = n + max(2, n // 5)
     best = (0.0, 0, 0)
+    compared = 0
     for i, token in enumerate(tokens):
         if token not in anchors:
             continue
         for offset in range(min(3, n)):
             lo = max(0, i - offset if token == wanted[offset] else i)
-            window = _fuzzy(tokens[lo : lo + n + max(2, n // 5)], wanted)
+            window = near[lo : lo + width]
+            # at most the quote's words the window holds can match: the score is at most that over n
+            have = Counter(window)
+            if sum(min(c, have[t]) for t, c in want.items()) / n <= best[0]:
+                continue
+            compared += 1
+            if compared > max_comparisons:
+                raise BadInput(
+                    f"quote: its words occur too often in the transcript to find a quote of {n} words in time "
+                    f"({max_comparisons} places compared); give its start and end: {quote[:80]!r}"
+                )
             blocks = [b for b in SequenceMatcher(None, wanted, window, autojunk=False).get_matching_blocks() if b.size]
             if not blocks:
                 continue
@@ -247,6 +285,8 @@ def align(quote: str, words: list[Word], threshold: float = DEFAULT_THRESHOLD) -
             score = matched / max(n, span)  # words found, less words in between that the quote lacks
             if score > best[0]:
                 best = (score, lo + first.b, lo + last.b + last.size - 1)
+        if best[0] >= 1.0:
+            break  # nothing scores above a perfect match
     score, a, b = best
     score = min(1.0, round(score, 3))
     if tokens:
@@ -258,6 +298,21 @@ def align(quote: str, words: list[Word], threshold: float = DEFAULT_THRESHOLD) -
         )
     found = words[a : b + 1]
     return Alignment(found[0].start, found[-1].end, score, found)
+
+
+def find_quote(quote: str, words: list[Word]) -> tuple[Alignment, list[Word]]:
+    """``quote`` found in a transcript's ``words`` (``align``), and its own words with the times of those they match
+    (``retime``): a clip's start and end, and its word highlight. The one way a quote is found, by the command line's
+    ``--transcript``, a batch's transcript and a request's ``transcript: "source"``."""
+    if not quote.strip():
+        raise BadInput("quote: give the quote's text to find it in the transcript")
+    found = align(quote, words)
+    return found, retime(quote, found.words)
+
+
+def quote_tokens(quote: str) -> list[str]:
+    """The words ``align`` looks for in a quote: normalized (case, punctuation), contractions expanded."""
+    return _parts(quote.split(), drop_fillers=False)[0]
 
 
 def _parts(texts: list[str], drop_fillers: bool) -> tuple[list[str], list[int]]:
