@@ -74,6 +74,7 @@ function oneMember(value, field, names) {
 
 // The clip as a link carries it: short names, times in ms, text trimmed, empty and default values left out.
 export function canonical(clip) {
+  if (!isObject(clip)) throw new LinkError("clip must be an object of the fields a link carries");
   const unknown = Object.keys(clip).filter((name) => !FIELDS.has(name)).sort();
   if (unknown.length) throw new LinkError(`a link cannot carry ${unknown.join(", ")}`);
   const data = new Map(Object.entries(clip).filter(([, value]) => value !== null && value !== undefined));
@@ -157,6 +158,7 @@ export async function signLink(clip, { site, keyId, secret, base = "", variant =
   }
   if (!secret.isWellFormed()) throw new LinkError("secret: must be well-formed text (no lone surrogate)");
   if (!VARIANTS.has(variant)) throw new LinkError(`variant must be one of ${[...VARIANTS.keys()].join(", ")}`);
+  if (!isObject(clip)) throw new LinkError("clip must be an object of the fields a link carries");
   const payload = encode(canonical({ ...clip, variant, expires }));
   if (expires !== null && expires > Date.now() / 1000 + MAX_LIFETIME) {
     throw new LinkError(`expires must be at most ${MAX_LIFETIME} s (ten years) from now`);

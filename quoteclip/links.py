@@ -171,6 +171,8 @@ def canonical(clip: Mapping[str, Any]) -> dict[str, Any]:
     ``clip`` takes the long names above and nothing else (null is the same as absent); ``watermark`` may also be
     ``{"text": …}`` or ``{"logo": …}`` and ``style`` ``{"preset": …}``, as in a clip spec. The rules, for a signer
     in any language, are in docs/websites.md ("The canonical form")."""
+    if not isinstance(clip, Mapping):
+        raise LinkError(f"clip must be an object of the fields a link carries, got {_shown(clip)}")
     unknown = sorted(str(name) for name in clip if name not in FIELDS)
     if unknown:
         raise LinkError(f"a link cannot carry {', '.join(n[:64] for n in unknown)} (it carries {', '.join(FIELDS)})")
@@ -309,6 +311,8 @@ def sign(
             raise LinkError("secret: must be well-formed text (no lone surrogate)") from None
     if variant not in VARIANTS:
         raise LinkError(f"variant must be one of {', '.join(VARIANTS)}, got {_shown(variant)}")
+    if not isinstance(clip, Mapping):
+        raise LinkError(f"clip must be an object of the fields a link carries, got {_shown(clip)}")
     payload = encode(canonical({**clip, "variant": variant, "expires": expires}))
     if expires is not None:
         check_expiry(int(expires))

@@ -371,3 +371,13 @@ def test_a_missing_or_broken_secret_is_refused_by_both(js: JsSigner, secret: obj
     assert "secret" in theirs.get("error", ""), theirs
     with pytest.raises(links.LinkError, match="secret"):
         links.sign(SEED, "starzero", secret)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("clip", [None, [], ["source"], "source", 5, True])
+def test_a_clip_that_is_not_an_object_is_refused_by_both(js: JsSigner, clip: object) -> None:
+    """``null`` was a TypeError in both, a list a TypeError in Python and ``a link cannot carry 0`` in JavaScript,
+    text its characters' indices or its characters: both now say the clip must be an object."""
+    theirs = js.sign({"clip": clip, "variant": "clip", "expires": None, "keyId": None})
+    assert "clip must be an object" in theirs.get("error", ""), theirs
+    with pytest.raises(links.LinkError, match="clip must be an object"):
+        links.sign(clip, "starzero", SECRET)  # type: ignore[arg-type]
