@@ -15,11 +15,12 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from quoteclip.errors import BadInput, SourceUnavailable
 from quoteclip.settings import Settings
 from quoteclip.spec import Word
-from quoteclip.transcript import load_transcript, read_transcript
+from quoteclip.transcript import find_quote, load_transcript, read_transcript
 
 from . import allowed_hosts, is_direct_media, resolve_source
 
@@ -32,6 +33,16 @@ def transcript_words(transcript: str, source: str, settings: Settings) -> list[W
     if transcript == SOURCE:
         return source_words(source, settings)
     return load_transcript(transcript)
+
+
+def quote_found(quote: str, transcript: str, source: str, settings: Settings) -> tuple[dict[str, Any], float]:
+    """``quote`` found by its words in ``transcript`` (a file, or ``source``: the page's own captions): a clip's
+    ``start`` (its first word's start), ``end`` (its last word's end) and ``words`` (the quote's words with the
+    times of those they match, for the word highlight), and the match's score. How ``--transcript`` with ``--quote``
+    and a request's ``transcript: "source"`` with ``quote`` both find a quote."""
+    found, timed = find_quote(quote, transcript_words(transcript, source, settings))
+    words = [{"text": w.text, "start": w.start, "end": w.end} for w in timed]
+    return {"start": found.start, "end": found.end, "words": words}, found.score
 
 
 def captions_key(identity: str, langs: tuple[str, ...]) -> str:
