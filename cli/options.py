@@ -201,16 +201,15 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
             "(give --watermark, or a style file with one)\n"
         )
     if opts.transcript:
-        from quoteclip.transcript import align, retime
-        from sources.captions import transcript_words
+        from sources.captions import quote_found
 
         if not opts.caption:
             raise BadInput("caption: give the quote's text with --caption to find it in the transcript")
-        found = align(opts.caption, transcript_words(opts.transcript, opts.source, settings))
-        data["start"] = opts.start if opts.start is not None else found.start
-        data["end"] = opts.end if opts.end is not None else found.end
-        data["words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in retime(opts.caption, found.words)]
-        logging.getLogger("quoteclip").info("quote found in the transcript, score %.2f", found.score)
+        found, score = quote_found(opts.caption, opts.transcript, opts.source, settings)
+        data["start"] = opts.start if opts.start is not None else found["start"]
+        data["end"] = opts.end if opts.end is not None else found["end"]
+        data["words"] = found["words"]
+        logging.getLogger("quoteclip").info("quote found in the transcript, score %.2f", score)
     else:
         for name, value in (("start", opts.start), ("end", opts.end)):
             if value is None:
