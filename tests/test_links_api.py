@@ -424,6 +424,7 @@ def test_api_keys_guard_the_rest_and_links_and_the_embed_need_none(link_env, sou
     embed = app.get("/embed.js")
     assert embed.status_code == 200 and embed.headers["content-type"].startswith("text/javascript")
     assert 'customElements.define("quote-clip"' in embed.text and "public, max-age=" in embed.headers["cache-control"]
+    assert embed.headers["x-content-type-options"] == "nosniff"  # a script only as the script it is
     assert app.get("/embed.js", headers={"If-None-Match": embed.headers["etag"]}).status_code == 304
     assert app.post("/clips", json=quote(source_url)).status_code == 401
     assert app.get("/metrics").status_code == 401

@@ -103,7 +103,8 @@ def made_response(request: Request, linked: Linked, made: tuple[bytes, str]) -> 
 def embed_response(request: Request) -> Response:
     """The ``<quote-clip>`` web component (api/embed.js)."""
     body, etag = _embed()
-    headers = {"ETag": etag, "Cache-Control": f"public, max-age={EMBED_MAX_AGE}", **CORS}
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={EMBED_MAX_AGE}", "X-Content-Type-Options": "nosniff"}
+    headers |= CORS
     if matches(request, etag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="text/javascript; charset=utf-8", headers=headers)
