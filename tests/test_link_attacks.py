@@ -143,22 +143,40 @@ def test_an_expired_link_still_revokes_its_clip(env: dict[str, str]) -> None:
 
 
 def test_link_requests_ask_for_revocations_through_the_apis_one_pool(env: dict[str, str]) -> None:
-    """200 link requests (verified, revocation looked up: a ``HEAD`` of a clip not stored, a revoked link's
-    ``GET``, a stream part) open no Redis connection of their own: the server counts none received."""
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
-    link, revoked = (links.sign(quote(caption=c), "starzero", S1, key_id="k1") for c in ("kept", "revoked"))
+    """200 link requests (verified, revocation looked up: a ``HEAD`` of a clip not stored, a stored clip's ``GET``,
+    a revoked link's ``GET``, a stream part) open no Redis connection of their own: the server counts none
+    received."""
+    from api.clips import clip_spec
+    from api.links.verify import link_fields
+    from jobs.pipeline.lookup import lookup
+    from storage import open_storage
+
+    settings = Settings.from_env(env)
+    app = TestClient(create_app(settings), follow_redirects=False)
+    link, stored, revoked = (links.sign(quote(caption=c), "starzero", S1, key_id="k1") for c in ("a", "b", "c"))
+    site = settings.sites()["starzero"]
+    clip = links.verify(links.path_of(stored), site.signers())
+    key, _ = lookup(clip_spec(link_fields(clip, site), settings), settings, open_storage(settings))
+    Path(env["QUOTECLIP_STORAGE_DIR"]).mkdir(parents=True, exist_ok=True)
+    (Path(env["QUOTECLIP_STORAGE_DIR"]) / f"{key}.mp4").write_bytes(b"\0" * 1000)  # answered as it is
     server = redis.Redis.from_url(env["QUOTECLIP_REDIS_URL"])
     server.set("quoteclip:links:revoked:" + links.link_hash(links.path_of(revoked)), "1")
-    answers = {app.head(link).status_code, app.get(revoked).status_code}  # the pool's first connections
+    asks = (
+        lambda: app.head(link),
+        lambda: app.get(stored),
+        lambda: app.get(revoked),
+        lambda: app.get(links.path_of(revoked) + "/index.m3u8"),
+    )
+    answers = {ask().status_code for ask in asks}  # the pool's first connections
     received = int(server.info("stats")["total_connections_received"])
-    asks = (lambda: app.head(link), lambda: app.get(revoked), lambda: app.get(links.path_of(revoked) + "/index.m3u8"))
     for n in range(200):
-        answers.add(asks[n % 3]().status_code)
+        answers.add(asks[n % 4]().status_code)
     opened = int(server.info("stats")["total_connections_received"]) - received
     clients = len(server.client_list())
     server.close()
-    print(f"200 link requests (HEAD 404, GET 410, part 410): {opened} Redis connections opened, {clients} clients")
-    assert answers == {404, 410} and opened == 0, (answers, opened)
+    said = f"{opened} Redis connections opened, {clients} clients"
+    print(f"200 link requests (HEAD 404, stored 200, GET 410, part 410): {said}")
+    assert answers == {200, 404, 410} and opened == 0, (answers, opened)
 
 
 def test_a_hash_in_capitals_revokes_the_same_link(env: dict[str, str]) -> None:
