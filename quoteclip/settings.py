@@ -196,6 +196,8 @@ def _site_key(entry: object, where: str) -> SiteKey:
         named_as = "secret" if kid is None else f"the secret of key {kid}"
         if not isinstance(text, str) or len(text) < 16:
             raise BadInput(f"{where} ({key_id}): {named_as} must be text of at least 16 characters")
+        if text != text.strip():  # a signer given the secret without it would make links answered 403
+            raise BadInput(f"{where} ({key_id}): {named_as} must not begin or end with whitespace")
         if not text.isascii():
             try:
                 text.encode("utf-8")  # bytes of the environment that are not UTF-8 arrive as lone surrogates
