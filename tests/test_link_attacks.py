@@ -55,6 +55,7 @@ BAD_FILES = [  # a keys file entry, and what the message must say
     ({"secrets": {"k1": "secret-\ud800-0123456789"}}, "the secret of key k1 must be UTF-8 text"),
     ({**GOOD, "extra": 1, "hosts": ["youtube.com"]}, "not extra"),  # the unknown field named
     ({**GOOD, "brand": 5}, "brand is not a watermark (Input should be a valid dictionary"),
+    ({"secrets": {"k1": S1 + "\n"}}, "the secret of key k1 must not begin or end with whitespace"),
 ]
 
 
@@ -77,6 +78,18 @@ def test_a_secret_that_is_not_utf8_is_named_at_sign_and_at_serve_start() -> None
     bad = os.fsdecode(b"starzero:k1:secret-\xff-0123456789")
     with pytest.raises(BadInput, match=r"QUOTECLIP_SITE_KEYS entry 'starzero' \(starzero\): the secret of key k1 must"):
         Settings.from_env({"QUOTECLIP_SITE_KEYS": bad}).sites()
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [f"starzero:k1: {S1}", f"starzero: {S1},other:{S1}", f"starzero:k2:{S1},starzero:k1:\u00a0{S1}"],
+)
+def test_a_secret_with_whitespace_at_an_end_is_named(keys: str) -> None:
+    """``site:k1: SECRET`` kept the space in the secret: every link a signer given the secret makes was a 403 nobody
+    could explain. A secret beginning or ending with whitespace is refused by name (the whitespace around a whole
+    item is not part of it: it is dropped)."""
+    with pytest.raises(BadInput, match=r"QUOTECLIP_SITE_KEYS entry 'starzero' \(starzero\): .*must not begin or end"):
+        Settings.from_env({"QUOTECLIP_SITE_KEYS": keys}).sites()
 
 
 def sign_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
