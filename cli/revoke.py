@@ -34,6 +34,7 @@ def revoke(
         from api.links.revoke import revoke_link
         from jobs.connection import connect
         from quoteclip.errors import StorageFailed
+        from quoteclip.redis_url import _shown as shown_url
         from storage import open_storage
 
         settings = Settings.from_env()
@@ -50,6 +51,8 @@ def revoke(
             lines.append(f"revoked every link of the site {done.site} to clip {done.clip}")
         if delete_clip:
             lines.append(f"deleted {len(done.deleted)} stored file(s): {', '.join(done.deleted) or 'none stored'}")
-        emit({"status": "revoked", **vars(done)}, as_json, "\n".join(lines))
+        # which Redis holds the entry: a revocation written to another Redis than the service's is seen at once
+        lines.append(f"in Redis {shown_url(settings.redis_url)} (the service must read the same)")
+        emit({"status": "revoked", **vars(done), "redis": shown_url(settings.redis_url)}, as_json, "\n".join(lines))
 
     run_guarded(go, as_json)

@@ -152,6 +152,8 @@ def test_an_expired_link_still_revokes_its_clip(env: dict[str, str]) -> None:
     whole = run_cli("revoke", old, "--clip", env=env)
     assert whole.returncode == 0 and "revoked every link of the site starzero" in whole.stdout, whole.stderr
     assert "has expired already: it needs no entry" in whole.stdout
+    # which Redis was written, so a revocation sent to another Redis than the service's is seen at once
+    assert f"in Redis {env['QUOTECLIP_REDIS_URL']}" in whole.stdout, whole.stdout
     assert app.get(current).status_code == 410
 
 
