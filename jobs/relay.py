@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
 import secrets
 import threading
 import time
@@ -78,9 +77,9 @@ class Relay:
     On demand (a job's render: ``relaying``), nothing is written to Redis until a viewer waits for the stream
     (``redis_keys.stream_wanted``, set by ``want``), so a render nobody watches costs what one with streaming off
     costs but for the fragmented copy it keeps: until then the pieces are kept in memory (at most ``max_bytes``),
-    and a viewer who comes mid-render has them all relayed at once, from the init segment. The pieces are then
-    written by a thread of their own, so ffmpeg, writing the fragmented copy into a pipe the reader drains, never
-    waits on Redis."""
+    and a viewer who comes mid-render has them all relayed at once, from the init segment. (The pieces are written
+    from the render's fragment reader, as they come: its FIFO holds several fragments, so ffmpeg does not wait on
+    a write; a thread of their own, tried, added its wake-up to the first frame's wait on a loaded machine.)"""
 
     def __init__(
         self, connection: Redis, job_id: str, duration: float, max_bytes: int, on_demand: bool = False
@@ -97,38 +96,15 @@ class Relay:
         self.held = 0
         self.relayed = 0  # bytes relayed in all (the trimmed ones too)
         self.wanted_key = redis_keys.stream_wanted(job_id)
-        self.on_demand = on_demand  # (off: every piece relayed as it comes, from the caller's thread)
         self.watched = not on_demand  # a viewer has asked for the stream: its pieces are relayed
         self.waiting: list[Piece] = []  # the pieces kept until then
         self.waiting_bytes = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
-        self._queue: queue.SimpleQueue[Piece | None] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
 
     def piece(self, piece: Piece) -> None:
-        """Take the next piece (from the render's fragment reader: on demand, it returns at once)."""
-        if not self.on_demand:
-            self._take(piece)
-            return
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._writing, name="relay-writer", daemon=True)
-            self._writer.start()
-        self._queue.put(piece)
-
-    def _writing(self) -> None:
-        while (piece := self._queue.get()) is not None:
-            self._take(piece)
-
-    def drain(self) -> None:
-        """Wait until every piece taken is written (or kept)."""
-        if self._writer is not None and self._writer is not threading.current_thread():
-            self._queue.put(None)
-            self._writer.join(timeout=30)
-            self._writer = None
-
-    def _take(self, piece: Piece) -> None:
+        """Take the next piece: relay it, or (on demand, no viewer yet) keep it."""
         if not self.watched:
             self._keep(piece)
             if not self.waiting or not self._asked():  # (nothing kept: none of it could be joined)
@@ -246,7 +222,6 @@ class Relay:
         self._end("abort", reason[:200], ABORTED_MS)
 
     def _end(self, kind: str, reason: str, keep_ms: int) -> None:
-        self.drain()
         if kind == "end" and not self.watched and self.waiting and self._asked():  # a viewer came at the very end
             self.watched = True
             kept, self.waiting = self.waiting, []
@@ -290,7 +265,6 @@ class Relay:
 
     def close(self) -> None:
         """A stream left without its end (the job stopped some other way) is cut for its viewers."""
-        self.drain()
         if self.state == "streaming":
             self.failed("the render stopped")
         self._stop_beat()

@@ -62,7 +62,6 @@ def test_a_viewer_who_comes_mid_render_is_relayed_the_whole_stream(redis_url, co
     relayed = writer(redis_url, job_id)
     for piece in made[: comes_after + 1]:
         relayed.piece(piece)
-    relayed.drain()
     assert connection.exists(redis_keys.stream(job_id)) == 0  # (nobody asked yet)
 
     async def viewer() -> list[bytes]:
@@ -114,7 +113,6 @@ def test_a_render_kept_past_the_relays_cap_is_not_relayed_from_a_later_ask(redis
     relayed = writer(redis_url, job_id, max_bytes=3000)
     for piece in pieces(5):
         relayed.piece(piece)
-    relayed.drain()
     connection.set(redis_keys.stream_wanted(job_id), 1, px=5000)
     relayed.finished()
     relayed.close()
