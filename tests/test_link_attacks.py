@@ -258,3 +258,24 @@ def test_sign_check_and_the_service_decide_alike_on_every_spelling(env: dict[str
         seen[f"{code}/{status}"] = seen.get(f"{code}/{status}", 0) + 1
     print(f"sign --check and the service on {sum(seen.values())} links (exit/status: count): {seen}")
     assert seen.get("0/404", 0) >= 5, seen
+
+
+def test_a_clip_revoked_under_a_branded_key_takes_its_links_whatever_mark_they_name(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A key with a brand draws it whatever a link names, so links naming another watermark or logo are the same
+    clip: revoking the clip takes them all (the clip's hash leaves out what the brand replaces). Another clip of the
+    key stays answered."""
+    branded = {"id": "branded", "secrets": {"k1": S1}, "brand": "StarZero"}
+    env.update(keys_file(tmp_path, json.dumps({"keys": [branded]})))
+    env.update({"QUOTECLIP_SITE_KEYS": "", "QUOTECLIP_API_KEYS": "api-key-0123456789"})
+    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    named = links.sign(quote(watermark="Other"), "branded", S1, key_id="k1")
+    same = [links.sign(quote(**mark), "branded", S1, key_id="k1") for mark in ({}, {"logo": "brand:x.png"})]
+    other = links.sign(quote(caption="another clip"), "branded", S1, key_id="k1")
+    digest = links.link_hash(links.path_of(named))
+    answer = app.request(
+        "DELETE", f"/links/{digest}", json={"link": named, "clip": True}, headers={"X-API-Key": "api-key-0123456789"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert [app.head(link).status_code for link in (named, *same, other)] == [410, 410, 410, 404]

@@ -8,7 +8,8 @@ revoke LINK`` (cli/revoke.py) and ``DELETE /links/{hash}`` (with an API key).
   longest any expiring link may live (``links.MAX_LIFETIME``). A link without expiry is refused again after
   that: retire its key before then if it must stay refused.
 - A clip (``--clip``, ``"clip": true``) is named by its site and its fields apart from variant and expiry
-  (``links.clip_hash``): every variant, every expiry, every key of the site; its entry lives ``DEFAULT_SECONDS``.
+  (``links.clip_hash``), and apart from the watermark and logo for a key with a brand (``clip_of``): every
+  variant, every expiry, every key of the site; its entry lives ``DEFAULT_SECONDS``.
   A link past its expiry still names its clip (its signature holds): it revokes the clip's links that live on.
 - ``--delete-clip`` (``"delete_clip": true``) also removes the clip from the store, with its poster, captions and
   metadata, so a new render is needed for any other link to it.
@@ -29,7 +30,7 @@ from redis.exceptions import RedisError
 
 from quoteclip import links
 from quoteclip.errors import BadInput, QuoteclipError, StorageFailed
-from quoteclip.settings import Settings
+from quoteclip.settings import Settings, SiteKey
 from storage import LocalStorage, Storage
 
 from ..deps import ServicesDep
@@ -61,12 +62,22 @@ def clip_entry(site: str, clip_hash: str) -> str:
     return f"{CLIP_KEY}{site}:{clip_hash}"
 
 
-def is_revoked(connection: Redis, path: str) -> bool:
-    """Whether a verified link's path (``/l/…``) is on the deny list, as itself or as its clip (one round trip;
-    RedisError when Redis cannot be asked: a revocation holds, so the caller answers 503, not the clip)."""
+def clip_of(data: dict[str, Any], site: SiteKey | None) -> str:
+    """The hash a clip is revoked under (short names, as ``links.decode`` answers): ``links.clip_hash``, without
+    the watermark and logo a key's brand replaces (links naming another mark render the same clip)."""
+    if site is not None and site.brand is not None:
+        data = {short: value for short, value in data.items() if short not in ("w", "l")}
+    return links.clip_hash(data)
+
+
+def is_revoked(connection: Redis, path: str, site: SiteKey | None = None) -> bool:
+    """Whether a verified link's path (``/l/…``) of ``site``'s is on the deny list, as itself or as its clip (one
+    round trip; RedisError when Redis cannot be asked: a revocation holds, so the caller answers 503, not the
+    clip)."""
     signer, payload, _, _ = links.parse(path)
-    clip = links.clip_hash(links.decode(payload))
-    return bool(connection.exists(link_entry(links.link_hash(path)), clip_entry(links.site_of(signer), clip)))
+    data, site_id = links.decode(payload), links.site_of(signer)
+    clips = {clip_entry(site_id, links.clip_hash(data)), clip_entry(site_id, clip_of(data, site))}
+    return bool(connection.exists(link_entry(links.link_hash(path)), *sorted(clips)))
 
 
 def entry_seconds(expires: int | None, now: float) -> int:
@@ -118,7 +129,7 @@ def revoke_link(
         done = revoke_hash(connection, links.link_hash(path), entry_seconds(clip.get("expires"), now))
     done.site = site.id
     if whole_clip:
-        done.clip = links.clip_hash(links.decode(links.parse(path)[1]))
+        done.clip = clip_of(links.decode(links.parse(path)[1]), site)
         connection.set(clip_entry(site.id, done.clip), "1", ex=DEFAULT_SECONDS)
     if delete_clip:
         if storage is None:

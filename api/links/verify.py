@@ -98,7 +98,7 @@ def verify(path: str, request: Request, settings: Settings, connection: Redis | 
     variant = str(clip["variant"])
     if connection is not None:
         try:
-            revoked = is_revoked(connection, path)
+            revoked = is_revoked(connection, path, site)
         except RedisError:  # a revocation holds: not answered until it can be read
             raise Refused(
                 503, "the revoked links cannot be read", Outcome.UNAVAILABLE, RETRY, site.id, variant
