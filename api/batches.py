@@ -29,6 +29,7 @@ from .clips import accepted, accepted_profiles, status_of
 from .deps import AllowanceDep, ServicesDep
 from .errors import APIError
 from .models import MAX_BATCH, BatchRequest, Quote
+from .quotes import page_words
 
 MAX_TRANSCRIPT_WORDS = 60_000  # about seven hours of speech at 150 words a minute
 MAX_BODY_VALUES = 6 * MAX_TRANSCRIPT_WORDS + 50_000  # a full transcript and a hundred quotes, with room
@@ -69,8 +70,8 @@ class BatchBody(BatchRequest):
     """One source, many quotes; every other field applies to each clip. ``quotes``: a list of quotes (objects with
     start, end and caption), or the text of a quotes file as the batch page sends it (CSV, one quote a line, read
     as ``quoteclip batch`` reads a CSV file; its header is optional). ``transcript``: the episode's transcript
-    (WebVTT, SRT or a JSON word list, as text) to find each quote in by its caption, for its words' times, and its
-    start and end where the quote gives none."""
+    (WebVTT, SRT or a JSON word list, as text), or ``"source"`` (the page's own captions), to find each quote in
+    by its caption, for its words' times, and its start and end where the quote gives none."""
 
     quotes: (  # type: ignore[assignment]
         Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH)]
@@ -100,7 +101,10 @@ def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) 
         quotes: list[Any] = [fields for _, fields in listed]
     else:
         quotes = request.quotes
-    spoken = transcript_words(request.transcript) if request.transcript is not None else None
+    if request.transcript == "source":  # the page's own captions (api/quotes.py), read in this request's thread
+        spoken: list[Word] | None = page_words(request.source, svc.settings, svc.connection)
+    else:
+        spoken = transcript_words(request.transcript) if request.transcript is not None else None
     good: list[tuple[int, list[ClipSpec]]] = []  # each good quote's clips
     rejected: list[dict[str, Any]] = []
     finding = time.monotonic() + FINDING_SECONDS

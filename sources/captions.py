@@ -15,7 +15,7 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quoteclip.errors import BadInput, SourceUnavailable
 from quoteclip.settings import Settings
@@ -24,23 +24,32 @@ from quoteclip.transcript import find_quote, load_transcript, read_transcript
 
 from . import allowed_hosts, is_direct_media, resolve_source
 
+if TYPE_CHECKING:
+    from .extraction import EntryStore
+
 SOURCE = "source"  # the transcript named so is the source's own captions
 
 
-def transcript_words(transcript: str, source: str, settings: Settings) -> list[Word]:
+class NoCaptions(SourceUnavailable):
+    """The page carries no captions in the languages asked for."""
+
+
+def transcript_words(transcript: str, source: str, settings: Settings, entries: EntryStore | None = None) -> list[Word]:
     """The words of ``transcript``: a file's (WebVTT, SRT, a JSON word list, json3), or with ``source`` the
     source's own captions."""
     if transcript == SOURCE:
-        return source_words(source, settings)
+        return source_words(source, settings, entries=entries)
     return load_transcript(transcript)
 
 
-def quote_found(quote: str, transcript: str, source: str, settings: Settings) -> tuple[dict[str, Any], float]:
+def quote_found(
+    quote: str, transcript: str, source: str, settings: Settings, entries: EntryStore | None = None
+) -> tuple[dict[str, Any], float]:
     """``quote`` found by its words in ``transcript`` (a file, or ``source``: the page's own captions): a clip's
     ``start`` (its first word's start), ``end`` (its last word's end) and ``words`` (the quote's words with the
     times of those they match, for the word highlight), and the match's score. How ``--transcript`` with ``--quote``
     and a request's ``transcript: "source"`` with ``quote`` both find a quote."""
-    found, timed = find_quote(quote, transcript_words(transcript, source, settings))
+    found, timed = find_quote(quote, transcript_words(transcript, source, settings, entries))
     words = [{"text": w.text, "start": w.start, "end": w.end} for w in timed]
     return {"start": found.start, "end": found.end, "words": words}, found.score
 
@@ -49,8 +58,12 @@ def captions_key(identity: str, langs: tuple[str, ...]) -> str:
     return "captions-" + hashlib.sha256(f"{identity}|{','.join(langs)}".encode()).hexdigest()[:32]
 
 
-def source_words(source: str, settings: Settings, ffmpeg_bin: str = "ffmpeg") -> list[Word]:
-    """The source page's own captions as words, from the extraction store when another job read them lately."""
+def source_words(
+    source: str, settings: Settings, ffmpeg_bin: str = "ffmpeg", entries: EntryStore | None = None
+) -> list[Word]:
+    """The source page's own captions as words, from the extraction store when another job read them lately.
+    ``entries``: the store to keep them (and the page's extraction) in; the job's (Redis in a worker, files for the
+    command line) when not given. The API gives Redis, where the workers that render the clip look."""
     from .extraction import Extractions, entry_store
     from .safety import check_url
     from .ytdlp import extract_with_captions
@@ -63,7 +76,8 @@ def source_words(source: str, settings: Settings, ffmpeg_bin: str = "ffmpeg") ->
             "give a transcript file instead"
         )
     langs = settings.source_caption_langs
-    entries = entry_store(settings.cache_dir / "extractions")
+    if entries is None:
+        entries = entry_store(settings.cache_dir / "extractions")
     key = captions_key(ref.identity, langs)
     cached = entries.get(key)
     if cached is not None:
@@ -86,7 +100,7 @@ def source_words(source: str, settings: Settings, ffmpeg_bin: str = "ffmpeg") ->
     # the extraction made here is the render's too (the same formats): kept as the render will look for it
     Extractions(entries, ref.identity, "final", lambda: found, cap=settings.extraction_ttl).get()
     if track is None:
-        raise SourceUnavailable(
+        raise NoCaptions(
             f"transcript: source: the page has no captions in {', '.join(langs)} (QUOTECLIP_SOURCE_CAPTION_LANGS); "
             "give a transcript file instead"
         )

@@ -1,0 +1,97 @@
+"""A request's quote found by its words in the page's own captions (``transcript: "source"`` with ``quote``).
+
+The request names no start or end: the service reads the page's captions (``sources.captions.source_words``, through
+the same egress proxy, address rules and response cap as a render's extraction) and finds the quote in them as
+``quoteclip render --transcript source --quote`` does (``sources.captions.quote_found``): the clip runs from its
+first word's start to its last word's end, its words timed for the word highlight.
+
+Where it runs: in the request's own thread. ``POST /clips``, ``/previews`` and ``/batches`` are plain ``def``
+endpoints, which FastAPI runs in its thread pool, never on the event loop. It cannot wait for a worker: a clip's
+identity (its cache key, its link, whether it is stored already) is made of its start and end, needed before it is
+queued, and a quote not found is the caller's 422 now rather than a failed job later. The page's extraction and
+its captions are kept in the shared extraction store (Redis), so the worker rendering the clip reads neither again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings
+from quoteclip.spec import MAX_CAPTION_CHARS, MAX_SOURCE_CHARS, Word
+from sources.captions import SOURCE, NoCaptions, quote_found, source_words
+from sources.extraction import RedisEntries
+
+from .deps import RateLimited, ServicesDep
+
+
+def quote_fields(fields: dict[str, Any], settings: Settings, connection: Any) -> dict[str, Any]:
+    """A request's fields with its ``transcript`` and ``quote`` resolved: with ``transcript: "source"``, the quote
+    found in the page's captions gives ``start`` and ``end`` (unless the request gives them), ``words`` and the
+    ``caption`` (unless given). Without them, the fields as they are (less the two, when empty)."""
+    fields = dict(fields)
+    transcript, quote = fields.pop("transcript", None), fields.pop("quote", None)
+    if transcript is None:
+        if quote is not None:
+            raise BadInput('quote: a quote is found by its words with transcript: "source" (the page\'s captions)')
+        return fields
+    if transcript != SOURCE:
+        raise BadInput(
+            f'transcript: "source" (the page\'s own captions) is the one a request may name, got {transcript!r}'
+        )
+    text = str(quote or "").strip()
+    if not text:
+        raise BadInput("quote: give the quote's words to find it in the page's captions (transcript: \"source\")")
+    if len(text) > MAX_CAPTION_CHARS:
+        raise BadInput(f"quote: at most {MAX_CAPTION_CHARS} characters, got {len(text)}")
+    try:
+        found, _score = quote_found(text, SOURCE, str(fields.get("source") or ""), settings, RedisEntries(connection))
+    except NoCaptions as exc:
+        raise BadInput(str(exc)) from None
+    for name in ("start", "end"):
+        if fields.get(name) is None:
+            fields[name] = found[name]
+    fields["words"] = found["words"]
+    if not fields.get("caption"):
+        fields["caption"] = text
+    return fields
+
+
+def page_words(source: str, settings: Settings, connection: Any) -> list[Word]:
+    """The page's own captions as words (a batch's ``transcript: "source"``), a page without them a BadInput."""
+    try:
+        return source_words(source, settings, entries=RedisEntries(connection))
+    except NoCaptions as exc:
+        raise BadInput(str(exc)) from None
+
+
+router = APIRouter()
+AROUND = 30.0  # seconds of words before a cut's start and after its end that the edit page lists
+
+
+class SourceWordsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
+    start: float | None = Field(default=None, ge=0)
+    end: float | None = Field(default=None, ge=0)
+
+
+class SourceWords(BaseModel):
+    words: list[dict[str, Any]]  # {text, start, end}, source seconds
+
+
+@router.post("/previews/words", response_model=SourceWords, responses={422: {}, 429: {}})
+def words_of_source(request: SourceWordsRequest, _: RateLimited, svc: ServicesDep) -> SourceWords:
+    """The page's own captions as timed words, for the edit page's word list and word nudges: with ``start`` and
+    ``end``, the words from 30 s before the start to 30 s after the end. Read through the extraction
+    store (one extraction for the page, its captions and the clip's render); a page without captions, or a media
+    file, is a 422 naming why."""
+    words = page_words(request.source, svc.settings, svc.connection)
+    low = (request.start if request.start is not None else 0.0) - AROUND
+    high = request.end + AROUND if request.end is not None else float("inf")
+    return SourceWords(
+        words=[{"text": w.text, "start": w.start, "end": w.end} for w in words if w.end >= low and w.start <= high]
+    )
