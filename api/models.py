@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
-from quoteclip.spec import PROFILES, ClipSpec, ProfileName
+from quoteclip.spec import MAX_CAPTION_CHARS, PROFILES, ClipSpec, ProfileName, Time
 
 MAX_BATCH = 100
 
@@ -18,6 +18,32 @@ class ClipRequest(ClipSpec):
     callback_url: str | None = Field(default=None, max_length=2048)
     # several shapes of the quote from one decode, each its own clip (answered as {"clips": [...]})
     profiles: list[ProfileName] | None = Field(default=None, min_length=1, max_length=len(PROFILES))
+    # transcript: "source" with quote: the quote found by its words in the page's own captions (api/quotes.py),
+    # which give start and end (so they may be left out), its words' times and its caption.
+    transcript: Literal["source"] | None = None
+    quote: str | None = Field(default=None, max_length=MAX_CAPTION_CHARS)
+    start: Time | None = None  # type: ignore[assignment]
+    end: Time | None = None  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _span(self, info: ValidationInfo) -> ClipRequest:
+        """Start and end are needed unless the quote is found in the page's captions (api/quotes.py); given, they
+        are checked as a spec's are (the clip's checks run again when its spec is built from the request)."""
+        if self.start is None or self.end is None:
+            if self.transcript is None:
+                name = "start" if self.start is None else "end"
+                raise ValueError(f'{name}: required (or give transcript: "source" and quote to find the quote)')
+            return self
+        return _spec_check("_span")(self, info)
+
+    @model_validator(mode="after")
+    def _word_rate(self) -> ClipRequest:
+        return self if self.start is None or self.end is None else _spec_check("_word_rate")(self)
+
+
+def _spec_check(name: str) -> Any:
+    """One of ClipSpec's own checks across fields, which ClipRequest runs once its start and end are known."""
+    return ClipSpec.__pydantic_decorators__.model_validators[name].func
 
 
 class Quote(BaseModel):
