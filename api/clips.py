@@ -23,6 +23,7 @@ from .auth import sign_path
 from .deps import AllowanceDep, Services, ServicesDep
 from .errors import APIError
 from .models import ClipAccepted, ClipRequest, ClipsAccepted, ClipStatus, ProfileAccepted
+from .quotes import quote_fields
 
 router = APIRouter()
 RETRY_AFTER = "2"
@@ -93,7 +94,8 @@ def create_clip(request: ClipRequest, allowance: AllowanceDep, svc: ServicesDep)
     """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise. With
     ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored. Counts one
     clip a profile against the caller's rate limit (a stored one too)."""
-    spec = clip_spec(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings)
+    fields = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, svc.connection)
+    spec = clip_spec(fields, svc.settings)
     if request.profiles is not None:
         specs = in_profiles(spec, parse_profiles(request.profiles))
         allowance.take(len(specs))
