@@ -16,6 +16,7 @@ from .clips import status_of
 from .deps import RateLimited, ServicesDep
 from .errors import APIError
 from .models import ClipRequest, Frame, PreviewAnswer
+from .quotes import quote_fields
 
 router = APIRouter()
 # Previews are made in the API process (a stream copy costs little CPU; a queue would add its pickup to every
@@ -32,7 +33,8 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
         raise APIError(422, "callback_url: previews answer at once and take no callback")
     if request.profiles is not None:
         raise APIError(422, "profiles: a preview is one clip in the source's own shape")
-    data = request.model_dump(exclude={"callback_url", "profiles"}) | {"quality": "instant"}
+    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, svc.connection)
+    data |= {"quality": "instant"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     if not _running.acquire(blocking=False):
         raise APIError(503, f"{MAX_PREVIEWS} previews are being made; try again", {"Retry-After": "1"})
@@ -67,7 +69,8 @@ def preview_captions(request: ClipRequest, svc: ServicesDep) -> Response:
     correction shows at once what the final will burn."""
     if request.profiles is not None:
         raise APIError(422, "profiles: a preview is one clip in the source's own shape")
-    data = request.model_dump(exclude={"callback_url", "profiles"}) | {"quality": "final"}
+    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, svc.connection)
+    data |= {"quality": "final"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     return Response(captions_vtt(spec), media_type="text/vtt")
 
