@@ -15,7 +15,7 @@ from jobs.pipeline.assets import MAX_FONT_BYTES
 from jobs.queue import bulk_queue_name
 from quoteclip.settings import Settings
 
-from . import assets, batches, clips, errors, links, ops, page, previews
+from . import assets, batches, clips, errors, links, ops, page, previews, quotes
 from .auth import BodyLimit, RequireKey
 from .batches import MAX_BATCH_BODY
 from .deps import open_services
@@ -62,7 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(LinkHeaders)  # outermost: every answer under /l/ has the links' headers, preflights too
     errors.install(app)
-    for router in (clips.router, previews.router, batches.router, assets.router, ops.router, page.router):
+    routers = (clips.router, previews.router, quotes.router, batches.router, assets.router, ops.router, page.router)
+    for router in routers:
         app.include_router(router)
     links.install(app, settings)  # signed clip links and /embed.js, with site keys only
     return app
