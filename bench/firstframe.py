@@ -176,12 +176,12 @@ def first_frame(
 
     page.on("response", answered)
     page.evaluate(WATCH, link)
-    page.wait_for_function("window.seen.first !== null || window.seen.events.includes('error')", timeout=600_000)
+    page.wait_for_function("() => window.seen.first !== null || window.seen.events.includes('error')", timeout=600_000)
     job = finished(stack, job_id)
     key = redis_keys.stream(job_id)
     held = connect(stack.settings()).memory_usage(key, samples=0)
     time.sleep(0.5)
-    seen = page.evaluate("window.seen")
+    seen = page.evaluate("() => window.seen")
     page.evaluate(STOP)
     page.remove_listener("response", answered)
     if seen["first"] is None:
@@ -249,9 +249,9 @@ def page_play(stack: Stack, browser: Any, start: float, length: float) -> float:
               v.requestVideoFrameCallback((now, frame) => { window.seen.first = frame.presentationTime; });
               window.seen.t0 = performance.now(); document.getElementById("play").click(); }"""
         )
-        page.wait_for_function("window.seen.first !== null", timeout=600_000)
-        seen = page.evaluate("window.seen")
-        page.wait_for_function("!document.getElementById('play').disabled", timeout=900_000)  # (its render's end)
+        page.wait_for_function("() => window.seen.first !== null", timeout=600_000)
+        seen = page.evaluate("() => window.seen")
+        page.wait_for_function("() => !document.getElementById('play').disabled", timeout=900_000)  # (its render's end)
         while any(w.get_state() != "idle" for w in Worker.all(connection=connect(stack.settings()))):
             time.sleep(0.05)
         return float(seen["first"] - seen["t0"]) / 1000
