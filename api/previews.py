@@ -33,7 +33,7 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
         raise APIError(422, "callback_url: previews answer at once and take no callback")
     if request.profiles is not None:
         raise APIError(422, "profiles: a preview is one clip in the source's own shape")
-    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, svc.connection)
+    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, None)
     data |= {"quality": "instant"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     if not _running.acquire(blocking=False):
@@ -69,7 +69,7 @@ def preview_captions(request: ClipRequest, svc: ServicesDep) -> Response:
     correction shows at once what the final will burn."""
     if request.profiles is not None:
         raise APIError(422, "profiles: a preview is one clip in the source's own shape")
-    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, svc.connection)
+    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, None)
     data |= {"quality": "final"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     return Response(captions_vtt(spec), media_type="text/vtt")
