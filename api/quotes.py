@@ -23,15 +23,18 @@ from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from quoteclip.spec import MAX_CAPTION_CHARS, MAX_SOURCE_CHARS, Word
 from sources.captions import SOURCE, NoCaptions, quote_found, source_words
-from sources.extraction import RedisEntries
+from sources.extraction import EntryStore, RedisEntries
 
 from .deps import RateLimited, ServicesDep
 
 
-def quote_fields(fields: dict[str, Any], settings: Settings, connection: Any) -> dict[str, Any]:
+def quote_fields(fields: dict[str, Any], settings: Settings, connection: Any | None) -> dict[str, Any]:
     """A request's fields with its ``transcript`` and ``quote`` resolved: with ``transcript: "source"``, the quote
     found in the page's captions gives ``start`` and ``end`` (unless the request gives them), ``words`` and the
-    ``caption`` (unless given). Without them, the fields as they are (less the two, when empty)."""
+    ``caption`` (unless given). Without them, the fields as they are (less the two, when empty).
+
+    ``connection``: Redis when a worker renders the clip (the page's extraction and captions kept where the workers
+    look); None when this process renders it (a preview: kept in this process's own store, which its render reads)."""
     fields = dict(fields)
     transcript, quote = fields.pop("transcript", None), fields.pop("quote", None)
     if transcript is None:
@@ -48,7 +51,7 @@ def quote_fields(fields: dict[str, Any], settings: Settings, connection: Any) ->
     if len(text) > MAX_CAPTION_CHARS:
         raise BadInput(f"quote: at most {MAX_CAPTION_CHARS} characters, got {len(text)}")
     try:
-        found, _score = quote_found(text, SOURCE, str(fields.get("source") or ""), settings, RedisEntries(connection))
+        found, _score = quote_found(text, SOURCE, str(fields.get("source") or ""), settings, _store(connection))
     except NoCaptions as exc:
         raise BadInput(str(exc)) from None
     for name in ("start", "end"):
@@ -60,12 +63,17 @@ def quote_fields(fields: dict[str, Any], settings: Settings, connection: Any) ->
     return fields
 
 
-def page_words(source: str, settings: Settings, connection: Any) -> list[Word]:
-    """The page's own captions as words (a batch's ``transcript: "source"``), a page without them a BadInput."""
+def page_words(source: str, settings: Settings, connection: Any | None) -> list[Word]:
+    """The page's own captions as words (a batch's ``transcript: "source"``, the edit page's word list), a page
+    without them a BadInput. ``connection`` as for ``quote_fields``."""
     try:
-        return source_words(source, settings, entries=RedisEntries(connection))
+        return source_words(source, settings, entries=_store(connection))
     except NoCaptions as exc:
         raise BadInput(str(exc)) from None
+
+
+def _store(connection: Any | None) -> EntryStore | None:
+    return RedisEntries(connection) if connection is not None else None
 
 
 router = APIRouter()
@@ -87,9 +95,9 @@ class SourceWords(BaseModel):
 def words_of_source(request: SourceWordsRequest, _: RateLimited, svc: ServicesDep) -> SourceWords:
     """The page's own captions as timed words, for the edit page's word list and word nudges: with ``start`` and
     ``end``, the words from 30 s before the start to 30 s after the end. Read through the extraction
-    store (one extraction for the page, its captions and the clip's render); a page without captions, or a media
-    file, is a 422 naming why."""
-    words = page_words(request.source, svc.settings, svc.connection)
+    store of this process, where its previews look (one extraction for the page, its captions and the editor's
+    previews); a page without captions, or a media file, is a 422 naming why."""
+    words = page_words(request.source, svc.settings, None)  # kept where the edit page's previews look (this process)
     low = (request.start if request.start is not None else 0.0) - AROUND
     high = request.end + AROUND if request.end is not None else float("inf")
     return SourceWords(

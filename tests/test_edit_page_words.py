@@ -54,4 +54,5 @@ def test_edit_page_loads_the_pages_captions_as_its_words_and_nudges_by_them(
             assert not [e for e in errors if "Content Security Policy" in e], errors
         finally:
             browser.close()
-    assert site.caption_loads == {"ep1/0": 1}  # read once, kept for the nudges' previews
+    # the first preview read the page without its captions; the click read both, kept for the nudges' previews
+    assert site.page_loads["ep1"] == 2 and site.caption_loads == {"ep1/0": 1}

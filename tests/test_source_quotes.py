@@ -62,19 +62,26 @@ def test_a_clip_request_with_a_quote_renders_from_its_first_word_to_its_last(
 
 
 def test_a_preview_and_a_batch_find_the_quote_alike(site, client) -> None:  # noqa: F811
-    vtt = client.post("/previews/captions", json={"source": site.url("ep1"), "transcript": "source", "quote": QUOTE})
+    body = {"source": site.url("ep1"), "transcript": "source", "quote": QUOTE}
+    preview = client.post("/previews", json=body)
+    assert preview.status_code == 200, preview.text
+    assert preview.json()["first_frame"]["time"] == 300.9 and preview.json()["duration"] == pytest.approx(3.0)
+    # the preview is made in this process: the page's captions and its render share this process's extraction
+    assert site.page_loads["ep1"] == 1 and site.caption_loads == {"ep1/0": 1}
+    vtt = client.post("/previews/captions", json=body)
     assert vtt.status_code == 200, vtt.text
     assert "Charlie," in vtt.text and "00:00:03.000" in vtt.text  # the cut's 3 s, its words shown
+    words = client.post("/previews/words", json={"source": site.url("ep1"), "start": 301.5, "end": 303.9})
+    assert words.status_code == 200, words.text
+    assert [w["text"] for w in words.json()["words"]][:3] == ["we", "said", "charlie"]
+    assert site.page_loads["ep1"] == 1 and site.caption_loads == {"ep1/0": 1}
     batch = client.post(
         "/batches", json={"source": site.url("ep1"), "transcript": "source", "quotes": f"caption\n{QUOTE}"}
     )
     assert batch.status_code == 200, batch.text
     kept = json.loads(client.app.state.services.connection.get(redis_keys.batch_clips(batch.json()["id"])))
     assert (kept[0]["start"], kept[0]["end"]) == (300.9, 303.9), kept
-    words = client.post("/previews/words", json={"source": site.url("ep1"), "start": 301.5, "end": 303.9})
-    assert words.status_code == 200, words.text
-    assert [w["text"] for w in words.json()["words"]][:3] == ["we", "said", "charlie"]
-    assert site.page_loads["ep1"] == 1 and site.caption_loads == {"ep1/0": 1}
+    assert site.page_loads["ep1"] == 2  # the batch's in Redis, where the workers that render it look
 
 
 @pytest.mark.parametrize(
