@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -59,31 +60,46 @@ def spread(text: str, start: float, end: float) -> list[Word]:
 
 
 def parse_cues(text: str) -> list[Word]:
-    """Words with times from WebVTT or SRT text."""
-    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
-    cues: list[tuple[float, float, list[str]]] = []
-    for block in blocks:
-        lines = block.strip("\n").split("\n")
-        for n, line in enumerate(lines):
-            match = _CUE_TIME.match(line)
+    """Words with times from WebVTT or SRT text. A cue that ends before it starts is refused (BadInput) naming the
+    cue: its number, the line of its times, and those times."""
+    cues: list[tuple[str, float, float, list[str]]] = []  # (which cue, start, end, its text lines)
+    block: list[tuple[int, str]] = []  # a block's lines (cues are separated by blank lines), with their numbers
+    for number, line in enumerate([*text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), ""], 1):
+        if line.strip():
+            block.append((number, line))
+            continue
+        for k, (at, head) in enumerate(block):
+            match = _CUE_TIME.match(head)
             if match:
-                cues.append((_seconds(match.group(1)), _seconds(match.group(2)), lines[n + 1 :]))
+                cue = f"cue {len(cues) + 1} (line {at})"
+                start, end = _seconds(match.group(1)), _seconds(match.group(2))
+                if end < start:
+                    raise BadInput(f"transcript: {cue} ends before it starts: {match.group(1)} --> {match.group(2)}")
+                cues.append((cue, start, end, [text for _, text in block[k + 1 :]]))
                 break
-    word_timed = any(_INLINE.search(line) for _, _, lines in cues for line in lines)
+        block = []
+    word_timed = any(_INLINE.search(line) for _, _, _, lines in cues for line in lines)
     words: list[Word] = []
-    for start, end, lines in cues:
-        for line in lines:
-            if word_timed and not _INLINE.search(line):
-                continue  # a rolling repeat of the previous cue's line
-            if word_timed:
-                words += _inline_words(line, start, end)
-            else:
-                clean = html.unescape(_TAG.sub("", line)).strip()
-                if clean:
-                    words += spread(clean, start, end)
+    for cue, start, end, lines in cues:
+        try:
+            for line in lines:
+                if word_timed and not _INLINE.search(line):
+                    continue  # a rolling repeat of the previous cue's line
+                if word_timed:
+                    words += _inline_words(line, start, end)
+                else:
+                    clean = html.unescape(_TAG.sub("", line)).strip()
+                    if clean:
+                        words += spread(clean, start, end)
+        except ValueError as exc:
+            raise BadInput(f"transcript: {cue}: {_reason(exc)}") from None
     if not words:
         raise BadInput("transcript: no timed text found (expected WebVTT, SRT or a JSON word list)")
     return words
+
+
+def _reason(exc: ValueError) -> str:
+    return str(exc).splitlines()[0]
 
 
 def _inline_words(line: str, start: float, end: float) -> list[Word]:
@@ -108,10 +124,17 @@ def parse_json(data: object) -> list[Word]:
     for n, item in enumerate(items):
         try:
             text = str(item.get("text", item.get("word", ""))).strip()
-            words.append(Word(text, float(item["start"]), float(item["end"])))
+            start, end = float(item["start"]), float(item["end"])
         except (AttributeError, KeyError, TypeError, ValueError):
             raise BadInput(f"transcript: word {n} needs text, start and end, got {str(item)[:80]!r}") from None
-    return [w for w in words if w.text]
+        if not text:
+            continue
+        if not (math.isfinite(start) and math.isfinite(end)) or start < 0:
+            raise BadInput(f"transcript: word {n} ({text[:40]!r}) needs times of 0 or more, got {start} to {end}")
+        if end < start:
+            raise BadInput(f"transcript: word {n} ({text[:40]!r}) ends at {end}, before its start {start}")
+        words.append(Word(text, start, end))
+    return words
 
 
 def parse_json3(data: object) -> list[Word]:
@@ -132,16 +155,20 @@ def parse_json3(data: object) -> list[Word]:
             segs = [(float(seg.get("tOffsetMs") or 0) / 1000, str(seg.get("utf8") or "")) for seg in event["segs"]]
         except (AttributeError, TypeError, ValueError):
             raise BadInput(f"transcript: json3 event {n} has no readable times: {str(event)[:80]!r}") from None
-        for k, (offset, text) in enumerate(segs):
-            clean = " ".join(html.unescape(text).split())
-            if not clean:
-                continue  # a line break ("\n") or a space
-            start = begin + offset
-            if len(clean.split()) > 1:  # several words with one time: shared up to the next segment (or the end)
-                later = [o for o, t in segs[k + 1 :] if t.strip()]
-                timed += [(w.start, w.text, until) for w in spread(clean, start, begin + later[0] if later else until)]
-            else:
-                timed.append((start, clean, until))
+        try:
+            for k, (offset, text) in enumerate(segs):
+                clean = " ".join(html.unescape(text).split())
+                if not clean:
+                    continue  # a line break ("\n") or a space
+                start = begin + offset
+                if len(clean.split()) > 1:  # several words with one time: shared up to the next segment (or the end)
+                    later = [o for o, t in segs[k + 1 :] if t.strip()]
+                    spoken = spread(clean, start, max(start, begin + later[0] if later else until))
+                    timed += [(w.start, w.text, until) for w in spoken]
+                else:
+                    timed.append((start, clean, until))
+        except ValueError as exc:
+            raise BadInput(f"transcript: json3 event {n}: {_reason(exc)}") from None
     timed.sort(key=lambda item: item[0])
     words: list[Word] = []
     seen: set[tuple[float, str]] = set()
@@ -329,7 +356,8 @@ def _parts(texts: list[str], drop_fillers: bool) -> tuple[list[str], list[int]]:
 
 def retime(text: str, spoken: list[Word]) -> list[Word]:
     """The words of ``text`` (the quote as it should read) with times taken from the transcript words they
-    match; words the transcript lacks get times between their neighbours'."""
+    match; words the transcript lacks get times between their neighbours', and those before the first word found or
+    after the last share that word's time (so a clip's caption keeps them: "🔥 …", "… (applause)")."""
     tokens = text.split()
     if not tokens or not spoken:
         return []
@@ -343,12 +371,18 @@ def retime(text: str, spoken: list[Word]) -> list[Word]:
             old = times[n]
             times[n] = (w.start, w.end) if old is None else (min(old[0], w.start), max(old[1], w.end))
     start, end = spoken[0].start, spoken[-1].end
+    matched = [t for t in times if t is not None]
+    first, last = (matched[0], matched[-1]) if matched else ((start, end), (start, end))
     out: list[Word] = []
     for n, token in enumerate(tokens):
         t = times[n]
         if t is None:
-            prev_end = out[-1].end if out else start
             nxt = next((x for x in times[n + 1 :] if x is not None), None)
-            t = (prev_end, nxt[0] if nxt is not None else end)
+            if not out:  # before the first word found: it shares that word's time
+                t = first
+            elif nxt is None:  # after the last word found: it shares that word's time
+                t = last
+            else:
+                t = (out[-1].end, nxt[0])
         out.append(Word(token, t[0], max(t[0], t[1])))
     return out
