@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import secrets
 import time
@@ -17,10 +15,10 @@ from fastapi.responses import Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import Field, ValidationError
 
-from cli.batch import FIELDS, _refuse_a_row_inside
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput
 from quoteclip.platforms import PLATFORMS, parse_platforms
+from quoteclip.quotes import csv_quotes
 from quoteclip.spec import ClipSpec, build_spec, describe_validation_error, in_profiles, parse_profiles
 from quoteclip.transcript import MAX_TRANSCRIPT_BYTES, Word, find_quote, parse_cues, parse_json
 
@@ -62,8 +60,6 @@ CHUNK = 1024 * 1024
 MAX_QUOTES_TEXT = 256 * 1024
 FINDING_SECONDS = 20.0  # finding a batch's quotes in its transcript: past this, the batch is refused
 MAX_BATCH_BODY = MAX_TRANSCRIPT_BYTES + 2 * MAX_QUOTES_TEXT  # a batch with its episode's transcript (keyed callers)
-BOX = "the quotes"  # what a refusal of the quotes' text names (as `quoteclip batch` names its file)
-DEFAULT_COLUMNS = ["start", "end", "caption"]
 
 
 class BatchBody(BatchRequest):
@@ -175,58 +171,17 @@ def _platforms(value: object) -> tuple[str, ...]:
 
 
 def quotes_of_text(text: str) -> list[tuple[int, dict[str, str]]]:
-    """The quotes of a quotes file's text, each with the line it starts on: CSV with an optional header (``start,
-    end,caption``, or ``caption`` alone with a transcript; ``start,end,caption`` when the first line names no
-    column), blank lines skipped. A caption holding commas is written in double quotes, or is simply the rest of
-    its line. A quote left open that runs on into a line reading as a row of its own is refused naming its line,
-    by the very check ``quoteclip batch`` applies to a CSV file (cli/batch.py)."""
-    # Any line end (LF, CRLF, a lone CR) is one: counted as one line, and seen by the left-open check.
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    reader = csv.reader(io.StringIO(text))
-    columns, end = DEFAULT_COLUMNS, 0
-    quotes: list[tuple[int, dict[str, str]]] = []
-    for cells in _rows(reader):
-        line, end = end + 1, reader.line_num  # a row may span lines: it starts just after the last one ended
-        names = [cell.strip().lower() for cell in cells]
-        if not quotes and columns is DEFAULT_COLUMNS and "caption" in names and set(names) <= FIELDS:
-            columns = names  # the header
-            continue
-        if not any(cell.strip() for cell in cells):
-            continue
-        try:
-            for name, cell in zip(columns, cells, strict=False):
-                _refuse_a_row_inside(cell, name, line, columns, BOX)
-        except BadInput as exc:
-            raise BadInput(str(exc).replace(f"quotes file {BOX!r}: ", "quotes: ")) from None
-        if len(cells) > len(columns) and columns[-1] == "caption":  # the caption is the rest of the line
-            cells = [*cells[: len(columns) - 1], ",".join(cells[len(columns) - 1 :])]
-        fields = {name: cell.strip() for name, cell in zip(columns, cells, strict=False) if cell.strip()}
-        if len(cells) > len(columns):
-            fields["_bad"] = f"{len(cells)} cells, the header names {len(columns)} columns"
-        quotes.append((line, fields))
+    """The quotes of a quotes file's text, each with the line it starts on, read as ``quoteclip batch`` reads a CSV
+    file (``quoteclip.quotes.csv_quotes``) but for the header, which is optional here (``start,end,caption``, or
+    ``caption`` alone with a transcript; ``start,end,caption`` when the first line names no column). A caption
+    holding commas is written in double quotes, or is simply the rest of its line. A quote left open that runs on
+    into a line reading as a row of its own is refused naming its line."""
+    quotes = csv_quotes(text, "quotes", header_required=False)
     if not quotes:
         raise BadInput("quotes: no quote given (one a line: start,end,caption)")
     if len(quotes) > MAX_BATCH:
         raise BadInput(f"quotes: {len(quotes)} quotes, over the {MAX_BATCH} a batch takes")
     return quotes
-
-
-def _rows(reader: Any) -> Iterator[list[str]]:
-    """The rows of a CSV reader; a field past the reader's limit is refused naming the line it starts on."""
-    while True:
-        start = reader.line_num + 1
-        try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            if "field larger than field limit" not in str(exc):
-                raise BadInput(f"quotes: line {start}: not readable as CSV ({exc})") from None
-            raise BadInput(
-                f"quotes: line {start}: a field of over {csv.field_size_limit()} characters (a caption is far "
-                "shorter: is a quote left open?)"
-            ) from None
-        yield cells
 
 
 def transcript_words(text: str) -> list[Word]:

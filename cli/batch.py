@@ -1,15 +1,13 @@
 """``quoteclip batch SOURCE QUOTES_FILE``: many quotes of one episode, rendered inline or through the queue.
 
-A quotes file is CSV with a header (``start,end,caption``, or ``caption`` alone with ``--transcript``), JSON (a
-list of objects) or JSON lines. A bad line is reported by its line number and does not stop the others.
+A quotes file is CSV with a header (``start,end,caption``, or ``caption`` alone with ``--transcript``; the caption
+is the last column, and its unquoted commas belong to it), JSON (a list of objects) or JSON lines. A bad line is
+reported by its line number and does not stop the others.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -18,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from quoteclip.errors import BadInput, QuoteclipError
+from quoteclip.quotes import FIELDS, csv_quotes
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec
 
 from .options import ClipOptions, specs_from_options
 
-FIELDS = {"start", "end", "caption"}
 MAX_QUOTES = 1000
 MAX_FILE_BYTES = 4 * 1024**2
 
@@ -76,47 +74,9 @@ def _object(line: str, number: int) -> dict[str, Any]:
 
 
 def _csv(text: str, path: str) -> list[Quote]:
-    """The rows of a CSV quotes file, each with the line it starts on; refuses the whole file (BadInput) when a
-    field runs on over a line break into a line that reads as a row of its own (a quote left open)."""
-    reader = csv.reader(io.StringIO(text))
-    header = [h.strip().lower() for h in next(reader, [])]
-    if not header or not FIELDS & set(header):
-        raise BadInput(f"quotes file needs a CSV header naming start, end and caption (or caption), got {header}")
-    unknown = sorted(set(header) - FIELDS)
-    if unknown:
-        raise BadInput(f"quotes file has unknown columns {unknown} (allowed: start, end, caption): {path!r}")
-    quotes = []
-    end = reader.line_num
-    for cells in reader:
-        first, end = end + 1, reader.line_num  # a row may span lines: it starts just after the last one ended
-        for name, cell in zip(header, cells, strict=False):
-            _refuse_a_row_inside(cell, name, first, header, path)
-        fields = {k: v.strip() for k, v in zip(header, cells, strict=False) if v.strip()}
-        if len(cells) > len(header):
-            fields["_bad"] = "more cells than the header has columns"
-        if fields:
-            quotes.append(Quote(first, fields))
-    return quotes
-
-
-TIME = re.compile(r"-?\d+(?::\d+){0,2}(?:\.\d*)?")
-
-
-def _refuse_a_row_inside(cell: str, column: str, line: int, header: list[str], path: str) -> None:
-    """A cell with a line break followed by a line that reads as a row (a time where the header has its first
-    time column, and more cells after it) is a quote left open, which swallowed the rows after it: BadInput. A
-    quoted cell with a line break followed by anything else is a legitimate multi-line caption."""
-    at = next((i for i, name in enumerate(header) if name in ("start", "end")), None)
-    if at is None or "\n" not in cell:  # a caption-only file has no row shape to tell a row from text
-        return
-    for offset, text in enumerate(cell.split("\n")[1:], 1):
-        row = next(csv.reader([text]), [])
-        if len(row) > max(at, 1) and TIME.fullmatch(row[at].strip()):
-            raise BadInput(
-                f"quotes file {path!r}: line {line}: the quote opened in the {column} is not closed, so it runs on "
-                f"into line {line + offset} ({text.strip()[:40]!r}), which reads as a row of its own; close it "
-                '(a quote inside a caption is written "")'
-            )
+    """The rows of a CSV quotes file (``quoteclip.quotes.csv_quotes``, as ``POST /batches`` reads quotes sent as
+    text), each with the line it starts on; the whole file is refused (BadInput) for a quote left open."""
+    return [Quote(line, fields) for line, fields in csv_quotes(text, f"quotes file {path!r}")]
 
 
 def listed_quotes(path: str) -> list[dict[str, Any]]:
