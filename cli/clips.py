@@ -175,7 +175,8 @@ def batch(
     """Render every quote of a file from one source, with shared options; a bad line does not stop the others.
 
     Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable. With
-    --dry-run: the quotes as read (number, line, start, end, caption), no render, no Redis, no store."""
+    --dry-run: the quotes as read (number, line, start, end, caption), no render, no Redis, no store; exit 1
+    when it lists a line that is not a quote."""
     opts = ClipOptions.given(ctx.params)
     setup_cli_logging(verbose)
 
@@ -194,6 +195,10 @@ def batch(
                     for q in listed
                 ),
             )
+            refused = sum(1 for q in listed if "error" in q)
+            if refused:  # a line a render would refuse: exit 1, as the render would
+                typer.echo(f"quoteclip: {refused} of {len(listed)} quotes will be refused (not a quote)", err=True)
+                raise typer.Exit(1)
             return
 
         settings = Settings.from_env()
