@@ -118,6 +118,10 @@ def run_batch(
     """Build every quote's spec, then render them inline (or enqueue them and wait for the workers); one outcome
     a quote, in file order: the clip's result plus ``line`` and ``profile``, or ``line`` and ``error``."""
     quotes = read_quotes(quotes_file)
+    if shared.transcript and shared.transcript != "source":  # an unusable transcript refuses the batch once (exit 2)
+        from quoteclip.transcript import load_transcript
+
+        load_transcript(shared.transcript)
     groups: list[tuple[Quote, list[ClipSpec] | None, str | None]] = []
     for quote in quotes:
         try:

@@ -123,3 +123,14 @@ def test_a_rendered_clip_carries_the_whole_caption(media, tmp_path) -> None:
     manifest = json.loads((tmp_path / "clips" / f"{key}.manifest.json").read_text())
     assert manifest["caption"]["text"] == caption  # as burned: every word of it
     assert "🔥👍🏽" in (tmp_path / "clips" / f"{key}.vtt").read_text()
+
+
+def test_a_batch_with_a_bad_transcript_is_refused_once_with_exit_2(tmp_path) -> None:
+    vtt = tmp_path / "ep.vtt"
+    vtt.write_text(BACKWARDS_VTT)
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text("caption\nweird scheduling\nreally works\n")
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")}
+    done = run_cli("batch", str(tmp_path / "ep.mp4"), str(quotes), "--transcript", str(vtt), env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("cue 2 (line 6) ends before it starts") == 1, done.stderr
