@@ -287,6 +287,9 @@ def align(
     width = n + max(2, n // 5)
     best = (0.0, 0, 0)
     compared = 0
+    # no window scores above the share of the quote's words the whole transcript holds: reached, the search ends
+    total = Counter(near)
+    ceiling = min(1.0, sum(min(c, total[t]) for t, c in want.items()) / n)
     for i, token in enumerate(tokens):
         if token not in anchors:
             continue
@@ -312,8 +315,8 @@ def align(
             score = matched / max(n, span)  # words found, less words in between that the quote lacks
             if score > best[0]:
                 best = (score, lo + first.b, lo + last.b + last.size - 1)
-        if best[0] >= 1.0:
-            break  # nothing scores above a perfect match
+        if best[0] >= ceiling:
+            break  # nothing scores above it (a perfect match, or all of the quote the transcript holds)
     score, a, b = best
     score = min(1.0, round(score, 3))
     if tokens:

@@ -32,6 +32,16 @@ def test_thirty_the_in_a_long_transcript_answers_at_once(long_episode: list[Word
     assert time.perf_counter() - began < 2.0
 
 
+@pytest.mark.parametrize("quote", [" ".join(["the"] * 30), " ".join(["the"] * 30) + " end"])
+def test_thirty_the_in_a_transcript_of_nothing_else_answers_at_once(quote: str) -> None:
+    """The case that took 107 s: every word a place to compare the quote at, each comparison quadratic."""
+    words = [Word("the", i * 0.3, i * 0.3 + 0.25) for i in range(59_000)]
+    began = time.perf_counter()
+    found = align(quote, words)
+    assert time.perf_counter() - began < 2.0
+    assert (found.start, found.end) == (0.0, words[29].end)  # the first thirty: nothing scores better
+
+
 def test_a_quote_in_a_long_transcript_is_found_quickly(long_episode: list[Word]) -> None:
     quote = " ".join(w.text for w in long_episode[30_000:30_025])
     began = time.perf_counter()
