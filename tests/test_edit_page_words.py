@@ -51,6 +51,10 @@ def test_edit_page_loads_the_pages_captions_as_its_words_and_nudges_by_them(
             page.wait_for_function("() => window.previews >= 3", timeout=60_000)
             assert page.input_value("#start") == "300.400"
             assert page.input_value("#caption") == "said charlie delta echo"
+            page.fill("#end", "302.2")  # a cut typed in: its words are the captions' inside it
+            page.click("#preview")
+            page.wait_for_function("() => window.previews >= 4", timeout=60_000)
+            assert page.input_value("#caption") == "said charlie delta"
             assert not [e for e in errors if "Content Security Policy" in e], errors
         finally:
             browser.close()
