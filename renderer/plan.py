@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import ffmpeg
 
@@ -16,8 +16,20 @@ from .fragments import STREAM_MOVFLAGS, fragment_seconds
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
-if TYPE_CHECKING:
-    from .tighten import Kept
+
+class Kept(Protocol):
+    """What a command needs of a clip's pauses tightened (renderer/tighten.py's ``Kept``): the frames and sound of
+    the spans kept, and their length."""
+
+    @property
+    def duration(self) -> float: ...
+
+    def picture(self, video: ffmpeg.nodes.FilterableStream) -> ffmpeg.nodes.FilterableStream: ...
+
+    def apply(
+        self, video: ffmpeg.nodes.FilterableStream | None, audio: ffmpeg.nodes.FilterableStream
+    ) -> tuple[ffmpeg.nodes.FilterableStream | None, ffmpeg.nodes.FilterableStream]: ...
+
 
 PRESET = DEFAULT_ENCODER_PRESET  # (a spec may name a faster one: encoder_preset)
 CRF = 23

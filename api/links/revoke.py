@@ -144,7 +144,7 @@ def delete_stored(clip: dict[str, Any], site: Any, settings: Settings, storage: 
     from jobs.pipeline.lookup import lookup
 
     from ..clips import clip_spec
-    from .verify import link_fields
+    from .fields import link_fields
 
     key, _ = lookup(clip_spec(link_fields(clip, site), settings), settings, storage)
     if isinstance(storage, LocalStorage):

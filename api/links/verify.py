@@ -32,6 +32,7 @@ from sources.safety import host_allowed
 from .. import streams
 from ..clips import RETRY_AFTER, clip_spec
 from ..deps import ServicesDep
+from .fields import link_fields
 from .outcomes import UNKNOWN, Answer, Outcome, Refused
 from .revoke import is_revoked
 
@@ -133,19 +134,3 @@ def _scope_refusal(clip: dict[str, Any], site: SiteKey, settings: Settings, now:
         if expires is None or expires > links.rounded_expiry(site.lifetime, now):
             return f"the site key {site.id}'s links must expire within {site.lifetime} s"
     return None
-
-
-def link_fields(clip: dict[str, Any], site: SiteKey) -> dict[str, Any]:
-    """A link's clip as the fields of ``POST /clips`` (so both name one clip), with the key's brand as its watermark
-    whatever the link names."""
-    data: dict[str, Any] = {name: clip[name] for name in ("source", "start", "end", "caption") if name in clip}
-    data.update({name: clip[name] for name in ("profile", "fit", "quality") if name in clip})
-    if "style" in clip:
-        data["style"] = {"preset": clip["style"]}
-    if site.brand is not None:
-        data["watermark"] = site.brand.model_dump(exclude_defaults=True)
-    elif "watermark" in clip:
-        data["watermark"] = {"text": clip["watermark"]}
-    elif "logo" in clip:
-        data["watermark"] = {"logo": clip["logo"]}
-    return data
