@@ -15,6 +15,12 @@ from .options import ClipOptions
 
 # What a link carries of the clip options (quoteclip/links.py); any other option given is refused by name.
 LINKED = {"start", "end", "caption", "watermark", "profile", "fit", "style", "quality"}
+# The clip options a link cannot carry: taken, and left out of the help, only to be refused by name (a render's
+# options, given to sign by habit, get a reason rather than "no such option").
+Unlinked = Annotated[str | None, typer.Option(hidden=True)]
+UnlinkedNumber = Annotated[float | None, typer.Option(hidden=True)]
+# A link's quality: no instant (copied frames), which a link cannot ask
+LinkQuality = Annotated[str | None, typer.Option(help="final | preview (half size, fast encode)")]
 
 
 @app.command("sign")
@@ -26,23 +32,23 @@ def sign(
     end: opt.End = None,
     caption: opt.Caption = None,
     watermark: opt.Watermark = None,
-    watermark_position: opt.WatermarkPosition = None,
-    watermark_opacity: opt.WatermarkOpacity = None,
-    watermark_size: opt.WatermarkSize = None,
-    font: opt.Font = None,
-    caption_size: opt.CaptionSize = None,
     style: opt.Style = None,
-    style_file: opt.StyleFile = None,
     profile: opt.Profile = None,
-    profiles: opt.Profiles = None,
     fit: opt.Fit = None,
-    quality: opt.Quality = None,
-    encoder_preset: opt.EncoderPreset = None,
-    pad_before: opt.PadBefore = None,
-    pad_after: opt.PadAfter = None,
-    no_fades: opt.NoFades = False,
-    video_fades: opt.VideoFades = False,
-    transcript: opt.Transcript = None,
+    quality: LinkQuality = None,
+    watermark_position: Unlinked = None,
+    watermark_opacity: UnlinkedNumber = None,
+    watermark_size: UnlinkedNumber = None,
+    font: Unlinked = None,
+    caption_size: UnlinkedNumber = None,
+    style_file: Unlinked = None,
+    profiles: Unlinked = None,
+    encoder_preset: Unlinked = None,
+    pad_before: UnlinkedNumber = None,
+    pad_after: UnlinkedNumber = None,
+    no_fades: Annotated[bool, typer.Option("--no-fades", hidden=True)] = False,
+    video_fades: Annotated[bool, typer.Option("--video-fades", hidden=True)] = False,
+    transcript: Unlinked = None,
     site: Annotated[str, typer.Option("--site", help="The site key's id (QUOTECLIP_SITE_KEYS or its file).")],
     key_id: Annotated[
         str | None,
@@ -68,7 +74,9 @@ def sign(
 ) -> None:
     """Print a signed link to a clip (one line): a page puts it in an <a href>, a <video src> or a poster, and the
     service renders the clip on the first request. The secret comes from the site key's setting; what the service
-    would refuse is refused here first (--check)."""
+    would refuse is refused here first (--check). A link carries the times, the caption, a watermark, the profile,
+    fit, style and quality (final or preview), no other clip option. Without --base-url or QUOTECLIP_LINK_BASE_URL
+    it prints the link's path (/l/…), to be put after the service's address."""
     opts = ClipOptions.given(ctx.params)
 
     def go() -> None:
@@ -117,6 +125,12 @@ def sign(
             link = links.sign(clip, key.id, secret, base, variant, expiry, key_id=kid)
         except links.LinkError as exc:
             raise BadInput(str(exc)) from None
+        if not base:  # a path only: said, since a page given it as it is would ask its own server
+            typer.echo(
+                "quoteclip: warning: the link is a path (/l/…), to be put after the service's address: give "
+                "--base-url, or set QUOTECLIP_LINK_BASE_URL",
+                err=True,
+            )
         emit({"link": link, "site": key.id, "key_id": kid, "variant": variant, "expires": expiry}, as_json, link)
 
     run_guarded(go, as_json)
@@ -151,8 +165,10 @@ def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:
     mark = {"text": clip["watermark"]} if "watermark" in clip else {"logo": clip["logo"]} if "logo" in clip else None
     data = {name: value for name, value in clip.items() if name not in ("watermark", "logo", "style")}
     data.update({"watermark": mark, **({"style": {"preset": clip["style"]}} if "style" in clip else {})})
-    longest = min(settings.max_clip_seconds, key.max_seconds or settings.max_clip_seconds)
-    build_spec({k: v for k, v in data.items() if v is not None}, max_seconds=longest)
+    spec = build_spec({k: v for k, v in data.items() if v is not None}, max_seconds=settings.max_clip_seconds)
+    length = round(spec.end - spec.start, 3)
+    if key.max_seconds is not None and length > key.max_seconds:  # as the service measures it (api/links/verify.py)
+        raise BadInput(f"end: the clip is {length:g} s long, over the {key.max_seconds:g} s the key {key.id} allows")
     if key.hosts is not None:
         try:
             host = (urlsplit(links.trim(str(clip["source"]))).hostname or "").lower()

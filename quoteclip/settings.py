@@ -174,7 +174,9 @@ class SiteKey:
 _KEY_FIELDS = {"id", "secret", "secrets", "brand", "hosts", "max_seconds", "lifetime"}
 
 
-def _site_key(entry: object, where: str) -> SiteKey:
+def _site_key(entry: object, where: str, names_id: bool = False) -> SiteKey:
+    """One site key from its entry; BadInput naming ``where`` (and the key's id, unless ``names_id``: ``where`` says
+    it already) and what is wrong."""
     from .links import KEY_ID, MAX_LIFETIME
 
     if not isinstance(entry, Mapping) or set(entry) - _KEY_FIELDS:
@@ -185,26 +187,25 @@ def _site_key(entry: object, where: str) -> SiteKey:
     key_id, secret, named = entry.get("id"), entry.get("secret"), entry.get("secrets")
     if not isinstance(key_id, str) or not KEY_ID.match(key_id):
         raise BadInput(f"{where}: id must be 1-64 letters, digits, - or _, got {key_id!r}")
+    where = where if names_id else f"{where} ({key_id})"
     if named is not None and (not isinstance(named, Mapping) or not named):
-        raise BadInput(f'{where} ({key_id}): secrets must be an object of key ids and secrets, {{"k2": "…"}}')
+        raise BadInput(f'{where}: secrets must be an object of key ids and secrets, {{"k2": "…"}}')
     live: list[tuple[str | None, object]] = list((named or {}).items())
     if secret is not None or not live:
         live.append((None, secret))  # the key without an id: its links name the site alone
     for kid, text in live:
         if kid is not None and not KEY_ID.match(kid):
-            raise BadInput(f"{where} ({key_id}): a key id must be 1-64 letters, digits, - or _, got {kid!r}")
+            raise BadInput(f"{where}: a key id must be 1-64 letters, digits, - or _, got {kid!r}")
         named_as = "secret" if kid is None else f"the secret of key {kid}"
         if not isinstance(text, str) or len(text) < 16:
-            raise BadInput(f"{where} ({key_id}): {named_as} must be text of at least 16 characters")
+            raise BadInput(f"{where}: {named_as} must be text of at least 16 characters")
         if text != text.strip():  # a signer given the secret without it would make links answered 403
-            raise BadInput(f"{where} ({key_id}): {named_as} must not begin or end with whitespace")
+            raise BadInput(f"{where}: {named_as} must not begin or end with whitespace")
         if not text.isascii():
             try:
                 text.encode("utf-8")  # bytes of the environment that are not UTF-8 arrive as lone surrogates
             except UnicodeEncodeError:
-                raise BadInput(
-                    f"{where} ({key_id}): {named_as} must be UTF-8 text (it holds bytes that are not)"
-                ) from None
+                raise BadInput(f"{where}: {named_as} must be UTF-8 text (it holds bytes that are not)") from None
     brand, hosts = entry.get("brand"), entry.get("hosts")
     most, lifetime = entry.get("max_seconds"), entry.get("lifetime")
     try:
@@ -218,9 +219,9 @@ def _site_key(entry: object, where: str) -> SiteKey:
 
         errors = exc.errors() if isinstance(exc, ValidationError) else []
         why = errors[0]["msg"] if errors else str(exc).splitlines()[0]
-        raise BadInput(f"{where} ({key_id}): brand is not a watermark ({why})") from None
+        raise BadInput(f"{where}: brand is not a watermark ({why})") from None
     if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts)):
-        raise BadInput(f"{where} ({key_id}): hosts must be a list of host names")
+        raise BadInput(f"{where}: hosts must be a list of host names")
     for name, value, least in (("max_seconds", most, "above 0"), ("lifetime", lifetime, "from 1")):
         # compared, never converted first: NaN, infinity and a huge number all fail it (NaN would mean no limit)
         if value is not None and (
@@ -230,8 +231,7 @@ def _site_key(entry: object, where: str) -> SiteKey:
             or not value <= MAX_LIFETIME
         ):
             raise BadInput(
-                f"{where} ({key_id}): {name} must be a number of seconds {least} to {MAX_LIFETIME} (ten years), "
-                f"got {value!r:.40}"
+                f"{where}: {name} must be a number of seconds {least} to {MAX_LIFETIME} (ten years), got {value!r:.40}"
             )
     (first_id, first), *others = [(kid, str(text)) for kid, text in live]
     return SiteKey(
@@ -251,7 +251,9 @@ def _site_keys(text: str, name: str) -> tuple[SiteKey, ...]:
     listed, are its live keys (the first signs by default)."""
     sites: dict[str, list[tuple[str | None, str]]] = {}
     for item in _items(text, name):
-        site, _, rest = item.partition(":")
+        site, colon, rest = item.partition(":")
+        if not colon or not rest:
+            raise BadInput(f"{name} entry {site[:64]!r}: no secret: write SITE:SECRET or SITE:KEYID:SECRET")
         kid, colon, secret = rest.partition(":") if rest.count(":") else (None, "", rest)
         listed = sites.setdefault(site, [])
         if any(known == kid for known, _ in listed):
@@ -264,7 +266,7 @@ def _site_keys(text: str, name: str) -> tuple[SiteKey, ...]:
         entry: dict[str, object] = {"id": site, **({"secrets": named} if named else {})}
         if unnamed:
             entry["secret"] = unnamed[0]
-        key = _site_key(entry, f"{name} entry {site[:64]!r}")
+        key = _site_key(entry, f"{name} entry {site[:64]!r}", names_id=True)
         keys.append(replace(key, key_id=listed[0][0], secret=listed[0][1], others=tuple(listed[1:])))
     return _distinct(keys, name)
 
@@ -437,8 +439,9 @@ class Settings:
         default="redis://127.0.0.1:6379/0",
         group="queue",
         parse=_redis_url,
-        shown="the embedded server a running `quoteclip up` recorded under the clip folder, "
-        "else `redis://127.0.0.1:6379/0`",
+        shown="the embedded server a running `quoteclip up` recorded under the clip folder, else the fallback "
+        "`redis://127.0.0.1:6379/0`, which `up` never uses (it starts the embedded server) and `revoke` refuses (its "
+        "entry must reach the service's Redis)",
         also=("REDIS_URL",),
     )
     queue_name: str = _fixed("quoteclip", "the queues' names (tests use their own)")
