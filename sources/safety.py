@@ -121,6 +121,23 @@ NOT_PUBLIC = tuple(
 NOT_REACHABLE = "does not resolve to a public address (QUOTECLIP_ALLOW_ADDRESSES opens private networks)"
 
 
+class HostUnresolved(SourceRefused):
+    """A source host that does not resolve at all. A request from a website is answered as one resolving to a
+    refused address is (``NOT_REACHABLE``: the answer must not tell how the service's own names resolve); the
+    operator's own command line says what it is, ``unavailable()`` (cli/common.py)."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"source address not allowed: {host} {NOT_REACHABLE}")
+        self.host, self.reason = host, reason
+
+    def __reduce__(self) -> tuple[type[HostUnresolved], tuple[str, str]]:  # pickled as it was made
+        return type(self), (self.host, self.reason)
+
+    def unavailable(self) -> SourceTransient:
+        """The failure as the operator is told it: the name does not resolve (it may, later: not bad input)."""
+        return SourceTransient(f"{self.host} does not resolve (DNS: {self.reason})")
+
+
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     if not isinstance(address, ipaddress.IPv6Address):
         return None
@@ -185,8 +202,8 @@ def check_url(
 
 
 def resolve(host: str, port: int) -> IPAddress | None:
-    """The first address ``host`` resolves to (the one the connection then uses); None when the name does not
-    exist or has no address."""
+    """The first address ``host`` resolves to (the one the connection then uses); None when the name has no
+    address; HostUnresolved when it does not exist."""
     try:
         literal = ipaddress.ip_address(host.strip("[]"))
         return literal
@@ -196,7 +213,7 @@ def resolve(host: str, port: int) -> IPAddress | None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         if exc.errno in {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)}:
-            return None
+            raise HostUnresolved(host, exc.strerror or "no such name") from None
         raise SourceTransient(f"source host could not be resolved ({exc.strerror}): {host}") from None
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     return addresses[0] if addresses else None
