@@ -36,6 +36,11 @@ def run_guarded(fn: Callable[[], Any], as_json: bool = False) -> Any:
     try:
         return fn()
     except BadInput as exc:
+        from sources.safety import HostUnresolved
+
+        if isinstance(exc, HostUnresolved):  # the operator is told what a website's request is not (safety.py)
+            unavailable = exc.unavailable()
+            fail(1, f"{unavailable.kind}: {unavailable}", as_json)
         fail(2, f"{exc.kind}: {exc}", as_json)
     except QuoteclipError as exc:
         fail(1, f"{exc.kind}: {exc}", as_json)
