@@ -64,9 +64,6 @@ app.command()(worker)
 
 def _shown(url: str) -> str:
     """A Redis URL without its passwords (the servers' in the address, the sentinels' in the query)."""
-    from urllib.parse import urlsplit
+    from quoteclip.redis_url import shown
 
-    parts = urlsplit(url)._replace(query="")
-    if parts.password:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
-    return parts.geturl()
+    return shown(url)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 
 from .app import app
@@ -32,17 +33,27 @@ def revoke(
         from redis.exceptions import RedisError
 
         from api.links.revoke import revoke_link
-        from jobs.connection import connect
+        from jobs.connection import connect, named_redis
+        from quoteclip import links
         from quoteclip.errors import StorageFailed
-        from quoteclip.redis_url import _shown as shown_url
+        from quoteclip.redis_url import shown
         from storage import open_storage
 
+        try:  # its shape first: text that is no link at all is not a link the keys refused
+            links.parse(links.path_of(link.strip()))
+        except links.LinkError:
+            raise BadInput(
+                f"link: not a link URL, got {link.strip()[:80]!r}: a signed link is "
+                "[BASE]/l/SITE[.KEYID]/PAYLOAD.SIGNATURE.mp4 (or .jpg, .vtt), as `quoteclip sign` prints it"
+            ) from None
         settings = Settings.from_env()
+        # the entry must reach the service's Redis: never the fallback that merely answers here
+        redis = shown(named_redis(settings))
         storage = open_storage(settings) if delete_clip else None
         try:
             done = revoke_link(link, settings, connect(settings), storage, clip, delete_clip)
         except RedisError as exc:
-            raise StorageFailed(f"could not reach Redis to revoke the link: {exc}") from None
+            raise StorageFailed(f"could not reach Redis at {redis} to revoke the link: {exc}") from None
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() + done.seconds))
         lines = [f"revoked link {done.hash} (site {done.site}) until {until}"]
         if done.seconds == 0:  # --clip through a link past its expiry: the link is refused as expired already
@@ -52,7 +63,7 @@ def revoke(
         if delete_clip:
             lines.append(f"deleted {len(done.deleted)} stored file(s): {', '.join(done.deleted) or 'none stored'}")
         # which Redis holds the entry: a revocation written to another Redis than the service's is seen at once
-        lines.append(f"in Redis {shown_url(settings.redis_url)} (the service must read the same)")
-        emit({"status": "revoked", **vars(done), "redis": shown_url(settings.redis_url)}, as_json, "\n".join(lines))
+        lines.append(f"in Redis {redis} (the service must read the same)")
+        emit({"status": "revoked", **vars(done), "redis": redis}, as_json, "\n".join(lines))
 
     run_guarded(go, as_json)

@@ -88,14 +88,19 @@ def health(as_json: JsonOpt = False) -> None:
     """
 
     def go() -> None:
+        from jobs.connection import how_named
         from jobs.maintenance import machine_health, worker_states
         from jobs.queue import connect, health
+        from quoteclip.redis_url import shown
         from sources.ytdlp import readiness
         from storage import open_storage
 
         settings = Settings.from_env()
         connection = connect(settings)
         body: dict[str, Any] = dict(health(connection, open_storage(settings)))
+        # which Redis was checked (its password hidden): one run in another folder checks another
+        body["redis_url"] = shown(settings.redis_url)
+        fallback = " the unnamed fallback: set QUOTECLIP_REDIS_URL" if how_named(settings) is None else ""
         fault = machine_health(settings, run_ffmpeg=True)
         body["machine"] = "ok" if fault is None else f"{fault.reason}: {fault.detail}"
         if fault is not None:
@@ -121,7 +126,9 @@ def health(as_json: JsonOpt = False) -> None:
                 err=True,
             )
         workers = f"{len(states) - len(sick)} healthy, {len(sick)} unhealthy"
-        human = {k: v for k, v in body.items() if k not in ("extraction", "workers")} | {"workers": workers}
+        human = {k: v for k, v in body.items() if k not in ("extraction", "workers", "redis_url")}
+        human |= {"redis": f"{body['redis']} ({body['redis_url']}{',' if fallback else ''}{fallback})"}
+        human |= {"workers": workers}
         emit(body, as_json, " ".join(f"{k}: {v}" for k, v in (human | body["extraction"]).items()))
         if body["status"] != "ok":
             raise typer.Exit(1)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 from redis import Redis
 
-from quoteclip import redis_keys, redis_url
-from quoteclip.settings import Settings
+from quoteclip import embedded, redis_keys, redis_url
+from quoteclip.errors import BadInput
+from quoteclip.settings import Settings, configured_redis_url
 from storage import Storage, open_storage
 
 COMMAND_TIMEOUT = 10.0  # seconds a command through Sentinel may take before its connection is given up
@@ -29,6 +31,34 @@ def connect(settings: Settings) -> Redis:
             settings.redis_url, socket_connect_timeout=5, socket_timeout=COMMAND_TIMEOUT, health_check_interval=30
         )
     return redis_url.client(settings.redis_url, socket_connect_timeout=5, health_check_interval=30)
+
+
+def how_named(settings: Settings, env: Mapping[str, str] | None = None) -> str | None:
+    """How the queue's Redis was named: ``configured`` (``QUOTECLIP_REDIS_URL`` or ``REDIS_URL``, or Settings made
+    with another URL than the default), ``recorded`` (the embedded server a running ``quoteclip up`` recorded under
+    the clip folder), or None: nothing named it, and ``redis://127.0.0.1:6379/0`` is only the fallback, a server
+    that may be another program's."""
+    env = os.environ if env is None else env
+    if configured_redis_url(env) is not None or settings.redis_url != Settings.redis_url:
+        return "configured"
+    if embedded.recorded_url(settings.storage_dir) == settings.redis_url:
+        return "recorded"
+    return None
+
+
+NOT_NAMED = (
+    "no Redis named: set QUOTECLIP_REDIS_URL to the service's Redis, or run it in the folder where `quoteclip up` "
+    "runs (the embedded Redis is recorded in its clip folder, QUOTECLIP_STORAGE_DIR); the fallback {} may be "
+    "another program's"
+)
+
+
+def named_redis(settings: Settings, env: Mapping[str, str] | None = None) -> str:
+    """The queue's Redis URL, for a write that must reach the service's Redis: BadInput when it comes from the
+    unnamed fallback alone."""
+    if how_named(settings, env) is None:
+        raise BadInput(NOT_NAMED.format(redis_url.shown(settings.redis_url)))
+    return settings.redis_url
 
 
 @contextmanager

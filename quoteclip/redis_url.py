@@ -46,13 +46,16 @@ class SentinelURL:
     sentinel_password: str | None = None
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
     """The URL as a message may quote it: its password and its options (a sentinel password) left out."""
     text = text.partition("?")[0]
     head, at, tail = text.rpartition("@")
     if not at:
         return text[:120]
     return f"{head.partition('://')[0]}://***@{tail}"[:120]
+
+
+_shown = shown
 
 
 def parse_sentinel(text: str, name: str) -> SentinelURL:

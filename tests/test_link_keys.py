@@ -100,7 +100,7 @@ def test_a_revoked_link_is_410_its_other_variants_stay_and_a_clip_revoked_takes_
         assert app.get(link).status_code == 410, link
     assert app.head(links.sign(quote(end=4), "starzero", S2, key_id="k2")).status_code == 404  # another clip
     for bad, message in (
-        ("https://clips.example/l/starzero/nothing", "not a valid link"),
+        ("https://clips.example/l/starzero/nothing", "not a link URL"),
         (links.sign(quote(), "starzero", "a-key-never-given-out"), "not a valid link"),
         (links.sign(quote(), "starzero", OLD, expires=1000), "expired already"),
     ):
