@@ -154,6 +154,10 @@ def load_brand_style(path: str) -> dict[str, Any]:
     unknown = sorted(set(data) - BRAND_FIELDS)
     if unknown:
         raise BadInput(f"style file has unknown fields {unknown} (allowed: {sorted(BRAND_FIELDS)}): {path!r}")
+    if data.get("platform") is not None and data.get("profiles") is not None:  # as platform and profile are
+        raise BadInput(
+            f"style file names both platform and profiles: a platform sets the shape; keep one of them: {path!r}"
+        )
     return data
 
 
