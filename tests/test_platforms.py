@@ -177,12 +177,13 @@ def test_a_platform_with_a_bitrate_cap_caps_the_encoder(tone) -> None:
 def test_a_request_and_a_brand_file_name_a_platform(tmp_path, settings) -> None:
     from api.clips import clip_spec
     from api.models import ClipRequest
+    from api.quotes import quote_fields
     from cli.options import ClipOptions, specs_from_options
 
     source = tmp_path / "talk.mp4"
     source.write_bytes(b"")
     request = ClipRequest.model_validate({"source": str(source), "start": 1, "end": 3, "platform": "reels"})
-    spec = clip_spec(request.model_dump(exclude={"callback_url", "profiles"}), settings)
+    spec = clip_spec(quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), settings, None), settings)
     assert (spec.platform, spec.profile, spec.loudness, spec.style.bottom_safe) == ("reels", "vertical", -14.0, 0.35)
     brand = tmp_path / "brand.json"
     brand.write_text('{"platform": "tiktok", "loudness": "off", "style": {"preset": "karaoke"}}')
