@@ -282,13 +282,13 @@ def test_a_keys_scopes_and_the_queues_source_rules(link_env, source_url, tmp_pat
     assert answer(link(clip, key="hosts")) == (403, "the site key hosts may clip sources of example.com only")
     assert answer(link(quote(source_url, 1, 3.5), key="short")) == (
         403,
-        "the clip is 2.5 s long, over the 2 s its site key allows",
+        "the clip is 2.5 s long, over the 2 s the site key short allows",
     )
     assert answer(link(clip, key="short"))[0] == 404  # within its scope: only not rendered yet
     assert answer(link(clip, key="brief")) == (403, "the site key brief's links must expire within 3600 s")
     assert answer(link(clip, key="brief", expires=int(time.time()) + 7200))[0] == 403
     assert answer(link(clip, key="brief", expires=links.rounded_expiry(3600)))[0] == 404
-    assert answer(link(quote(source_url, 0, 5))) == (403, "the clip is 5 s long, over the 4 s its site key allows")
+    assert answer(link(quote(source_url, 0, 5))) == (403, "the clip is 5 s long, over the 4 s the service allows")
     for variant in ("clip", "captions", "poster"):  # refused before the store is asked or the captions made
         local = app.get(link(quote("/etc/passwd"), variant))
         assert local.status_code == 422 and "local paths are not allowed" in local.json()["detail"]

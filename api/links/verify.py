@@ -127,8 +127,9 @@ def _scope_refusal(clip: dict[str, Any], site: SiteKey, settings: Settings, now:
             return f"the site key {site.id} may clip sources of {', '.join(site.hosts)} only"
     longest = min(settings.max_clip_seconds, site.max_seconds if site.max_seconds is not None else math.inf)
     length = round(clip["end"] - clip["start"], 3)
-    if length > longest:
-        return f"the clip is {length:g} s long, over the {longest:g} s its site key allows"
+    if length > longest:  # whose limit it is, named as the hosts' is
+        whose = f"the site key {site.id}" if longest == site.max_seconds else "the service"
+        return f"the clip is {length:g} s long, over the {longest:g} s {whose} allows"
     if site.lifetime is not None:
         expires = clip.get("expires")
         if expires is None or expires > links.rounded_expiry(site.lifetime, now):
