@@ -21,6 +21,10 @@ Unlinked = Annotated[str | None, typer.Option(hidden=True)]
 UnlinkedNumber = Annotated[float | None, typer.Option(hidden=True)]
 # A link's quality: no instant (copied frames), which a link cannot ask
 LinkQuality = Annotated[str | None, typer.Option(help="final | preview (half size, fast encode)")]
+# A link's logo is the service's file, never a path of the signer's machine
+LinkWatermark = Annotated[
+    str | None, typer.Option(help="Brand text (e.g. StarZero), or a logo: asset:ID.png (uploaded) or brand:NAME.png.")
+]
 
 
 @app.command("sign")
@@ -31,7 +35,7 @@ def sign(
     start: opt.Start = None,
     end: opt.End = None,
     caption: opt.Caption = None,
-    watermark: opt.Watermark = None,
+    watermark: LinkWatermark = None,
     style: opt.Style = None,
     profile: opt.Profile = None,
     fit: opt.Fit = None,
