@@ -17,8 +17,9 @@ from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
 from .stack import Stack
 
-# the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run)
-GROUPS = ("render", "queue", "click", "links", "firstframe", "cli", "previews", "creators")
+# the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run), and
+# "loudness" figure 14a alone (a part of "creators")
+GROUPS = ("render", "queue", "click", "links", "firstframe", "cli", "previews", "creators", "loudness")
 
 
 def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = frozenset(GROUPS)) -> list[Row]:
@@ -52,6 +53,8 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
                 done(previews.figures(run, ffmpeg, source, work, stack))
     if "creators" in only:
         done(creators.figures(run, ffmpeg, source, work))
+    elif "loudness" in only:
+        done([creators.loudness_figure(run, ffmpeg, source, work)])
     return rows
 
 
