@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +55,12 @@ def sample(pid: int, redis_port: int, api_port: int) -> dict[str, Any]:
     }
 
 
-async def idle_viewer(port: int, path: str) -> tuple[int, socket.socket]:
-    """A viewer that reads the status line and headers, then nothing more: its status and its socket."""
+async def idle_viewer(port: int, path: str, rcvbuf: int | None = None) -> tuple[int, socket.socket]:
+    """A viewer that reads the status line and headers, then nothing more: its status and its socket. With
+    ``rcvbuf``, its socket's receive buffer is that small (so the kernel does not read the clip for it)."""
     sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, ("127.0.0.1", port))
@@ -67,6 +72,76 @@ async def idle_viewer(port: int, path: str) -> tuple[int, socket.socket]:
             break
         head += got
     return int(head.split(b" ", 2)[1] or 0) if head else 0, sock
+
+
+@dataclass
+class Watched:
+    """What a reading viewer saw: its status, when its first byte of the body came and its last (``time.monotonic``),
+    the body's bytes, their SHA-256 and whether the body ended as it should (a chunked body's last chunk, or its
+    whole ``Content-Length``); ``redirect`` is the ``Location`` of a ``302`` (a clip stored by then)."""
+
+    status: int = 0
+    first_byte: float = 0.0
+    last_byte: float = 0.0
+    size: int = 0
+    digest: str = ""
+    complete: bool = False
+    redirect: str = ""
+
+
+async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watched:
+    """A viewer that reads the whole answer to ``GET path`` at no more than ``pace`` bytes a second (a player filling
+    its buffer), decoding a chunked body; a ``302`` is returned as it is (its ``redirect``)."""
+    seen = Watched()
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: load\r\n\r\n".encode())
+        await writer.drain()
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        seen.status = int(head[0].split(" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+        if seen.status == 302:
+            seen.redirect = headers.get("location", "")
+            return seen
+        digest = hashlib.sha256()
+        began = time.monotonic()
+
+        async def take(n: int) -> bytes:
+            data = await reader.readexactly(n)
+            if not seen.first_byte:
+                seen.first_byte = time.monotonic()
+            digest.update(data)
+            seen.size += len(data)
+            ahead = seen.size / pace - (time.monotonic() - began)  # (never faster than the pace)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            return data
+
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                line = await reader.readuntil(b"\r\n")
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")
+                    seen.complete = True
+                    break
+                for at in range(0, size, 65536):
+                    await take(min(65536, size - at))
+                await reader.readexactly(2)
+        else:
+            length = int(headers.get("content-length", "0"))
+            for at in range(0, length, 65536):
+                await take(min(65536, length - at))
+            seen.complete = True
+        seen.last_byte = time.monotonic()
+        seen.digest = digest.hexdigest()
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError, IndexError):
+        seen.last_byte = time.monotonic()  # (cut: ``complete`` stays false)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return seen
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,230 @@
+"""Figure 15: a crowd of viewers of one new clip's signed link, on loopback against ``quoteclip serve`` and a real
+worker (S3 store): most read the clip at a player's pace, a tenth stop reading after the headers. It reports what
+each reading viewer received, the first byte's p50/p95 from the first request, the API process's Redis connections
+and memory while they are connected and after they leave, when the idle viewers were let go, and a click on
+another (stored) clip's link during the crowd against the same click with no crowd.
+
+The viewers come from ``testkit/viewers.py`` (its idle viewer, and its reading viewer). Every viewer comes from
+127.0.0.1, so the API of this figure runs with its per-client caps and its connection cap raised above the crowd
+(``caps``); it is an API of its own, started for this figure alone."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import statistics
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+from testkit.viewers import Watched, idle_viewer, reading_viewer, sample
+
+from .config import RunConfig
+from .links import link
+from .report import Reading, Row
+from .stack import Stack
+from .timing import percentile
+
+PACE = 250_000  # bytes a second a reading viewer reads at most (2 Mb/s: a player buffering a 720p clip ahead)
+IDLE_SHARE = 10  # one viewer in this many stops after the headers
+RCVBUF = 4096  # an idle viewer's receive buffer (the kernel reads little of the clip for it)
+
+
+def crowd(run: RunConfig) -> int:
+    return 20 if run.quick else 1000
+
+
+def send_deadline(run: RunConfig) -> float:
+    return 3.0 if run.quick else 10.0  # (10: the setting's default; the reduced run waits less)
+
+
+def caps(run: RunConfig) -> dict[str, str]:
+    """The API's settings for the figure: room for the whole crowd from one address, the send deadline."""
+    n = crowd(run)
+    return {
+        "QUOTECLIP_MAX_CONNECTIONS": str(n + 200),
+        "QUOTECLIP_CLIENT_STREAMS": str(n + 50),
+        "QUOTECLIP_CLIENT_HELD": str(n + 50),
+        "QUOTECLIP_CLIENT_PARTS": str(n * 10 + 200),
+        "QUOTECLIP_STREAM_SEND_TIMEOUT": f"{send_deadline(run):g}",
+    }
+
+
+class Sampler(threading.Thread):
+    """The API process's Redis connections, viewer connections, descriptors and RSS, every 50 ms."""
+
+    def __init__(self, pid: int, redis_port: int, api_port: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.redis_port, self.api_port = pid, redis_port, api_port
+        self.samples: list[tuple[float, dict[str, Any]]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append((time.monotonic(), sample(self.pid, self.redis_port, self.api_port)))
+            self.stop.wait(0.05)
+
+    def peak(self, key: str, since: float = 0.0, until: float = float("inf")) -> Any:
+        return max((s[key] for t, s in self.samples if since <= t <= until), default=0)
+
+
+class Clicks(threading.Thread):
+    """A stored clip's link asked over and over on its own kept-alive connection (its answer: the 302 to the
+    bucket) until stopped: the seconds each took."""
+
+    def __init__(self, port: int, path: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.path = port, path
+        self.times: list[float] = []
+        self.stop = threading.Event()
+
+    def one(self, conn: http.client.HTTPConnection) -> float:
+        t = time.perf_counter()
+        conn.request("GET", self.path)
+        resp = conn.getresponse()
+        resp.read()
+        took = time.perf_counter() - t
+        if resp.status != 302:
+            raise SystemExit(f"bench: the stored clip's link answered {resp.status}")
+        return took
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        while not self.stop.is_set():
+            self.times.append(self.one(conn))
+            self.stop.wait(0.1)
+        conn.close()
+
+    def idle(self, count: int) -> list[float]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            return [self.one(conn) for _ in range(count)]
+        finally:
+            conn.close()
+
+
+async def reader(port: int, path: str) -> tuple[Watched, Watched | None]:
+    """A reading viewer; one answered with the stored clip's redirect then reads the bucket's object."""
+    seen = await reading_viewer("127.0.0.1", port, path, PACE)
+    if seen.status != 302:
+        return seen, None
+    url = urllib.parse.urlsplit(seen.redirect)
+    stored = await reading_viewer(url.hostname or "127.0.0.1", url.port or 80, f"{url.path}?{url.query}", PACE)
+    return seen, stored
+
+
+def figures(run: RunConfig, stack: Stack) -> list[Row]:
+    """Run with an API started with ``caps(run)`` and a worker."""
+    n = crowd(run)
+    idle_n = n // IDLE_SHARE
+    q = run.quote
+    pid = stack.procs[0].pid  # (the API: the first process the stack started)
+    redis_port = int(stack.env["QUOTECLIP_REDIS_URL"].rsplit(":", 1)[1].split("/")[0])
+
+    other = link(stack, 40.0, q)  # another clip, stored before the crowd: the click during it
+    stack.request("GET", other)  # (its stream, to the last byte)
+    deadline = time.monotonic() + 120
+    while stack.request("GET", other)[0] != 302:
+        if time.monotonic() > deadline:
+            raise SystemExit("bench: the other clip was not stored within 120 s")
+        time.sleep(0.2)
+    stack.api.close()  # (the API's connections from here on are the viewers' and the clicks')
+    clicks = Clicks(stack.port, other)
+    idle_clicks = clicks.idle(20)
+    time.sleep(1.0)
+    before = sample(pid, redis_port, stack.port)
+
+    viral = link(stack, 30.0, q)  # a new quote: rendered once the crowd asks for it
+    sampler = Sampler(pid, redis_port, stack.port)
+    sampler.start()
+
+    async def everyone() -> tuple[float, list[tuple[Watched, Watched | None]], list[Any]]:
+        t0 = time.monotonic()
+        idlers = [
+            asyncio.ensure_future(idle_viewer(stack.port, viral, rcvbuf=RCVBUF)) for _ in range(idle_n)
+        ]  # (started with the readers: the first request of all is the first reader's)
+        readers = await asyncio.gather(*(reader(stack.port, viral) for _ in range(n - idle_n)))
+        return t0, readers, await asyncio.gather(*idlers)
+
+    clicks.start()
+    t0, readers, idlers = asyncio.run(everyone())
+    clicks.stop.set()
+    clicks.join()
+    stream_end = max(seen.last_byte for seen, _ in readers)
+    connected = sampler.peak("rss_mb", t0, stream_end)
+
+    # the idle viewers: when the API let the last of them go (its viewer connections back to none)
+    limit = stream_end + send_deadline(run) + 10.0
+    let_go = None
+    while time.monotonic() < limit:
+        if sample(pid, redis_port, stack.port)["viewers"] == 0:
+            let_go = time.monotonic()
+            break
+        time.sleep(0.05)
+    held_then = sample(pid, redis_port, stack.port)
+    for _, sock in idlers:
+        sock.close()
+    time.sleep(3.0)
+    sampler.stop.set()
+    sampler.join()
+    after = sample(pid, redis_port, stack.port)
+
+    streamed = [seen for seen, stored in readers if stored is None]
+    stored = [got for _, got in readers if got is not None]
+    digests = {seen.digest for seen in streamed}
+    whole = sum(seen.status == 200 and seen.complete for seen in streamed) + sum(got.complete for got in stored)
+    firsts = [(got or seen).first_byte - t0 for seen, got in readers if (got or seen).first_byte]
+    p50, p95 = (statistics.median(firsts), percentile(firsts, 0.95)) if firsts else (float("nan"),) * 2
+    redis_peak = sampler.peak("redis", t0)
+    growth_kb = (connected - before["rss_mb"]) * 1024 / n
+    back = after["rss_mb"] <= before["rss_mb"] * 1.1
+    during = statistics.median(clicks.times) if clicks.times else float("nan")
+    idle_click = statistics.median(idle_clicks)
+    idle_statuses = sorted({status for status, _ in idlers})
+    cut_after = (let_go - stream_end) if let_go is not None else None
+    readers_n = n - idle_n
+    what = f"{n} viewers of one new {q:g} s clip's signed link ({readers_n} reading at ≤ {PACE * 8 / 1e6:g} Mb/s, "
+    what += f"{idle_n} stopping after the headers), loopback, `quoteclip serve` + a worker"
+    return [
+        Reading(
+            f"15a. {what}: reading viewers that received the whole clip; the first byte from the first request",
+            f"{whole} of {readers_n} whole ({len(streamed)} streamed, {len(set(digests))} distinct bodies, "
+            f"{len(stored)} from the stored file); first byte p50 {p50:.2f} s, p95 {p95:.2f} s over {len(firsts)}",
+            "all whole; p95 ≤ 1.5 s",
+            whole == readers_n and len(digests) <= 1 and p95 <= 1.5,
+        ),
+        Reading(
+            f"15b. {what}: the API process's Redis connections (peak, sampled every 50 ms)",
+            f"{redis_peak} during the crowd ({before['redis']} before it)",
+            "≤ 4",
+            redis_peak <= 4,
+        ),
+        Reading(
+            f"15c. {what}: the API's memory (RSS) per connected viewer, and after they left",
+            f"{before['rss_mb']:g} MB before, {connected:g} MB peak while connected: {growth_kb:.0f} KB a viewer; "
+            f"{after['rss_mb']:g} MB 3 s after they left ({(after['rss_mb'] / before['rss_mb'] - 1) * 100:+.0f} %)",
+            "≤ 64 KB a viewer; back within 10 %",
+            growth_kb <= 64 and back,
+        ),
+        Reading(
+            f"15d. {what}: the {idle_n} idle viewers (statuses {idle_statuses}, receive buffer {RCVBUF} B) let go "
+            f"by the API, send deadline {send_deadline(run):g} s",
+            (
+                f"all let go {cut_after:+.1f} s after the last reading viewer's last byte"
+                if cut_after is not None
+                else f"{held_then['viewers']} still held {limit - stream_end:g} s after the last byte"
+            )
+            + f"; after they left: {after['viewers']} held, {after['fds']} descriptors ({before['fds']} before)",
+            "let go within the send deadline; nothing held after",
+            cut_after is not None and cut_after <= send_deadline(run) and after["viewers"] == 0,
+        ),
+        Reading(
+            f"15e. {what}: a click on another clip (its signed link, stored: the 302) during the crowd vs idle, "
+            "medians",
+            f"{during * 1000:.1f} ms over {len(clicks.times)} during vs {idle_click * 1000:.1f} ms over "
+            f"{len(idle_clicks)} idle: {during / idle_click:.2f}×",
+            "≤ 1.3×",
+            during / idle_click <= 1.3,
+        ),
+    ]
