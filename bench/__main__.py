@@ -11,7 +11,7 @@ from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary
 
-from . import cli, creators, firstframe, links, previews, queue, render
+from . import cli, creators, firstframe, links, previews, queue, render, viewers
 from .config import RunConfig
 from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
@@ -19,7 +19,7 @@ from .stack import Stack
 
 # the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run), and
 # "loudness" figure 14a alone (a part of "creators")
-GROUPS = ("render", "queue", "click", "links", "firstframe", "cli", "previews", "creators", "loudness")
+GROUPS = ("render", "queue", "click", "links", "firstframe", "cli", "previews", "creators", "loudness", "viewers")
 
 
 def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = frozenset(GROUPS)) -> list[Row]:
@@ -55,6 +55,12 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
         done(creators.figures(run, ffmpeg, source, work))
     elif "loudness" in only:
         done([creators.loudness_figure(run, ffmpeg, source, work)])
+    if "viewers" in only:  # (an API of its own: its per-client caps raised for a crowd from one address)
+        with Stack(work, source, ffmpeg) as stack:
+            stack.env.update(viewers.caps(run))
+            stack.start_api()
+            stack.start_worker()
+            done(viewers.figures(run, stack))
     return rows
 
 
