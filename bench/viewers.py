@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import socket
 import statistics
 import threading
 import time
 import urllib.parse
 from typing import Any
+
+import psutil
 
 from testkit.viewers import Watched, idle_viewer, reading_viewer, sample
 
@@ -104,13 +107,35 @@ class Clicks(threading.Thread):
             conn.close()
 
 
-async def reader(port: int, path: str) -> tuple[Watched, Watched | None]:
+class Idlers(threading.Thread):
+    """The idle viewers' connections as the API process ``pid`` holds them, every 100 ms: when the API let each go
+    (its end no longer ``ESTABLISHED``: cut, or closed), by the viewer's port."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.ports: set[int] = set()
+        self.gone: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        api = psutil.Process(self.pid)
+        while not self.stop.is_set():
+            now = time.monotonic()
+            conns = api.net_connections(kind="tcp")
+            up = {c.raddr.port for c in conns if c.status == psutil.CONN_ESTABLISHED and c.raddr}
+            for port in self.ports - up - self.gone.keys():
+                self.gone[port] = now
+            self.stop.wait(0.1)
+
+
+async def reader(port: int, path: str, pace: float = PACE) -> tuple[Watched, Watched | None]:
     """A reading viewer; one answered with the stored clip's redirect then reads the bucket's object."""
-    seen = await reading_viewer("127.0.0.1", port, path, PACE)
+    seen = await reading_viewer("127.0.0.1", port, path, pace)
     if seen.status != 302:
         return seen, None
     url = urllib.parse.urlsplit(seen.redirect)
-    stored = await reading_viewer(url.hostname or "127.0.0.1", url.port or 80, f"{url.path}?{url.query}", PACE)
+    stored = await reading_viewer(url.hostname or "127.0.0.1", url.port or 80, f"{url.path}?{url.query}", pace)
     return seen, stored
 
 
@@ -138,30 +163,39 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     viral = link(stack, 30.0, q)  # a new quote: rendered once the crowd asks for it
     sampler = Sampler(pid, redis_port, stack.port)
     sampler.start()
+    watch = Idlers(pid)
+
+    async def idle_one() -> tuple[int, socket.socket]:
+        got = await idle_viewer(stack.port, viral, rcvbuf=RCVBUF)
+        watch.ports.add(got[1].getsockname()[1])
+        return got
 
     async def everyone() -> tuple[float, list[tuple[Watched, Watched | None]], list[Any]]:
         t0 = time.monotonic()
-        idlers = [
-            asyncio.ensure_future(idle_viewer(stack.port, viral, rcvbuf=RCVBUF)) for _ in range(idle_n)
-        ]  # (started with the readers: the first request of all is the first reader's)
-        readers = await asyncio.gather(*(reader(stack.port, viral) for _ in range(n - idle_n)))
+        # (the idle viewers start with the readers; the first reader reads as fast as it can: its last byte is the
+        # stream's end as the API relays it)
+        idlers = [asyncio.ensure_future(idle_one()) for _ in range(idle_n)]
+        readers = await asyncio.gather(
+            reader(stack.port, viral, float("inf")), *(reader(stack.port, viral) for _ in range(n - idle_n - 1))
+        )
         return t0, readers, await asyncio.gather(*idlers)
 
     clicks.start()
+    watch.start()
     t0, readers, idlers = asyncio.run(everyone())
     clicks.stop.set()
     clicks.join()
-    stream_end = max(seen.last_byte for seen, _ in readers)
-    connected = sampler.peak("rss_mb", t0, stream_end)
+    stream_end = readers[0][0].last_byte  # (the unpaced reader's)
+    last_byte = max(seen.last_byte for seen, _ in readers)
+    connected = sampler.peak("rss_mb", t0, last_byte)
 
-    # the idle viewers: when the API let the last of them go (its viewer connections back to none)
-    limit = stream_end + send_deadline(run) + 10.0
-    let_go = None
-    while time.monotonic() < limit:
-        if sample(pid, redis_port, stack.port)["viewers"] == 0:
-            let_go = time.monotonic()
-            break
-        time.sleep(0.05)
+    # the idle viewers: when the API let the last of them go (cut, or closed)
+    limit = max(last_byte, stream_end + send_deadline(run) + 10.0)
+    while time.monotonic() < limit and len(watch.gone) < idle_n:
+        time.sleep(0.1)
+    watch.stop.set()
+    watch.join()
+    let_go = max(watch.gone.values()) if len(watch.gone) == idle_n and idle_n else None
     held_then = sample(pid, redis_port, stack.port)
     for _, sock in idlers:
         sock.close()
@@ -184,7 +218,8 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     idle_statuses = sorted({status for status, _ in idlers})
     cut_after = (let_go - stream_end) if let_go is not None else None
     readers_n = n - idle_n
-    what = f"{n} viewers of one new {q:g} s clip's signed link ({readers_n} reading at ≤ {PACE * 8 / 1e6:g} Mb/s, "
+    what = f"{n} viewers of one new {q:g} s clip's signed link ({readers_n} reading: one at once, the "
+    what += f"rest at ≤ {PACE * 8 / 1e6:g} Mb/s; "
     what += f"{idle_n} stopping after the headers), loopback, `quoteclip serve` + a worker"
     return [
         Reading(
@@ -211,9 +246,11 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
             f"15d. {what}: the {idle_n} idle viewers (statuses {idle_statuses}, receive buffer {RCVBUF} B) let go "
             f"by the API, send deadline {send_deadline(run):g} s",
             (
-                f"all let go {cut_after:+.1f} s after the last reading viewer's last byte"
-                if cut_after is not None
-                else f"{held_then['viewers']} still held {limit - stream_end:g} s after the last byte"
+                f"the last let go {cut_after:+.1f} s after the stream's end (an unpaced reader's last byte), "
+                f"{let_go - t0:.1f} s after the first request"
+                if cut_after is not None and let_go is not None
+                else f"{idle_n - len(watch.gone)} still held {limit - stream_end:.0f} s after the stream's end "
+                f"({held_then['viewers']} connections held by the API then)"
             )
             + f"; after they left: {after['viewers']} held, {after['fds']} descriptors ({before['fds']} before)",
             "let go within the send deadline; nothing held after",
