@@ -18,8 +18,20 @@ from .report import Machine, Row, machine_line, table, write_json
 from .stack import Stack
 
 # the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run), and
-# "loudness" figure 14a alone (a part of "creators")
-GROUPS = ("render", "queue", "click", "links", "firstframe", "cli", "previews", "creators", "loudness", "viewers")
+# "loudness" figure 14a alone and "hls" figures 11b–11d alone (parts of "creators")
+GROUPS = (
+    "render",
+    "queue",
+    "click",
+    "links",
+    "firstframe",
+    "cli",
+    "previews",
+    "creators",
+    "loudness",
+    "hls",
+    "viewers",
+)
 
 
 def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = frozenset(GROUPS)) -> list[Row]:
@@ -53,8 +65,11 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
                 done(previews.figures(run, ffmpeg, source, work, stack))
     if "creators" in only:
         done(creators.figures(run, ffmpeg, source, work))
-    elif "loudness" in only:
-        done([creators.loudness_figure(run, ffmpeg, source, work)])
+    else:
+        if "hls" in only:
+            done(creators.hls_figures(run, ffmpeg, source, work))
+        if "loudness" in only:
+            done([creators.loudness_figure(run, ffmpeg, source, work)])
     if "viewers" in only:  # (an API of its own: its per-client caps raised for a crowd from one address)
         with Stack(work, source, ffmpeg) as stack:
             stack.env.update(viewers.caps(run))

@@ -36,7 +36,7 @@ add_plugins_to_path()
 def figures(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> list[Row]:
     rows = profiles_figures(run, source, work)
     rows.append(page_batch_figure(run, source, work))
-    rows.append(hls_figure(run, ffmpeg, source, work))
+    rows += hls_figures(run, ffmpeg, source, work)
     rows.append(loudness_figure(run, ffmpeg, source, work))
     rows += platforms_figures(run, source, work)
     return rows
@@ -174,11 +174,19 @@ def page_batch_figure(run: RunConfig, source: Path, work: Path) -> Reading:
         site.close()
 
 
-def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Comparison:
-    """11b. A clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
-    first, q = run.hls_first, run.quote
+def hls_figures(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> list[Row]:
+    """11b–11d: the episode cut once into an HLS rendition (8 s MPEG-TS segments), then read by its figures."""
     folder = work / "hls"
     folder.mkdir(exist_ok=True)
+    try:
+        playlist = hls_rendition(ffmpeg, source, folder)
+        return [hls_figure(run, source, work, playlist), *hls_fallback_figures(run, source, work, playlist)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def hls_rendition(ffmpeg: str, source: Path, folder: Path) -> Path:
+    """The episode as an HLS rendition in ``folder``: its playlist (``index.m3u8``), 8 s segments beside it."""
     playlist = folder / "index.m3u8"
     subprocess.run(
         [
@@ -203,7 +211,25 @@ def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Compari
         ],
         check=True,
     )
-    total = sum(p.stat().st_size for p in folder.glob("seg*.ts"))
+    return playlist
+
+
+def _segments(playlist: Path) -> list[tuple[str, float, float, int]]:
+    """The playlist's segments in order: (name, start, end in seconds, size in bytes)."""
+    out, at, length = [], 0.0, 0.0
+    for line in playlist.read_text().splitlines():
+        if line.startswith("#EXTINF:"):
+            length = float(line.removeprefix("#EXTINF:").split(",")[0])
+        elif line and not line.startswith("#"):
+            out.append((line, at, at + length, (playlist.parent / line).stat().st_size))
+            at += length
+    return out
+
+
+def hls_figure(run: RunConfig, source: Path, work: Path, playlist: Path) -> Comparison:
+    """11b. A clip of an HLS-only episode (8 s segments) against the same clip of the local file."""
+    first, q = run.hls_first, run.quote
+    total = sum(size for *_, size in _segments(playlist))
     site = VideoSite()
     counter = iter(range(10_000))
     try:
@@ -239,7 +265,6 @@ def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Compari
         ours, local = paired(clip(site.url("hls")), clip(str(source)), run)
     finally:
         site.close()
-        shutil.rmtree(folder, ignore_errors=True)
     got = statistics.median(fetched)
     ratio = statistics.median(a / b for a, b in zip(ours, local, strict=True))
     return Comparison.of(
@@ -251,6 +276,118 @@ def hls_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Compari
         ratio,
         "< 5% of the bytes",
         got < 0.05 * total,
+    )
+
+
+# the site's plain formats in figures 11c and 11d (testkit.videosite.VideoSite.plain): the figure, what its page
+# does, and the extractions a clip may cost (a refusal on the first link is checked on a fresh extraction's link
+# before HLS is read)
+HLS_FALLBACKS = {
+    "refused": (
+        "11c",
+        "whose page lists a plain 1080p file and its HLS rendition, the plain file refused (HTTP 403) after the "
+        "extraction",
+        2,
+    ),
+    "gone": ("11d", "whose page lists only its HLS rendition, the plain file left out (SABR-only)", 1),
+}
+
+
+def hls_fallback_figures(run: RunConfig, source: Path, work: Path, playlist: Path) -> list[Row]:
+    """11c, 11d. A clip of an episode listed as YouTube lists it for its ``web`` client: a plain 1080p file and an
+    HLS rendition of it (8 s segments). Its plain format refused with 403 after the extraction (YouTube without a PO
+    token; 11c), or left out of the page (SABR-only; 11d): each clip from a cold cache (no refusal remembered), a new
+    quote, against the same clip of the local file. Per clip: the page's extractions, the format family the clip's
+    manifest names, the bytes and segments fetched against the quote's own share (its seconds of the segments'
+    bytes; the segments it spans)."""
+    return [hls_fallback_figure(run, source, work, playlist, plain) for plain in HLS_FALLBACKS]
+
+
+def hls_fallback_figure(run: RunConfig, source: Path, work: Path, playlist: Path, plain: str) -> Comparison:
+    """One of 11c and 11d: the site's plain formats ``plain`` (see ``HLS_FALLBACKS``)."""
+    number, how, extractions = HLS_FALLBACKS[plain]
+    first, q = run.hls_first, run.quote
+    segments = _segments(playlist)
+    total = sum(size for *_, size in segments)
+    seconds = segments[-1][2]
+    site = VideoSite(plain=plain)
+    counter = iter(range(10_000))
+    seen: list[dict[str, Any]] = []
+    try:
+        site.episodes["yt"] = Episode(
+            "Both families",
+            seconds,
+            [
+                SiteFormat("22", source, vcodec="avc1.640028", acodec="mp4a.40.2", width=1920, height=1080),
+                SiteFormat(
+                    "hls", playlist, vcodec="avc1.640028", acodec="mp4a.40.2", width=1920, height=1080, hls=True
+                ),
+            ],
+        )
+
+        def clip(src: str) -> Callable[[], None]:
+            def go() -> None:
+                n = next(counter)
+                settings = _settings(work, f"{plain}-{n}")
+                start = first + 9 * n
+                spec = build_spec(
+                    {
+                        "source": src,
+                        "start": start,
+                        "end": start + q,
+                        "caption": CAPTION,
+                        "watermark": {"text": BRAND},
+                    }
+                )
+                loads, sent, refused = site.page_loads["yt"], sum(site.bytes_sent.values()), len(site.refused)
+                fetched = len(site.segments)
+                result = produce_clip(spec, settings, LocalStorage(settings.storage_dir))
+                if src.startswith("http"):
+                    manifest = settings.storage_dir / f"{result.key}.manifest.json"
+                    spanned = [s for s in segments if s[1] < start + q and s[2] > start]
+                    seen.append(
+                        {
+                            "extractions": site.page_loads["yt"] - loads,
+                            "refused": len(site.refused) - refused,
+                            "family": json.loads(manifest.read_text())["source"].get("format"),
+                            "bytes": sum(site.bytes_sent.values()) - sent,
+                            "segments": len(site.segments) - fetched,
+                            "spanned": len(spanned),
+                            "spanned_bytes": sum(size for *_, size in spanned),
+                        }
+                    )
+                shutil.rmtree(settings.storage_dir, ignore_errors=True)
+                shutil.rmtree(settings.cache_dir, ignore_errors=True)
+
+            return go
+
+        ours, local = paired(clip(site.url("yt")), clip(str(source)), run)
+    finally:
+        site.close()
+
+    def median(key: str) -> float:
+        return statistics.median(s[key] for s in seen)
+
+    families = sorted({str(s["family"]) for s in seen})
+    beyond = max(s["segments"] - s["spanned"] for s in seen)
+    got, share = median("bytes"), total * q / seconds
+    ratio = statistics.median(a / b for a, b in zip(ours, local, strict=True))
+    return Comparison.of(
+        f"{number}. {q:g} s clip of an episode {how} (8 s segments, cold cache) vs the same clip of the local "
+        f"file; per clip, median of {len(seen)}: extractions {median('extractions'):g}, requests refused "
+        f"{median('refused'):g}, read in {', '.join(families)}, segments fetched {median('segments'):g} (the quote "
+        f"spans {median('spanned'):g}; at most {beyond} beyond it), fetched {got / 1024**2:.1f} MB of "
+        f"{total / 1024**2:.0f} MB ({100 * got / total:.1f}%; the quote's share of the episode "
+        f"{share / 1024**2:.1f} MB, the segments it spans {median('spanned_bytes') / 1024**2:.1f} MB)",
+        ours,
+        local,
+        ratio,
+        f"HLS, ≤ {extractions} extraction{'s' if extractions > 1 else ''}, ≤ 1 segment beyond the quote's, "
+        "< 5% of the bytes",
+        families == ["hls"]
+        and max(s["extractions"] for s in seen) <= extractions
+        and beyond <= 1
+        and got < 0.05 * total,
     )
 
 
