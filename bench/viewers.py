@@ -6,12 +6,13 @@ another (stored) clip's link during the crowd against the same click with no cro
 
 The viewers come from ``testkit/viewers.py`` (its idle viewer, and its reading viewer). Every viewer comes from
 127.0.0.1, so the API of this figure runs with its per-client caps and its connection cap raised above the crowd
-(``caps``); it is an API of its own, started for this figure alone."""
+(``caps``); it is an API of its own, started for this figure alone. ``BENCH_VIEWERS=N`` runs it with N viewers."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
+import os
 import socket
 import statistics
 import threading
@@ -35,7 +36,8 @@ RCVBUF = 4096  # an idle viewer's receive buffer (the kernel reads little of the
 
 
 def crowd(run: RunConfig) -> int:
-    return 20 if run.quick else 1000
+    """The viewers: 1,000 (20 in the reduced run); ``BENCH_VIEWERS`` sets another number (a smaller machine's)."""
+    return int(os.environ.get("BENCH_VIEWERS") or (20 if run.quick else 1000))
 
 
 def send_deadline(run: RunConfig) -> float:
@@ -55,7 +57,7 @@ def caps(run: RunConfig) -> dict[str, str]:
 
 
 class Sampler(threading.Thread):
-    """The API process's Redis connections, viewer connections, descriptors and RSS, every 50 ms."""
+    """The API process's Redis connections, viewer connections, descriptors and RSS, every 200 ms."""
 
     def __init__(self, pid: int, redis_port: int, api_port: int) -> None:
         super().__init__(daemon=True)
@@ -66,7 +68,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             self.samples.append((time.monotonic(), sample(self.pid, self.redis_port, self.api_port)))
-            self.stop.wait(0.05)
+            self.stop.wait(0.2)
 
     def peak(self, key: str, since: float = 0.0, until: float = float("inf")) -> Any:
         return max((s[key] for t, s in self.samples if since <= t <= until), default=0)
@@ -108,7 +110,7 @@ class Clicks(threading.Thread):
 
 
 class Idlers(threading.Thread):
-    """The idle viewers' connections as the API process ``pid`` holds them, every 100 ms: when the API let each go
+    """The idle viewers' connections as the API process ``pid`` holds them, every 200 ms: when the API let each go
     (its end no longer ``ESTABLISHED``: cut, or closed), by the viewer's port."""
 
     def __init__(self, pid: int) -> None:
@@ -126,7 +128,7 @@ class Idlers(threading.Thread):
             up = {c.raddr.port for c in conns if c.status == psutil.CONN_ESTABLISHED and c.raddr}
             for port in self.ports - up - self.gone.keys():
                 self.gone[port] = now
-            self.stop.wait(0.1)
+            self.stop.wait(0.2)
 
 
 async def reader(port: int, path: str, pace: float = PACE) -> tuple[Watched, Watched | None]:
@@ -230,7 +232,7 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
             whole == readers_n and len(digests) <= 1 and p95 <= 1.5,
         ),
         Reading(
-            f"15b. {what}: the API process's Redis connections (peak, sampled every 50 ms)",
+            f"15b. {what}: the API process's Redis connections (peak, sampled every 200 ms)",
             f"{redis_peak} during the crowd ({before['redis']} before it)",
             "≤ 4",
             redis_peak <= 4,
