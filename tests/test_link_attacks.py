@@ -159,12 +159,26 @@ def test_an_expired_link_still_revokes_its_clip(env: dict[str, str]) -> None:
     assert app.get(current).status_code == 410
 
 
-def test_link_requests_ask_for_revocations_through_the_apis_one_pool(env: dict[str, str]) -> None:
+def test_link_requests_ask_for_revocations_through_the_apis_one_pool(env: dict[str, str], tmp_path: Path) -> None:
     """200 link requests (verified, revocation looked up: a ``HEAD`` of a clip not stored, a stored clip's ``GET``,
     a revoked link's ``GET``, a stream part) open no Redis connection of their own: the server counts none
-    received."""
+    received. (A Redis server of its own: one the other tests share counts their connections too.)"""
+    from testkit.services import start_private_redis
+
+    started = start_private_redis(tmp_path)
+    if started is None:
+        pytest.skip("needs redis-server on the PATH")
+    proc, env["QUOTECLIP_REDIS_URL"] = started
+    try:
+        _count_connections_of_link_requests(env)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def _count_connections_of_link_requests(env: dict[str, str]) -> None:
     from api.clips import clip_spec
-    from api.links.verify import link_fields
+    from api.links.fields import link_fields
     from jobs.pipeline.lookup import lookup
     from storage import open_storage
 

@@ -242,7 +242,7 @@ def test_quoteclip_sign_prints_the_link_the_signer_makes(tmp_path: Path) -> None
     assert body["expires"] is not None and links.verify(path_of(body["link"]), {"short": "another-long-secret"})
     for extra, message in (
         (["--site", "starzero", "--font", "a.ttf"], "--font: a link cannot carry it"),
-        (["--site", "starzero", "--end", "19:30"], "over the 30 s limit"),
+        (["--site", "starzero", "--end", "19:30"], "over the 30 s the key starzero allows"),
         (["--site", "nobody"], "site: no key 'nobody'"),
         (["--site", "short", "--expires", "7200"], "over the key short's link lifetime of 3600 s"),
         (["--site", "starzero", "--as", "gif"], "--as must be one of clip, download, poster, captions"),
