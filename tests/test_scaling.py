@@ -127,7 +127,10 @@ def test_scale_in_during_a_burst_loses_no_clip_and_spends_no_attempt(media, queu
         f"{statistics.median(waits):.1f} s, p95 {_percentile(waits, 0.95):.1f} s, max {max(waits):.1f} s"
     )
     assert figure_held_renders  # where a trigger on the lists alone read 0
-    assert busy_sigterms >= 1 and stops >= 1  # the wobble asked busy workers to go: a render was handed back
+    # the wobble asked busy workers to go. Whether one of them was rendering a clip longer than its grace (and so
+    # handed it back) is the scaler's draw: a busy worker whose render ends within the grace finishes it. The
+    # hand-back itself is proved without chance in tests/test_hardening_workers.py (SIGTERM with 5 s of grace).
+    assert busy_sigterms >= 1
 
 
 def _current_job(connection: Redis, name: str) -> str | None:
