@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listening
+            await svc.hub.close()
 
     app = FastAPI(
         title="quoteclip",

@@ -227,6 +227,18 @@ class Hub:
             )
         return self._redis
 
+    async def close(self) -> None:
+        """At the app's shutdown: the clips' readers stopped and the event loop's pool closed (on this loop: a pool
+        left to the garbage collector after its loop has closed would warn of its unclosed connections)."""
+        readers = [clip.task for clip in self.clips.values() if clip.task is not None]
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        self.clips = {}
+        if self._redis is not None and self._loop is asyncio.get_running_loop():
+            await self._redis.aclose(close_connection_pool=True)
+        self._redis = self._loop = None
+
     def clip(self, job_id: str) -> Clip:
         """The clip's reader in this process, started by its first viewer."""
         self.redis()  # (the loop's own readers)

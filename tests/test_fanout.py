@@ -386,3 +386,30 @@ def test_captions_playlists_and_parts_are_made_once(fan_env) -> None:
             assert count() == 1, f"{url} was made {count()} times for 3 requests"
         assert client.get(f"{path}/1.m4s").content == stream.pieces[1]
     stream.close()
+
+
+def test_the_apps_shared_pool_is_closed_with_the_app(queue_env) -> None:
+    """An app's event-loop pool is closed at its shutdown: left to the garbage collector after its loop had closed,
+    its connections warned of themselves as unclosed, in whichever later test the collector ran."""
+    import gc
+    import sys
+
+    _run_an_app_that_uses_its_pool(Settings.from_env(queue_env))  # (its app, client and pool gone on return)
+    seen: list[Any] = []
+    before, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = before
+    assert not [str(u.exc_value) for u in seen if isinstance(u.exc_value, ResourceWarning)]
+
+
+def _run_an_app_that_uses_its_pool(settings: Settings) -> None:
+    app = create_app(settings)
+    hub = app.state.services.hub
+
+    async def touch() -> None:
+        await hub.redis().ping()
+
+    with TestClient(app) as client:
+        client.portal.call(touch)
