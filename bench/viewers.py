@@ -11,6 +11,7 @@ The viewers come from ``testkit/viewers.py`` (its idle viewer, and its reading v
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import os
 import socket
@@ -67,7 +68,8 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            self.samples.append((time.monotonic(), sample(self.pid, self.redis_port, self.api_port)))
+            with contextlib.suppress(psutil.Error):
+                self.samples.append((time.monotonic(), sample(self.pid, self.redis_port, self.api_port)))
             self.stop.wait(0.2)
 
     def peak(self, key: str, since: float = 0.0, until: float = float("inf")) -> Any:
@@ -187,8 +189,8 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     t0, readers, idlers = asyncio.run(everyone())
     clicks.stop.set()
     clicks.join()
-    stream_end = readers[0][0].last_byte  # (the unpaced reader's)
-    last_byte = max(seen.last_byte for seen, _ in readers)
+    stream_end = (readers[0][1] or readers[0][0]).last_byte  # (the unpaced reader's; or its stored file's)
+    last_byte = max((got or seen).last_byte for seen, got in readers)
     connected = sampler.peak("rss_mb", t0, last_byte)
 
     # the idle viewers: when the API let the last of them go (cut, or closed)
