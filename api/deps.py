@@ -25,7 +25,7 @@ from .auth import given_key, sign_path
 from .caps import ClientCaps
 from .errors import APIError
 from .events import JobEvents
-from .fanout import Hub, blocking_client
+from .fanout import Findings, Hub, blocking_client
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class Services:
     events: JobEvents
     hub: Hub
     caps: ClientCaps
+    findings: Findings
 
     def link_for(self, job_id: str, link: str | None, route: str = "file") -> str | None:
         """Local-folder links are file:// URIs a browser cannot open: served through the API instead (signed,
@@ -132,6 +133,7 @@ def open_services(settings: Settings) -> Services:
         JobEvents(settings.redis_url),
         Hub(settings, rendering),
         ClientCaps(settings),
+        Findings(),
     )
 
 

@@ -25,10 +25,13 @@ import contextlib
 import ctypes
 import hashlib
 import logging
+import math
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
@@ -44,6 +47,9 @@ POOL_WAIT = 10.0  # seconds a request waits for one of its pool's connections be
 BEGIN_STEP = 1.0  # seconds a clip's reader waits for its stream to begin before asking whether its render goes on
 PARTS_BYTES = 64 * 1024**2  # the HLS parts an API process keeps in memory, bytes in all (the oldest dropped)
 PLAYLISTS = 256  # the playlists an API process keeps built
+FINDING_KEPT = 1.0  # seconds a link's look at the store and the queue is taken by the requests after it
+FINDINGS = 1024  # the looks an API process keeps
+T = TypeVar("T")
 
 
 def give_back_memory() -> None:
@@ -198,6 +204,48 @@ class Parts:
         while self.size > self.limit:
             _, dropped = self._kept.popitem(last=False)
             self.size -= len(dropped)
+
+
+class Findings:
+    """Requests that ask the same thing at once share one answer (made in the thread of the first to ask; the others
+    wait for it), and the requests of the next ``FINDING_KEPT`` seconds take it too: a thousand viewers of a new
+    clip's link cost one look at the store and the queue, not a thousand (api/links/first.py). A failure is shared
+    as well (each request raises it) and is not kept."""
+
+    def __init__(self, kept: float = FINDING_KEPT, limit: int = FINDINGS) -> None:
+        self.kept, self.limit = kept, limit
+        self.made = 0  # answers made, not shared (a test counts them)
+        self._lock = threading.Lock()
+        self._found: OrderedDict[Hashable, tuple[Future[Any], float]] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        now = time.monotonic()
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None and (not found[0].done() or now - found[1] < self.kept):
+                future, mine = found[0], False
+            else:
+                future, mine = Future(), True
+                self._found[key] = (future, math.inf)
+                self._found.move_to_end(key)
+                while len(self._found) > self.limit:
+                    self._found.popitem(last=False)
+        if not mine:
+            return future.result()
+        try:
+            result = make()
+        except BaseException as exc:
+            with self._lock:
+                if self._found.get(key, (None,))[0] is future:
+                    del self._found[key]  # (a failure is not kept)
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            self.made += 1
+            if self._found.get(key, (None,))[0] is future:
+                self._found[key] = (future, time.monotonic())
+        future.set_result(result)
+        return result
 
 
 def etag(*parts: object) -> str:

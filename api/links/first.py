@@ -49,32 +49,59 @@ def _first(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
     if linked.variant == "captions":  # made once a link (kept: api/links/cache.py), 304s never make it
         body = made_once(request.url.path, lambda: captions_vtt(linked.spec))
         return linked.answer(made_response(request, linked, body), Outcome.MADE)
+    head = request.method == "HEAD"  # a HEAD never starts a render
+    key = (linked.site.id, linked.variant, head, repr(linked.spec))
+    found = svc.findings.get(key, lambda: _find(svc, linked, head))
+    if found.stored is not None:
+        return linked.answer(stored_response(request, svc.settings, linked, found.stored), Outcome.STORED)
+    if found.failed is not None:  # failed for good: answered without trying again (until rq forgets the failure)
+        raise linked.refused(422, found.failed, Outcome.FAILED)
+    if head:
+        status, detail = (202, "rendering") if found.rendering else (404, "not rendered yet")
+        response = error_response(status, detail)
+        return linked.answer(response, Outcome.NOT_STORED)
+    if found.wait is not None:
+        detail = f"the site key {linked.site.id} has started {svc.settings.link_renders_per_minute} renders this minute"
+        raise linked.refused(429, detail, Outcome.LIMITED, {"Retry-After": str(found.wait)})
+    assert found.job_id is not None
+    return Pending(linked, found.job_id, lambda: look(svc, linked)[0])
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one look at the store and the queue found for a link: the stored clip, a failure for good (its error),
+    whether it renders (a ``HEAD``'s look), the seconds until its key may start a render, or the job rendering it."""
+
+    stored: Stored | None = None
+    failed: str | None = None
+    rendering: bool = False
+    wait: int | None = None
+    job_id: str | None = None
+
+
+def _find(svc: Services, linked: Linked, head: bool) -> Finding:
     stored, job_ids = look(svc, linked)
     if stored is not None:
-        return linked.answer(stored_response(request, svc.settings, linked, stored), Outcome.STORED)
+        return Finding(stored=stored)
     states = [render_state(job_id, svc.connection) for job_id in job_ids]
     failed = next((s for s in states if s.state == "failed" and s.permanent), None)
-    if failed is not None:  # failed for good: answered without trying again (until rq forgets the failure)
-        raise linked.refused(422, str(failed.error), Outcome.FAILED)
+    if failed is not None:
+        return Finding(failed=str(failed.error))
     rendering = any(s.state == "active" for s in states)
-    if request.method == "HEAD":  # a HEAD never starts a render
-        response = error_response(202 if rendering else 404, "rendering" if rendering else "not rendered yet")
-        return linked.answer(response, Outcome.NOT_STORED)
+    if head:
+        return Finding(rendering=rendering)
     if not rendering:  # a render would start: the key's allowance
         wait = link_renders_allowed(svc, linked.site.id)
         if wait is not None:
-            detail = (
-                f"the site key {linked.site.id} has started {svc.settings.link_renders_per_minute} renders this minute"
-            )
-            raise linked.refused(429, detail, Outcome.LIMITED, {"Retry-After": str(wait)})
+            return Finding(wait=wait)
     enqueued = _start(svc, linked)
     if enqueued.link is not None:  # stored meanwhile
         stored, _ = look(svc, linked)
         if stored is not None:
-            return linked.answer(stored_response(request, svc.settings, linked, stored), Outcome.STORED)
+            return Finding(stored=stored)
     if not enqueued.joined:  # a render started (one joined costs nothing)
         count_render(svc.connection, linked.site.id)
-    return Pending(linked, enqueued.job_id, lambda: look(svc, linked)[0])
+    return Finding(job_id=enqueued.job_id)
 
 
 def look(svc: Services, linked: Linked) -> tuple[Stored | None, list[str]]:

@@ -1,0 +1,87 @@
+"""A crowd asking one link at once shares one look at the store and the queue (api/fanout.py ``Findings``): the
+bucket is asked once for fifty requests, not fifty times; and a failing look is shared, never kept."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api import create_app
+from api.fanout import Findings
+from quoteclip import links
+from quoteclip.settings import Settings
+
+SITE, SECRET = "site", "site-secret-0123456789"
+
+
+def test_requests_at_once_share_one_answer_and_later_ones_take_it_for_a_while() -> None:
+    findings = Findings(kept=0.5)
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def make() -> int:
+        calls.append(1)
+        gate.wait(5)
+        return len(calls)
+
+    with ThreadPoolExecutor(20) as pool:
+        got = [pool.submit(findings.get, "k", make) for _ in range(20)]
+        time.sleep(0.3)  # (all twenty asking while the first makes it)
+        gate.set()
+        answers = [f.result(5) for f in got]
+    assert answers == [1] * 20 and len(calls) == 1 and findings.made == 1
+    assert findings.get("k", make) == 1  # within ``kept``: taken, not made
+    time.sleep(0.6)
+    assert findings.get("k", make) == 2 and findings.made == 2  # past it: made anew
+
+
+def test_a_failure_is_shared_by_those_waiting_but_never_kept() -> None:
+    findings = Findings(kept=60)
+    gate = threading.Event()
+
+    def failing() -> int:
+        gate.wait(5)
+        raise RuntimeError("the store failed")
+
+    with ThreadPoolExecutor(5) as pool:
+        got = [pool.submit(findings.get, "k", failing) for _ in range(5)]
+        time.sleep(0.2)
+        gate.set()
+        errors = [f.exception(5) for f in got]
+    assert all(isinstance(e, RuntimeError) for e in errors)
+    assert findings.get("k", lambda: 7) == 7  # (asked again: made, not the failure)
+
+
+@pytest.fixture
+def source_url(media, http_source) -> str:
+    (http_source.root / "crowd.mp4").symlink_to(media(size="320x180", duration=4, gop=30))
+    return http_source.url("crowd.mp4")
+
+
+@pytest.mark.integration
+def test_fifty_heads_of_one_new_clips_link_ask_the_store_once(queue_env: dict[str, str], s3, source_url: str) -> None:
+    env = {**queue_env, **s3.env(), "QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}"}
+    env.pop("QUOTECLIP_STORAGE_DIR")
+    app = create_app(Settings.from_env(env))
+    clip = {"source": source_url, "start": 1, "end": 2, "caption": "a crowd", "watermark": "StarZero"}
+    path = links.sign(clip, SITE, SECRET)
+    with TestClient(app, follow_redirects=False) as client:
+        storage = app.state.services.storage
+        stat = storage.stat
+        asked: list[Any] = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            asked.append(args)
+            time.sleep(0.2)  # (a slow bucket: the others arrive while the first asks)
+            return stat(*args, **kwargs)
+
+        storage.stat = counted
+        with ThreadPoolExecutor(50) as pool:
+            statuses = list(pool.map(lambda _: client.head(path).status_code, range(50)))
+    assert statuses == [404] * 50  # (not rendered yet: a HEAD never starts one)
+    assert 1 <= len(asked) <= 3, f"the store was asked {len(asked)} times for 50 requests at once"
