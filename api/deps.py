@@ -25,7 +25,7 @@ from .auth import given_key, sign_path
 from .caps import ClientCaps
 from .errors import APIError
 from .events import JobEvents
-from .fanout import Findings, Hub, blocking_client
+from .fanout import Findings, Hub, blocking_client, shares
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def api_connection(settings: Settings) -> Redis:
     if redis_url.is_sentinel(settings.redis_url):
         return connect(settings)
     return blocking_client(
-        settings.redis_url, settings.redis_connections, socket_connect_timeout=5, health_check_interval=30
+        settings.redis_url, shares(settings.redis_connections)[0], socket_connect_timeout=5, health_check_interval=30
     )
 
 

@@ -1,21 +1,23 @@
-"""What an API process shares among all its requests: its Redis connections and one reader of each clip's stream.
+"""What an API process shares among all its requests: its Redis connections, one reader of every clip's stream, and
+one look at the store for a crowd asking one link.
 
 A clip being rendered is read from the relay (jobs/relay.py) once per API process, whatever its number of viewers:
-the first viewer starts a reader (``Clip``) on a connection of its own, which waits for the stream to begin,
-then reads its pieces as they come and keeps them in memory (at most the relay's own cap,
-``QUOTECLIP_STREAM_MAX_MB``); every viewer of the clip is sent the same pieces from that one copy, each at its own
-pace (``Clip.outputs``), and none waits for another. A viewer that falls behind what was relayed since it joined
-by more than ``QUOTECLIP_STREAM_VIEWER_MB``, or whose connection takes more than ``QUOTECLIP_STREAM_SEND_TIMEOUT``
-for a piece, is cut (api/streams.py). The reader stops at the stream's end, when it is cut, or when its last
-viewer leaves.
+the first viewer starts a reader (``Clip``), which waits for the stream to begin, then reads its pieces as they come
+and keeps them in memory (at most the relay's own cap, ``QUOTECLIP_STREAM_MAX_MB``); every viewer of the clip is
+sent the same pieces from that one copy, each at its own pace (``Clip.outputs``), and none waits for another. A
+viewer that falls behind what was relayed since it joined by more than ``QUOTECLIP_STREAM_VIEWER_MB``, or whose
+connection takes more than ``QUOTECLIP_STREAM_SEND_TIMEOUT`` for a piece, is cut (api/streams.py). The reader stops
+at the stream's end, when it is cut, or when its last viewer leaves. The clips' readers all wait on one connection
+(``Reader``: one XREAD naming every stream waited on), whatever the number of clips.
 
-Everything else the API asks Redis goes through two small pools of ``QUOTECLIP_API_REDIS_CONNECTIONS`` each (the
-threads' one, ``blocking_client``, and the event loop's, ``Hub.redis``); a request waits for a free connection
-rather than opening one. So an API process holds at most twice that, one for job events (api/events.py) and one
-per clip it is streaming, whatever its viewers and requests.
+An API process holds ``QUOTECLIP_API_REDIS_CONNECTIONS`` Redis connections in all (4 by default): one for job events
+(api/events.py), one for the clips' ``Reader``, and two small pools sharing the rest (``shares``): the threads' one
+(``blocking_client``) and the event loop's (``Hub.redis``); a request waits for a free connection rather than
+opening one.
 
 The HLS parts of a stream (its init segment and fragments) are immutable once relayed: kept in memory (``Parts``,
-bounded) and answered with an ``ETag``; a playlist is built once for each state of its stream.
+bounded) and answered with an ``ETag``; a playlist is built once for each state of its stream. Requests asking the
+same link at once share one look at the store and the queue (``Findings``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
@@ -38,7 +41,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
 from jobs import relay
-from quoteclip import redis_url
+from quoteclip import redis_keys, redis_url
 from quoteclip.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ POOL_WAIT = 10.0  # seconds a request waits for one of its pool's connections be
 BEGIN_STEP = 1.0  # seconds a clip's reader waits for its stream to begin before asking whether its render goes on
 PARTS_BYTES = 64 * 1024**2  # the HLS parts an API process keeps in memory, bytes in all (the oldest dropped)
 PLAYLISTS = 256  # the playlists an API process keeps built
+READER_BLOCK_MS = 1000  # the longest one XREAD of the process's reader waits
+READER_IDLE = 30.0  # seconds the reader keeps its connection with no clip waiting
 FINDING_KEPT = 1.0  # seconds a link's look at the store and the queue is taken by the requests after it
 FINDINGS = 1024  # the looks an API process keeps
 T = TypeVar("T")
@@ -59,6 +64,14 @@ def give_back_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass  # (not glibc)
+
+
+def shares(total: int) -> tuple[int, int]:
+    """An API process's ``QUOTECLIP_API_REDIS_CONNECTIONS`` (``total``) as its two pools' sizes (its threads', its
+    event loop's): what is left of it after job events' connection and the clips' reader's, halved (one each at
+    the least)."""
+    rest = max(2, total - 2)
+    return (rest + 1) // 2, rest // 2
 
 
 def blocking_client(url: str, size: int, **options: Any) -> Redis:
@@ -102,16 +115,16 @@ class Clip:
         self.task: asyncio.Task[None] | None = None
 
     async def run(self, rendering: Callable[[], Awaitable[bool]]) -> None:
-        connection = redis_url.async_client(relay.relay_url(self.hub.settings), socket_connect_timeout=5)
+        redis, read = self.hub.redis(), self.hub.reader.read  # (short questions on the pool; waits on the reader)
         try:
             while self.begun is None:
-                begun = await relay.begin(connection, self.job_id, time.monotonic() + BEGIN_STEP, rendering)
+                begun = await relay.begin(redis, self.job_id, time.monotonic() + BEGIN_STEP, rendering, read)
                 if begun is not None:
                     self.begun = begun
                 elif not self.viewers or not await rendering():
                     return  # no stream to join (or nobody waits for one any more)
             self.settled.set()
-            async for piece in relay.follow(connection, self.begun):
+            async for piece in relay.follow(redis, self.begun, read):
                 self.pieces.append(piece)
                 self.size += len(piece)
                 self._wake()
@@ -125,8 +138,6 @@ class Clip:
             self.settled.set()
             self._wake()
             self.hub.forget(self)
-            with contextlib.suppress(RedisError, OSError):
-                await connection.aclose()
 
     def _wake(self) -> None:
         tick, self._tick = self._tick, asyncio.Event()
@@ -153,6 +164,110 @@ class Clip:
             yield self
         finally:
             self.viewers -= 1
+
+
+def _entry(raw: object) -> tuple[int, int]:
+    """A stream entry's id, as its two numbers (ids order as these do)."""
+    ms, _, seq = (raw.decode() if isinstance(raw, bytes) else str(raw)).partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Reader:
+    """The API process's one reader of its clips' streams: one connection, one XREAD that waits on every stream a
+    clip of this process waits on (``read``, the form jobs/relay.py takes), whatever their number. A clip that
+    starts waiting on a stream the XREAD under way does not name wakes it: an entry added to the process's own wake
+    stream (``redis_keys.api_wake``), which that XREAD also waits on, through the event loop's pool. Its connection
+    is closed once no clip has waited for ``READER_IDLE`` seconds."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.wake = redis_keys.api_wake(uuid.uuid4().hex)
+        self.waiting: dict[str, list[tuple[tuple[int, int], asyncio.Future[list[Any]]]]] = {}
+        self.asked: dict[str, tuple[int, int]] | None = None  # what the XREAD under way waits on
+        self.task: asyncio.Task[None] | None = None
+        self.connection: AsyncRedis | None = None
+        self._more = asyncio.Event()
+
+    async def read(self, key: str, last: str, block_ms: int) -> list[Any]:
+        """The stream ``key``'s entries after ``last`` (at most ``relay.READ_COUNT``), waiting up to ``block_ms``
+        for one; none when none came. A failure of the reader's connection is raised to every clip waiting."""
+        at = _entry(last)
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        waiters = self.waiting.setdefault(key, [])
+        waiters.append((at, future))
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        self._more.set()
+        try:
+            if self.asked is not None and (key not in self.asked or at < self.asked[key]):
+                await self._poke()
+            return await asyncio.wait_for(future, block_ms / 1000)
+        except TimeoutError:
+            return []
+        finally:
+            waiters.remove((at, future))
+            if not waiters and self.waiting.get(key) is waiters:
+                del self.waiting[key]
+
+    async def _poke(self) -> None:
+        try:
+            async with self.hub.redis().pipeline(transaction=False) as pipe:
+                pipe.xadd(self.wake, {"w": b""}, maxlen=1, approximate=False)
+                pipe.pexpire(self.wake, 60_000)
+                await pipe.execute()
+        except (RedisError, OSError):
+            pass  # (the XREAD under way ends within READER_BLOCK_MS anyway)
+
+    async def _run(self) -> None:
+        woken = "0-0"
+        try:
+            while True:
+                if not self.waiting:
+                    self._more.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._more.wait(), READER_IDLE)
+                    if not self.waiting:
+                        return
+                    continue
+                if self.connection is None:
+                    url = relay.relay_url(self.hub.settings)
+                    self.connection = redis_url.async_client(url, socket_connect_timeout=5)
+                asked = {key: min(at for at, _ in waiters) for key, waiters in self.waiting.items()}
+                streams: dict[Any, Any] = {self.wake: woken, **{key: f"{ms}-{seq}" for key, (ms, seq) in asked.items()}}
+                self.asked = asked
+                try:
+                    got: Any = await self.connection.xread(streams, count=relay.READ_COUNT, block=READER_BLOCK_MS)
+                except (RedisError, OSError) as exc:
+                    self._failed(exc)
+                    await self._close()
+                    await asyncio.sleep(0.1)
+                    continue
+                finally:
+                    self.asked = None
+                for raw_key, entries in got or ():
+                    key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+                    if key == self.wake:
+                        woken = "-".join(map(str, _entry(entries[-1][0])))
+                        continue
+                    for at, future in self.waiting.get(key, ()):
+                        newer = [entry for entry in entries if _entry(entry[0]) > at]
+                        if newer and not future.done():
+                            future.set_result(newer)
+        finally:
+            self.asked = None
+            await self._close()
+
+    def _failed(self, exc: BaseException) -> None:
+        for waiters in self.waiting.values():
+            for _, future in waiters:
+                if not future.done():
+                    future.set_exception(exc)
+
+    async def _close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await connection.aclose()
 
 
 class Variant:
@@ -264,16 +379,30 @@ class Hub:
         self.builds: dict[str, int] = {"playlist": 0, "part": 0}  # what was made rather than found kept
         self._loop: asyncio.AbstractEventLoop | None = None
         self._redis: AsyncRedis | None = None
+        self._reader: Reader | None = None
 
     def redis(self) -> AsyncRedis:
         """The event loop's pool (one per loop: an app run by a test client may run on several, one at a time)."""
         loop = asyncio.get_running_loop()
         if self._redis is None or self._loop is not loop:
-            self._loop, self.clips = loop, {}
-            self._redis = async_blocking_client(
-                relay.relay_url(self.settings), self.settings.redis_connections, socket_connect_timeout=5
+            self._loop, self.clips, self._reader = loop, {}, None
+            url = relay.relay_url(self.settings)
+            # (through Sentinel a pool does not wait for a free connection: it is given the whole number)
+            size = (
+                self.settings.redis_connections
+                if redis_url.is_sentinel(url)
+                else shares(self.settings.redis_connections)[1]
             )
+            self._redis = async_blocking_client(url, size, socket_connect_timeout=5)
         return self._redis
+
+    @property
+    def reader(self) -> Reader:
+        """The event loop's reader of its clips' streams."""
+        self.redis()
+        if self._reader is None:
+            self._reader = Reader(self)
+        return self._reader
 
     async def close(self) -> None:
         """At the app's shutdown: the clips' readers stopped and the event loop's pool closed (on this loop: a pool
@@ -283,6 +412,10 @@ class Hub:
             task.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         self.clips = {}
+        reader, self._reader = self._reader, None
+        if reader is not None and reader.task is not None and self._loop is asyncio.get_running_loop():
+            reader.task.cancel()
+            await asyncio.gather(reader.task, return_exceptions=True)
         if self._redis is not None and self._loop is asyncio.get_running_loop():
             await self._redis.aclose(close_connection_pool=True)
         self._redis = self._loop = None

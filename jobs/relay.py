@@ -327,12 +327,32 @@ async def want(redis: AsyncRedis, job_id: str) -> None:
     await redis.set(redis_keys.stream_wanted(job_id), b"1", px=WANTED_MS)
 
 
+Read = Callable[[str, str, int], Awaitable[list[Any]]]
+"""How a stream is read: ``read(key, last, block_ms)`` its entries after ``last`` (at most ``READ_COUNT``), waiting
+up to ``block_ms`` for one; none when none came. An API process reads all its clips' streams on one connection
+(api/fanout.py ``Reader``); ``reading`` is the plain form, one XREAD on the connection given."""
+
+
+def reading(redis: AsyncRedis) -> Read:
+    async def read(key: str, last: str, block_ms: int) -> list[Any]:
+        got: Any = await redis.xread({key: last}, count=READ_COUNT, block=block_ms)
+        return list(got[0][1]) if got else []
+
+    return read
+
+
 async def begin(
-    redis: AsyncRedis, job_id: str, deadline: float, rendering: Callable[[], Awaitable[bool]]
+    redis: AsyncRedis,
+    job_id: str,
+    deadline: float,
+    rendering: Callable[[], Awaitable[bool]],
+    read: Read | None = None,
 ) -> Begun | None:
     """Wait until the job's stream can be joined from its start (its init segment relayed, and not aborted): the
     stream, or None once the render ends without one (stored, failed, rendered with streaming off) or at
-    ``deadline`` (``time.monotonic``). While it waits, the worker is told a viewer waits (``want``)."""
+    ``deadline`` (``time.monotonic``). While it waits, the worker is told a viewer waits (``want``). ``redis`` is
+    asked short questions; the waits for the stream's first entry go through ``read`` (``reading(redis)``)."""
+    read = read or reading(redis)
     key, index = redis_keys.stream(job_id), redis_keys.stream_index(job_id)
     while True:
         await want(redis, job_id)
@@ -350,22 +370,24 @@ async def begin(
         if first or await redis.exists(key):  # a stream that cannot be joined (aborted, its start dropped)
             await asyncio.sleep(min(left, WAIT_STEP))
         else:  # woken by the stream's first entry
-            await redis.xread({key: "0-0"}, count=1, block=max(1, int(min(left, WAIT_STEP) * 1000)))
+            await read(key, "0-0", max(1, int(min(left, WAIT_STEP) * 1000)))
 
 
-async def follow(redis: AsyncRedis, begun: Begun) -> AsyncIterator[bytes]:
+async def follow(redis: AsyncRedis, begun: Begun, read: Read | None = None) -> AsyncIterator[bytes]:
     """The stream's bytes from its start: the init segment, each fragment as it is relayed, until the stream's end;
-    ``StreamCut`` when it ends without it (then a player has to ask again)."""
+    ``StreamCut`` when it ends without it (then a player has to ask again). Its pieces are read through ``read``
+    (``reading(redis)``)."""
+    read = read or reading(redis)
     key = redis_keys.stream(begun.job_id)
     yield begun.init
     last, expected = entry_id(0), 1
     while True:
-        got: Any = await redis.xread({key: last}, count=READ_COUNT, block=READ_BLOCK_MS)
+        got = await read(key, last, READ_BLOCK_MS)
         if not got:  # all read, and no end yet: is its worker still there?
             if await _missed(redis, key):
                 raise StreamCut("the render stopped")
             continue
-        for number, fields in _entries(got[0][1]):
+        for number, fields in _entries(got):
             if fields.get("a", b"").decode() != begun.attempt:
                 raise StreamCut("the clip is being rendered again")
             if number != expected:

@@ -52,6 +52,13 @@ def stream_index(job_id: str) -> str:
     return f"{PREFIX}:stream-index:{job_id}"
 
 
+def api_wake(process: str) -> str:
+    """Redis stream, in the relay's Redis, one an API process (``process``: its own random name) reads with its
+    clips' streams and adds to when a clip starts waiting on a stream its read under way does not name
+    (api/fanout.py ``Reader``); one entry at most, gone a minute after its last."""
+    return f"{PREFIX}:api-wake:{process}"
+
+
 def stream_wanted(job_id: str) -> str:
     """Set, in the relay's Redis, for a few seconds at a time (``jobs.relay.WANTED_MS``) by the API while a viewer
     waits for a rendering clip's stream (``jobs.relay.want``, called by ``begin``): its worker relays the clip's

@@ -724,8 +724,9 @@ class Settings:
     )
     redis_connections: int = _setting(
         "QUOTECLIP_API_REDIS_CONNECTIONS",
-        "Redis connections in each of an API process's two pools (its threads', its event loop's), whatever its "
-        "viewers and requests; besides them it holds one for job events and one per clip it is streaming",
+        "Redis connections one API process holds in all, whatever its viewers, clips and requests: one for job "
+        "events, one reading every clip it streams, the rest shared by its threads and its event loop (one each at "
+        "the least; through Sentinel, whose pools do not wait for a free connection, each may open this many)",
         default=4,
         group="API and security",
         parse=_Number(1, whole=True),

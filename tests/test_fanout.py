@@ -49,7 +49,6 @@ def fan_env(queue_env: dict[str, str], media, http_source) -> dict[str, str]:
         **queue_env,
         "QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}",
         "QUOTECLIP_LINK_HOLD": "20",
-        "QUOTECLIP_API_REDIS_CONNECTIONS": "2",
         "SOURCE_URL": http_source.url("lv.mp4"),
     }
 
@@ -157,21 +156,23 @@ async def ask(
 
 
 @pytest.mark.integration
-def test_fifty_viewers_of_one_stream_share_one_reader_and_a_few_redis_connections(fan_env) -> None:
-    """50 viewers of one clip's stream at once: every one gets the same bytes, the clip's whole stream, while the
-    API process holds at most its two pools (2 each), the job events' connection and one for the clip; 100 HLS
-    part requests after it open no more."""
-    clip = quote(fan_env["SOURCE_URL"])
-    path = links.sign(clip, SITE, SECRET)
+def test_fifty_viewers_of_two_streams_share_one_reader_and_four_redis_connections(fan_env) -> None:
+    """50 viewers of two clips' streams at once (25 each): every one gets the same bytes as the others of its clip,
+    the clip's whole stream, while the API process holds at most its default four Redis connections (its two pools
+    of one, the job events' connection, the one reading every clip's stream); 100 HLS part requests after it open
+    no more."""
+    clips = [quote(fan_env["SOURCE_URL"]), quote(fan_env["SOURCE_URL"], 2.0, 4.0)]
+    paths = [links.sign(clip, SITE, SECRET) for clip in clips]
     redis_port = urlsplit(fan_env["QUOTECLIP_REDIS_URL"]).port or 6379
-    stream = Stream(fan_env, job_of(fan_env, clip))
+    streams = [Stream(fan_env, job_of(fan_env, clip)) for clip in clips]
     with api(fan_env, **MANY) as served:
-        stream.add(os.urandom(2000), "init")
-        stream.add(os.urandom(40_000))
+        for stream in streams:
+            stream.add(os.urandom(2000), "init")
+            stream.add(os.urandom(40_000))
         peak = 0
 
         async def viewers() -> list[dict[str, Any]]:
-            return await asyncio.gather(*(ask(served.port, path) for _ in range(50)))
+            return await asyncio.gather(*(ask(served.port, paths[n % 2]) for n in range(50)))
 
         result: list[list[dict[str, Any]]] = []
         thread = threading.Thread(target=lambda: result.append(asyncio.run(viewers())))
@@ -181,16 +182,18 @@ def test_fifty_viewers_of_one_stream_share_one_reader_and_a_few_redis_connection
             peak = max(peak, redis_connections(served.process.pid, redis_port))
             time.sleep(0.05)
         for _ in range(20):
-            stream.add(os.urandom(60_000))
+            for stream in streams:
+                stream.add(os.urandom(60_000))
             peak = max(peak, redis_connections(served.process.pid, redis_port))
             time.sleep(0.03)
-        stream.writer.finished()
+        for stream in streams:
+            stream.writer.finished()
         thread.join(30)
         peak = max(peak, redis_connections(served.process.pid, redis_port))
 
         async def parts() -> list[dict[str, Any]]:  # HLS parts, each on a connection of its own
             names = ["index.m3u8", "init.mp4", "1.m4s", "2.m4s"] * 25
-            return await asyncio.gather(*(ask(served.port, f"{path}/{name}") for name in names))
+            return await asyncio.gather(*(ask(served.port, f"{paths[0]}/{name}") for name in names))
 
         hls: list[list[dict[str, Any]]] = []
         thread = threading.Thread(target=lambda: hls.append(asyncio.run(parts())))
@@ -198,16 +201,18 @@ def test_fifty_viewers_of_one_stream_share_one_reader_and_a_few_redis_connection
         while thread.is_alive():
             peak = max(peak, redis_connections(served.process.pid, redis_port))
             time.sleep(0.02)
-        stream.close()
+        for stream in streams:
+            stream.close()
     assert [a["status"] for a in hls[0]] == [200] * 100
     answers = result[0]
     assert [a["status"] for a in answers] == [200] * 50
     assert all(a["headers"]["x-accel-buffering"] == "no" for a in answers)  # (a proxy in front passes it on)
     assert all(a["whole"] for a in answers)
-    expected = stream.as_sent()
-    assert all(a["body"] == expected for a in answers), "a viewer got other bytes than the stream's"
-    print(f"50 viewers: at most {peak} Redis connections of the API process")
-    assert peak <= 2 + 2 + 1 + 1, f"the API held {peak} Redis connections for 50 viewers of one clip"
+    for n, stream in enumerate(streams):
+        expected = stream.as_sent()
+        assert all(a["body"] == expected for a in answers[n::2]), "a viewer got other bytes than its clip's stream"
+    print(f"50 viewers of two clips: at most {peak} Redis connections of the API process")
+    assert peak <= 4, f"the API held {peak} Redis connections for 50 viewers of two clips"
 
 
 @pytest.mark.integration
