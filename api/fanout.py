@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
@@ -79,11 +79,42 @@ def blocking_client(url: str, size: int, **options: Any) -> Redis:
     Through Sentinel the pool is Sentinel's own, capped at ``size`` (a thread past it fails as Redis failing)."""
     if redis_url.is_sentinel(url):
         return redis_url.client(url, max_connections=size, **options)
-    from redis import BlockingConnectionPool
+    return Redis(connection_pool=NestingPool.from_url(url, max_connections=size, timeout=POOL_WAIT, **options))
 
-    return Redis(
-        connection_pool=BlockingConnectionPool.from_url(url, max_connections=size, timeout=POOL_WAIT, **options)
-    )
+
+class NestingPool(BlockingConnectionPool):
+    """redis-py's blocking pool (a thread waits for one of its ``max_connections``), except that a thread already
+    holding one of its connections is given another at once, beyond the cap, closed when given back: a thread never
+    waits for itself. (rq's enqueue of a job that waits on others reads them while its pipeline watches: with every
+    connection held by such a thread, each would wait for the others for good.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held = threading.local()
+        self._beyond: set[int] = set()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        held = getattr(self._held, "count", 0)
+        if not held:
+            connection = super().get_connection(*args, **kwargs)
+        else:
+            connection = self.connection_class(**self.connection_kwargs)
+            self._beyond.add(id(connection))
+            try:
+                connection.connect()
+            except BaseException:
+                self._beyond.discard(id(connection))
+                raise
+        self._held.count = held + 1
+        return connection
+
+    def release(self, connection: Any) -> None:
+        self._held.count = max(0, getattr(self._held, "count", 1) - 1)
+        if id(connection) in self._beyond:
+            self._beyond.discard(id(connection))
+            connection.disconnect()
+            return
+        super().release(connection)
 
 
 def async_blocking_client(url: str, size: int, **options: Any) -> AsyncRedis:

@@ -10,6 +10,9 @@
   (asyncio's default is 64 KiB): a thousand viewers of a stream that stopped reading hold little.
 - A connection closed with bytes still buffered for it (a client that stopped reading) is aborted if it has not
   taken them within ``QUOTECLIP_STREAM_SEND_TIMEOUT`` seconds (a close alone would hold it until they are sent).
+- Once a crowd has left (its connections down to a quarter of their peak, a peak of ``CROWD`` or more), the memory
+  it freed is handed back to the system (api/fanout.py ``give_back_memory``): otherwise the process would keep the
+  peak of its viewers for good.
 - An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
   cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
   be sent); and set its socket's send buffer (``SEND_BUFFER``: a function of the bytes): a stream caps it, so a
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 import time
@@ -31,6 +35,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from quoteclip.settings import Settings
 
+from .fanout import give_back_memory
+
 log = logging.getLogger(__name__)
 
 ABORT = "quoteclip.abort"
@@ -38,6 +44,8 @@ SEND_BUFFER = "quoteclip.send_buffer"
 MAX_HEADER_BYTES = 16 * 1024
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 WARN_EVERY = 10.0  # seconds between warnings of connections refused
+CROWD = 64  # connections at once that count as a crowd: its memory is handed back once it has left
+TRIM_AFTER = 1.0  # seconds after a crowd has left that its memory is handed back
 WRITE_BUFFER = 16 * 1024  # bytes a connection's answer buffers before its sender waits for the client to read
 
 
@@ -49,6 +57,8 @@ class GuardedProtocol(H11Protocol):
     max_connections = 1000
     close_grace = 10.0  # seconds a closed connection has to take what it was sent before it is aborted
     refused_at = 0.0  # when a refusal was last logged (class-wide)
+    peak = 0  # the most connections held at once since memory was last handed back (class-wide)
+    trimming = False
 
     _deadline: asyncio.TimerHandle | None = None
     _phase = ""
@@ -63,6 +73,7 @@ class GuardedProtocol(H11Protocol):
             transport.write(FULL)
             transport.close()
             return
+        GuardedProtocol.peak = max(GuardedProtocol.peak, len(self.connections))
         transport.set_write_buffer_limits(high=WRITE_BUFFER)  # (a slow reader's answer waits at this much)
         close = transport.close
 
@@ -95,6 +106,16 @@ class GuardedProtocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        left = len(self.connections)
+        if GuardedProtocol.peak >= CROWD and left * 4 <= GuardedProtocol.peak and not GuardedProtocol.trimming:
+            GuardedProtocol.trimming = True
+            self.loop.call_later(TRIM_AFTER, self._crowd_left)
+
+    def _crowd_left(self) -> None:
+        GuardedProtocol.trimming = False
+        GuardedProtocol.peak = len(self.connections)
+        gc.collect()
+        give_back_memory()
 
     def _arm(self, phase: str, seconds: float) -> None:
         self._disarm()

@@ -31,6 +31,8 @@ from .report import Reading, Row
 from .stack import Stack
 from .timing import percentile
 
+PART_CLIENTS = 20  # figure 15f's clients, each asking HLS parts back to back on a kept-alive connection
+PART_RATE = 2000  # the part requests a second figure 15f's clients ask for in all (the issue's load)
 PACE = 250_000  # bytes a second a reading viewer reads at most (2 Mb/s: a player buffering a 720p clip ahead)
 IDLE_SHARE = 10  # one viewer in this many stops after the headers
 RCVBUF = 4096  # an idle viewer's receive buffer (the kernel reads little of the clip for it)
@@ -164,7 +166,9 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     time.sleep(1.0)
     before = sample(pid, redis_port, stack.port)
 
-    viral = link(stack, 30.0, q)  # a new quote: rendered once the crowd asks for it
+    # a new quote, rendered once the crowd asks for it: half a second after the other, its source's bytes read into
+    # the block cache by the other's render (as figure 13's are)
+    viral = link(stack, 40.5, q)
     sampler = Sampler(pid, redis_port, stack.port)
     sampler.start()
     watch = Idlers(pid)
@@ -221,6 +225,7 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     idle_click = statistics.median(idle_clicks)
     idle_statuses = sorted({status for status, _ in idlers})
     cut_after = (let_go - stream_end) if let_go is not None else None
+    parts = part_requests(run, stack, viral, pid, redis_port)
     readers_n = n - idle_n
     what = f"{n} viewers of one new {q:g} s clip's signed link ({readers_n} reading: one at once, the "
     what += f"rest at ≤ {PACE * 8 / 1e6:g} Mb/s; "
@@ -268,4 +273,72 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
             "≤ 1.3×",
             during / idle_click <= 1.3,
         ),
+        parts,
     ]
+
+
+def part_requests(run: RunConfig, stack: Stack, path: str, pid: int, redis_port: int) -> Reading:
+    """Figure 15f: ``PART_CLIENTS`` clients asking a stored clip's HLS parts (its playlist, init segment and first
+    fragment in turn) on kept-alive connections, at most ``PART_RATE`` a second in all, for a few seconds: the rate
+    answered, the statuses, and the connections Redis received meanwhile (its ``total_connections_received``, every
+    client's) against the API process's Redis connections at their peak."""
+    import redis
+
+    seconds = 1.0 if run.quick else 5.0
+    names = ["index.m3u8", "init.mp4", "1.m4s"]
+    counter = redis.Redis(port=redis_port)
+    received = int(counter.info("stats")["total_connections_received"])
+    sampler = Sampler(pid, redis_port, stack.port)
+    statuses: dict[int, int] = {}
+
+    async def client(n: int) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", stack.port)
+        gap = PART_CLIENTS / PART_RATE  # (each client's share of the rate)
+        done, start = 0, time.monotonic()
+        try:
+            while time.monotonic() - start < seconds:
+                name = names[(n + done) % len(names)]
+                writer.write(f"GET {path}/{name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1])
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                statuses[status] = statuses.get(status, 0) + 1
+                done += 1
+                ahead = start + done * gap - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        finally:
+            writer.close()
+        return done
+
+    async def all_clients() -> tuple[float, int]:
+        t = time.monotonic()
+        counts = await asyncio.gather(*(client(n) for n in range(PART_CLIENTS)))
+        return time.monotonic() - t, sum(counts)
+
+    sampler.start()
+    took, asked = asyncio.run(all_clients())
+    sampler.stop.set()
+    sampler.join()
+    opened = int(counter.info("stats")["total_connections_received"]) - received
+    counter.close()
+    peak = sampler.peak("redis")
+    rate = asked / took
+    return Reading(
+        f"15f. {PART_CLIENTS} clients asking a stored clip's HLS parts (its playlist, init segment, first fragment "
+        f"in turn) on kept-alive connections, at most {PART_RATE} a second in all, for {seconds:g} s, loopback: "
+        "the rate answered, and the Redis connections opened meanwhile",
+        f"{asked} requests in {took:.1f} s: {rate:.0f} a second answered "
+        f"(statuses {dict(sorted(statuses.items()))}); Redis received {opened} connections meanwhile (every "
+        f"client's); the API process held at most {peak}",
+        f"{PART_RATE} a second; no connection opened per request",
+        opened == 0 and rate >= PART_RATE * 0.95,
+    )

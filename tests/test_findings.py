@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api import create_app
-from api.fanout import Findings
+from api.fanout import Findings, blocking_client
 from quoteclip import links
 from quoteclip.settings import Settings
 
@@ -85,3 +85,23 @@ def test_fifty_heads_of_one_new_clips_link_ask_the_store_once(queue_env: dict[st
             statuses = list(pool.map(lambda _: client.head(path).status_code, range(50)))
     assert statuses == [404] * 50  # (not rendered yet: a HEAD never starts one)
     assert 1 <= len(asked) <= 3, f"the store was asked {len(asked)} times for 50 requests at once"
+
+
+def test_a_thread_holding_a_pooled_connection_never_waits_for_itself(redis_url: str) -> None:
+    """The API's threads share a pool of one or two connections (QUOTECLIP_API_REDIS_CONNECTIONS); rq's enqueue of
+    a job that waits on others reads them while its pipeline watches. Eight threads doing that at once through a
+    pool of one all finish: the one holding the pool's connection is given another at once, closed after."""
+    client = blocking_client(redis_url, 1)
+    client.set("nested-key", b"1")
+
+    def nested(_: int) -> Any:
+        with client.pipeline() as pipe:
+            pipe.watch("nested-watched")  # (holds a connection until the pipeline ends)
+            return client.get("nested-key")  # (another, while it is held)
+
+    with ThreadPoolExecutor(8) as pool:
+        got = [f.result(timeout=5) for f in [pool.submit(nested, n) for n in range(8)]]
+    assert got == [b"1"] * 8
+    pool_ = client.connection_pool
+    assert len(pool_._connections) == 1, "a connection beyond the cap was kept"  # type: ignore[attr-defined]
+    client.close()
