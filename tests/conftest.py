@@ -55,6 +55,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(autouse=True)
+def _link_counts_added() -> Iterator[None]:
+    """The link counts a test's app left waiting in the process (api/links/metrics.py ``Tally``) are added before
+    the next test starts, in the test's own Redis: never half a second later, in another test's."""
+    yield
+    from api.links.metrics import TALLY
+
+    TALLY.flush()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_dropped_connections() -> Iterator[None]:
     """Apps, clients and Redis connections that tests drop are collected after the last test, their sockets

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from fastapi.responses import Response
 from fastapi.testclient import TestClient
 
 from api import create_app
@@ -105,3 +106,21 @@ def test_a_thread_holding_a_pooled_connection_never_waits_for_itself(redis_url: 
     pool_ = client.connection_pool
     assert len(pool_._connections) == 1, "a connection beyond the cap was kept"  # type: ignore[attr-defined]
     client.close()
+
+
+def test_link_counts_wait_in_the_process_and_reach_redis_within_half_a_second(redis_url: str) -> None:
+    """A link request's count costs no Redis command of its own: counted in memory, added in Redis with the others
+    by a timer within ``FLUSH`` seconds (and at once by a /metrics scrape)."""
+    from redis import Redis
+
+    from api.links import metrics
+    from api.links.outcomes import Answer, Outcome
+
+    connection = Redis.from_url(redis_url)
+    answer = Answer(Response(), Outcome.STORED, "crowd", "clip")
+    for _ in range(200):
+        metrics.count(connection, answer)
+    assert connection.hget(metrics.REQUESTS, "crowd|clip|stored") is None  # (not yet: one pipeline later)
+    time.sleep(metrics.FLUSH + 0.5)
+    assert connection.hget(metrics.REQUESTS, "crowd|clip|stored") == b"200"
+    connection.close()
