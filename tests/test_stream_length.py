@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -71,10 +71,10 @@ def test_the_init_segment_declares_the_clips_length(streamed) -> None:
         assert duration_of(mdhd, 12) / timescale_of(mdhd) == pytest.approx(length, abs=FRAME)
         elst = next(find(trak, b"edts", b"elst"))
         assert struct.unpack(">I", elst[12:16])[0] == 1 and struct.unpack(">I", elst[16:20])[0] == 0  # (to the end)
-    with av.open(io.BytesIO(stream.data())) as whole:
+    with av.open(io.BytesIO(stream.data()), "r") as whole:
         assert whole.duration is not None and whole.duration / 1e6 == pytest.approx(length, abs=FRAME)
     head = progressive_head(stream.pieces[0].data, stream.pieces[1].data)
-    with av.open(io.BytesIO(head)) as alone:  # (the head alone: its first fragment's 9 frames, and the length)
+    with av.open(io.BytesIO(head), "r") as alone:  # (the head alone: its first fragment's 9 frames, and the length)
         assert alone.duration is not None and alone.duration / 1e6 == pytest.approx(length, abs=FRAME)
         assert alone.streams.video[0].frames == 9
 
@@ -84,7 +84,7 @@ def test_a_length_is_refused_where_there_is_no_init_segment() -> None:
         with_length(b"\0\0\0\x08free", 1.0)
 
 
-def held_stream(pieces: list[bytes], held: threading.Event, sent: int) -> Iterator[str]:
+def held_stream(pieces: list[bytes], held: threading.Event, sent: int) -> Generator[str, None, None]:
     """A server answering the stream as the API does (chunked, no length), holding after ``sent`` pieces until
     ``held`` is set; its URL."""
     import http.server
