@@ -1,9 +1,11 @@
-"""Figures 13a–13g: a clip not stored, played while it renders. From the request (a signed link given to an autoplaying
+"""Figures 13a–13h: a clip not stored, played while it renders. From the request (a signed link given to an autoplaying
 muted ``<video>`` in Chromium, on a page of another origin; or the ``/`` page's Play button) to the first frame
 Chromium presents (``requestVideoFrameCallback``), for 7, 30 and 120 s clips of a Range-served 1080p source with a
 keyframe every 5 s, its bytes in the block cache (and again from a cold cache), with its parts, the stalls while the
 render goes on, and the relay's cost; beside today's click → link → first byte of the same kind of clip; and the
-whole render with its stream against the same render without one, in wall time and in CPU seconds."""
+whole render with its stream against the same render without one, in wall time and in CPU seconds. 13a–13c keep one
+page open across their clicks; 13h opens a new page for each click, as a visitor meets a quote page, and plays each
+clip to its end."""
 
 from __future__ import annotations
 
@@ -36,15 +38,27 @@ CAPTION = "An exact quote, on one line."  # figure 13's one-line caption
 FIRST_START = 20.0  # the first quote's start; each next one 2.37 s later (its keyframe 0–5 s before it)
 STEP = 2.37
 TARGET = "p50 ≤ 1.0 s, p95 ≤ 1.5 s"
-# The page on another origin: a muted autoplaying <video>; given a link, what it presents first and when.
+VISITOR_TARGET = "p50 ≤ 1.0 s, p95 ≤ 1.5 s, no stall"
+# 13h's clicks per clip length, each played to its end at its own pace (a 120 s clip takes 2 minutes): the figure
+# stays within about 6 minutes. A quick run makes one click of each of its lengths, two of its first.
+VISITOR_CLICKS = {7.0: 8, 30.0: 4, 120.0: 1}
+VISITOR_OFFSET = 1.13  # 13h's quotes start this far past 13a–13c's (new clips, their keyframe 0–5 s before them)
+# The page on another origin: a muted autoplaying <video>; given a link, what it presents first and when, and each
+# stall after it began playing (a `waiting` event: when, at which media time, how far the bytes it had reached).
 WATCH = """(src) => {
   const v = document.getElementById("v");
-  const seen = {events: [], waits: 0, first: null, playing: null};
+  const seen = {events: [], waits: 0, first: null, playing: null, ended: null, stalls: []};
   window.seen = seen;
-  for (const name of ["playing", "waiting", "error"]) v.addEventListener(name, () => {
+  for (const name of ["playing", "waiting", "ended", "error"]) v.addEventListener(name, () => {
     seen.events.push(name);
     if (name === "playing" && seen.playing === null) seen.playing = performance.now();
-    if (name === "waiting" && seen.playing !== null) seen.waits++;
+    if (name === "ended" && seen.ended === null) seen.ended = performance.now();
+    if (name === "waiting" && seen.playing !== null) {
+      seen.waits++;
+      const b = v.buffered;
+      seen.stalls.push({at: (performance.now() - seen.t0) / 1000, time: v.currentTime,
+        buffered: b.length ? b.end(b.length - 1) : 0, duration: v.duration});
+    }
   });
   v.requestVideoFrameCallback((now, frame) => {
     seen.first = frame.presentationTime;
@@ -60,34 +74,22 @@ STOP = """() => { const v = document.getElementById("v") || document.getElementB
 
 def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
     """Run with the API and the one worker of the figures before (S3 store)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        chromium = None
+    chromium = chromium_path()
     if chromium is None:
         return [
             Reading("13. first frame presented in Chromium", "not measured: no Chromium (or Playwright)", TARGET, None)
         ]
+    from playwright.sync_api import sync_playwright
+
     # quotes of one length, each a new clip: the warm-up's, the timed clicks', today's and the cold cache's
     clicks = run.warmup + run.first_frames + 2 * run.cold_first_frames + run.reps
-    seconds = FIRST_START + STEP * (clicks + 1) + max(run.first_frame_lengths)
-    source = source_1080p_gop5(ffmpeg, math.ceil(seconds / 60))
-    (stack.http.root / SOURCE).unlink(missing_ok=True)
-    (stack.http.root / SOURCE).symlink_to(source.resolve())
+    source = prepare(run, ffmpeg, stack, clicks)
     rows: list[Row] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--autoplay-policy=no-user-gesture-required"],
-        )
+        browser = launch(p, chromium)
         try:
             page = browser.new_page()
-            (stack.http.root / "first-frame.html").write_text(
-                '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">'
-                '<video id="v" muted autoplay playsinline width="640"></video>'
-            )
-            page.goto(stack.http.url("first-frame.html"))
+            page.goto(stack.http.url(PAGE))
             relay_bytes: dict[float, list[int]] = {}
             for letter, length in zip("abc", run.first_frame_lengths, strict=False):
                 starts = iter(FIRST_START + STEP * i for i in range(clicks + 1))
@@ -106,11 +108,62 @@ def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
             starts = iter(FIRST_START + 0.5 + STEP * i for i in range(run.reps))
             played = [page_play(stack, browser, next(starts), run.first_frame_lengths[0]) for _ in range(run.reps)]
             rows.append(page_reading(run.first_frame_lengths[0], played))
+            rows.append(visitor(run, stack, browser))
         finally:
             browser.close()
     rows.append(relay_reading(relay_bytes))
     rows += stream_cost(run, source, stack.work)
     return rows
+
+
+def visitor_figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
+    """Figure 13h alone (the API and one worker started): the visitor's way, a new page per click."""
+    chromium = chromium_path()
+    if chromium is None:
+        return [Reading("13h. first frame presented in Chromium", "not measured: no Chromium", VISITOR_TARGET, None)]
+    from playwright.sync_api import sync_playwright
+
+    prepare(run, ffmpeg, stack, 0)
+    with sync_playwright() as p:
+        browser = launch(p, chromium)
+        try:
+            return [visitor(run, stack, browser)]
+        finally:
+            browser.close()
+
+
+PAGE = "first-frame.html"
+
+
+def chromium_path() -> str | None:
+    """Chromium, when it and Playwright are installed."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def prepare(run: RunConfig, ffmpeg: str, stack: Stack, clicks: int) -> Path:
+    """Figure 13's source (long enough for ``clicks`` quotes of each length, and 13h's) served by the loopback
+    origin, and the page on another origin that plays a link: the source."""
+    clicks = max(clicks, max(visitor_clicks(run).values()) + run.warmup)
+    seconds = FIRST_START + VISITOR_OFFSET + STEP * (clicks + 1) + max(run.first_frame_lengths)
+    source = source_1080p_gop5(ffmpeg, math.ceil(seconds / 60))
+    (stack.http.root / SOURCE).unlink(missing_ok=True)
+    (stack.http.root / SOURCE).symlink_to(source.resolve())
+    (stack.http.root / PAGE).write_text(
+        '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">'
+        '<video id="v" muted autoplay playsinline width="640"></video>'
+    )
+    return source
+
+
+def launch(p: Any, chromium: str) -> Any:
+    return p.chromium.launch(
+        executable_path=chromium,
+        args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--autoplay-policy=no-user-gesture-required"],
+    )
 
 
 # ---- one click ------------------------------------------------------------------------------------------------
@@ -160,11 +213,17 @@ def epoch(moment: Any) -> float:
 
 
 def first_frame(
-    stack: Stack, page: Any, start: float, length: float, relay_bytes: dict[float, list[int]]
-) -> dict[str, float]:
+    stack: Stack,
+    page: Any,
+    start: float,
+    length: float,
+    relay_bytes: dict[float, list[int]],
+    to_end: bool = False,
+) -> dict[str, Any]:
     """A new clip's signed link given to the <video>: seconds from the request to the first frame presented, to
-    "playing", the stalls until the render ended, and the parts (from the browser's clock, its network timing and the
-    job's own timings)."""
+    "playing", the stalls until the render ended (``to_end``: until the clip ended, played at its own pace, and each
+    stall's moment under "stalls at"), and the parts (from the browser's clock, its network timing and the job's own
+    timings)."""
     body = clip(stack, start, length)
     link = f"http://127.0.0.1:{stack.port}" + signed.sign(body, SITE_KEY[0], SITE_KEY[1])
     job_id = job_of(stack, body)
@@ -177,6 +236,15 @@ def first_frame(
     page.on("response", answered)
     page.evaluate(WATCH, link)
     page.wait_for_function("() => window.seen.first !== null || window.seen.events.includes('error')", timeout=600_000)
+    if to_end:  # (looked at every quarter of a second: the page's frames are left to the player)
+        page.wait_for_function(
+            "() => window.seen.ended !== null || window.seen.events.includes('error')",
+            polling=250,
+            timeout=round((3 * length + 600) * 1000),
+        )
+    if page.evaluate("() => window.seen.events.includes('error')"):
+        failed = page.evaluate("() => [window.seen.events, document.getElementById('v').error?.message]")
+        raise SystemExit(f"bench: the <video> failed: {failed}")
     job = finished(stack, job_id)
     key = redis_keys.stream(job_id)
     held = connect(stack.settings()).memory_usage(key, samples=0)
@@ -184,7 +252,7 @@ def first_frame(
     seen = page.evaluate("() => window.seen")
     page.evaluate(STOP)
     page.remove_listener("response", answered)
-    if seen["first"] is None:
+    if seen["first"] is None or (to_end and seen["ended"] is None):
         raise SystemExit(f"bench: the <video> failed: {seen['events']}")
     relay_bytes.setdefault(length, []).append(int(held or 0))
     # performance.now() runs on the monotonic clock from the page's opening; the wall clock, which the job's and the
@@ -200,7 +268,7 @@ def first_frame(
     started = epoch(job.started_at) if job.started_at else t0
     ffmpeg = float(timings.get("ffmpeg_started_at", started))
     fragment = float(timings.get("first_fragment_at", ffmpeg))
-    out = {
+    out: dict[str, Any] = {
         "total": shown - t0,
         "playing": (seen["playing"] - seen["t0"]) / 1000 if seen["playing"] is not None else float("nan"),
         "stalls": float(seen["waits"]),
@@ -210,8 +278,15 @@ def first_frame(
         "ffmpeg → first fragment (preroll decode, first fragment encode)": fragment - ffmpeg,
         "first fragment → first byte in the browser (relay, API)": first_byte - fragment,
         "first byte → first frame presented (Chromium)": shown - first_byte,
+        "stalls at": seen["stalls"],
     }
-    print(f"bench: first frame {length:g} s clip at {start:.2f}: {out['total']:.3f} s", file=sys.stderr)
+    said = f"bench: first frame {length:g} s clip at {start:.2f}: {out['total']:.3f} s"
+    if to_end:
+        said += f", {int(out['stalls'])} stalls to its end" + "".join(
+            f"; at {s['at']:.2f} s, media {s['time']:.2f} s of {s['duration']:.2f}, buffered to {s['buffered']:.2f}"
+            for s in seen["stalls"]
+        )
+    print(said, file=sys.stderr)
     return out
 
 
@@ -260,11 +335,46 @@ def page_play(stack: Stack, browser: Any, start: float, length: float) -> float:
         context.close()
 
 
+def visitor_clicks(run: RunConfig) -> dict[float, int]:
+    """13h's clicks per length: ``VISITOR_CLICKS`` (1 for a length it does not name); a quick run's 2, 1, …."""
+    if run.quick:
+        return {length: 2 if n == 0 else 1 for n, length in enumerate(run.first_frame_lengths)}
+    return {length: VISITOR_CLICKS.get(length, 1) for length in run.first_frame_lengths}
+
+
+def visitor(run: RunConfig, stack: Stack, browser: Any) -> Reading:
+    """Figure 13h: the visitor's way. One Chromium open; for each click a new browser context and page (no page,
+    cache or connection kept from the click before) opens the page on another origin, which sets its muted
+    autoplaying <video>'s src to a new quote's signed link: from that moment (the page's clock) to the first frame
+    presented, and the stalls (`waiting` after `playing`) until the clip's `ended`, played at its own pace. The
+    source's bytes cached, the worker idle before each click (its render, and the clip before, ended)."""
+    cached(stack)
+    starts = iter(FIRST_START + VISITOR_OFFSET + STEP * i for i in range(10_000))
+    counts = visitor_clicks(run)
+    for _ in range(run.warmup):  # (the figure's first page met a colder browser)
+        visitor_click(stack, browser, next(starts), run.first_frame_lengths[0], to_end=False)
+    clicks: dict[float, list[dict[str, Any]]] = {}
+    for length, count in counts.items():
+        clicks[length] = [visitor_click(stack, browser, next(starts), length) for _ in range(count)]
+    return visitor_reading(clicks)
+
+
+def visitor_click(stack: Stack, browser: Any, start: float, length: float, to_end: bool = True) -> dict[str, Any]:
+    """One visitor's click: a new context and page, the link set as the <video>'s src, played to its end."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(stack.http.url(PAGE))
+        return first_frame(stack, page, start, length, {}, to_end=to_end)
+    finally:
+        context.close()
+
+
 # ---- the rows -------------------------------------------------------------------------------------------------
 
 
 def reading(
-    label: str, length: float, warm: list[dict[str, float]], cold: list[dict[str, float]], today: list[float]
+    label: str, length: float, warm: list[dict[str, Any]], cold: list[dict[str, Any]], today: list[float]
 ) -> Reading:
     totals = [c["total"] for c in warm]
     p50, p95 = statistics.median(totals), percentile(totals, 0.95)
@@ -292,6 +402,34 @@ def page_reading(length: float, played: list[float]) -> Reading:
         f"p50 {statistics.median(played):.2f} s, p95 {percentile(played, 0.95):.2f} s over {len(played)} clicks",
         "report",
         None,
+    )
+
+
+def visitor_reading(clicks: dict[float, list[dict[str, Any]]]) -> Reading:
+    every = [c for each in clicks.values() for c in each]
+    totals = [c["total"] for c in every]
+    p50, p95 = statistics.median(totals), percentile(totals, 0.95)
+    stalls = int(sum(c["stalls"] for c in every))
+    stalled = sum(1 for c in every if c["stalls"])
+    by_length = "; ".join(
+        f"{length:g} s: p50 {statistics.median(c['total'] for c in each):.2f}, p95 "
+        f"{percentile([c['total'] for c in each], 0.95):.2f} over {len(each)} ("
+        + ", ".join(f"{c['total']:.2f}" for c in each)
+        + ")"
+        for length, each in clicks.items()
+    )
+    parts = [name for name in every[0] if "→" in name]
+    return Reading(
+        "13h. first frame presented in Chromium as a visitor meets it: one browser open, a new page (a new context) "
+        "for each click, from the moment the page sets its autoplaying muted <video>'s src to a new quote's signed "
+        "link (another origin) to the first frame presented; each clip played to its end at its own pace, the "
+        "stalls counted to it; the source's bytes cached, the worker idle before each click",
+        f"p50 {p50:.2f} s, p95 {p95:.2f} s over {len(totals)} clicks; by length (s): {by_length}; stalls ('waiting' "
+        f"after 'playing', to the clip's end): {stalls} in {stalled} of {len(every)} clicks; 'playing' p50 "
+        f"{statistics.median(c['playing'] for c in every):.2f} s; parts (medians): "
+        + ", ".join(f"{name} {statistics.median(c[name] for c in every):.2f}" for name in parts),
+        VISITOR_TARGET,
+        p50 <= 1.0 and p95 <= 1.5 and stalls == 0,
     )
 
 
