@@ -137,7 +137,7 @@ def open_services(settings: Settings) -> Services:
     )
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
     svc: Services = request.app.state.services
     return svc
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..deps import Services, ServicesDep, services
+from ..deps import Services, ServicesDep
 from . import metrics
 from .cache import embed_response
 from .hold import link_answer, part_answer
@@ -48,7 +48,8 @@ def embed(request: Request) -> Response:
 async def refused(request: Request, exc: Exception) -> Response:
     """Every refusal of a link request, wherever it was decided (verification, the first answer)."""
     assert isinstance(exc, Refused)
-    return await answered(services(request), exc.answer())
+    svc: Services = request.app.state.services
+    return await answered(svc, exc.answer())
 
 
 async def answered(svc: Services, answer: Answer) -> Response:

@@ -7,18 +7,23 @@ api/links/revoke.py; 503 while it cannot be read), 422 for a clip the service ca
 rules ``POST /clips`` applies, api/clips.py; 503 when a local source cannot be read). Which part of a link failed
 is never said. A refusal is counted under the site the link's path names when that site exists. A sub-resource
 (``…/index.m3u8``) is verified as the link before it. Whatever decides whether a link is ours (its keys, their
-secrets) is read here and nowhere else.
+secrets) is read here and nowhere else. A link verified is kept a few seconds (``Kept``): a crowd asking it costs
+one verification, but each request still reads its expiry and the deny list, in the event loop (no worker thread
+but the deny list's look, one for the requests asking at once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from redis import Redis
 from redis.exceptions import RedisError
@@ -58,7 +63,7 @@ class Linked:
         return Refused(status, detail, outcome, headers, self.site.id, self.variant)
 
 
-def link_part(part: str) -> str:
+async def link_part(part: str) -> str:
     """A link's sub-resource: its stream's playlist, init segment or fragments; nothing else is behind a link (404,
     as for any path that is not a route, before the link is read)."""
     if not streams.is_part(part):
@@ -71,21 +76,73 @@ def raw_path(request: Request) -> str:
     return raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-def verified_link(request: Request, svc: ServicesDep) -> Linked:
+KEPT = 4096  # verified links an API process keeps (the least asked dropped)
+KEPT_SECONDS = 10.0  # seconds a verified link is kept: its signature, scopes and spec (not its revocation)
+
+
+class Kept:
+    """The links this API process verified lately (``KEPT_SECONDS``), and the deny-list looks under way: a crowd
+    asking one link costs one verification, and the requests asking at once one look at the deny list. A link's
+    expiry and its revocation are still read for every request (the deny list at least once for each request, or
+    by a look that began after it came)."""
+
+    def __init__(self) -> None:
+        self.links: OrderedDict[str, tuple[Linked, float]] = OrderedDict()
+        self.looks: dict[str, asyncio.Future[bool]] = {}
+
+    def get(self, path: str, now: float) -> Linked | None:
+        found = self.links.get(path)
+        if found is None or time.monotonic() - found[1] > KEPT_SECONDS:
+            return None
+        self.links.move_to_end(path)
+        return found[0]
+
+    def keep(self, path: str, linked: Linked) -> None:
+        self.links[path] = (linked, time.monotonic())
+        self.links.move_to_end(path)
+        while len(self.links) > KEPT:
+            self.links.popitem(last=False)
+
+    async def revoked(self, connection: Redis, path: str, site: SiteKey) -> bool:
+        """``is_revoked``, in a worker thread, shared by the requests asking it while it is asked."""
+        look = self.looks.get(path)
+        if look is None:
+            look = asyncio.ensure_future(run_in_threadpool(is_revoked, connection, path, site))
+            self.looks[path] = look
+            look.add_done_callback(lambda _: self.looks.pop(path, None))
+        return await asyncio.shield(look)
+
+
+def kept(request: Request) -> Kept:
+    found: Kept | None = getattr(request.app.state, "kept_links", None)
+    if found is None:
+        found = request.app.state.kept_links = Kept()
+    return found
+
+
+async def verified_link(request: Request, svc: ServicesDep) -> Linked:
     """The link the request names (its path, or the path before its sub-resource), verified; else ``Refused``."""
     path = raw_path(request)
     if "part" in request.path_params:
         path = path.rsplit("/", 1)[0]
-    return verify(path, request, svc.settings, svc.connection)
+    now, known = time.time(), kept(request)
+    linked = known.get(path, now)
+    if linked is not None and (linked.expires is None or now <= linked.expires):
+        await _not_revoked(known, svc.connection, path, linked.site, linked.variant)
+        return linked
+    clip, site = signed(path, request, now)
+    await _not_revoked(known, svc.connection, path, site, str(clip["variant"]))
+    linked = allowed(clip, site, svc.settings, now)
+    known.keep(path, linked)
+    return linked
 
 
 LinkDep = Annotated[Linked, Depends(verified_link)]
 PartDep = Annotated[str, Depends(link_part)]
 
 
-def verify(path: str, request: Request, settings: Settings, connection: Redis | None = None) -> Linked:
-    """``path``'s clip, or Refused (see the module's docstring)."""
-    now = time.time()
+def signed(path: str, request: Request, now: float) -> tuple[dict[str, Any], SiteKey]:
+    """``path``'s clip and site key, once its signature, form and expiry hold; else Refused (403, 410)."""
     sites: dict[str, SiteKey] = request.app.state.site_keys
     named = links.site_of(path.split("/")[2]) if path.count("/") >= 3 else UNKNOWN
     named = named if named in sites else UNKNOWN  # a refusal is counted under the site the path names, if it exists
@@ -95,17 +152,21 @@ def verify(path: str, request: Request, settings: Settings, connection: Redis | 
         raise Refused(410, "this link has expired", Outcome.EXPIRED, site=named) from None
     except (links.LinkError, OverflowError):  # a number out of range (links.MAX_MS, MAX_LIFETIME) is a LinkError
         raise Refused(403, INVALID, Outcome.REFUSED, site=named) from None
-    site = sites[named]
+    return clip, sites[named]
+
+
+async def _not_revoked(known: Kept, connection: Redis, path: str, site: SiteKey, variant: str) -> None:
+    try:
+        revoked = await known.revoked(connection, path, site)
+    except RedisError:  # a revocation holds: not answered until it can be read
+        raise Refused(503, "the revoked links cannot be read", Outcome.UNAVAILABLE, RETRY, site.id, variant) from None
+    if revoked:
+        raise Refused(410, "this link has been revoked", Outcome.REVOKED, site=site.id, variant=variant)
+
+
+def allowed(clip: dict[str, Any], site: SiteKey, settings: Settings, now: float) -> Linked:
+    """A signed clip within its key's scopes, as the spec the service renders; else Refused (403, 422, 503)."""
     variant = str(clip["variant"])
-    if connection is not None:
-        try:
-            revoked = is_revoked(connection, path, site)
-        except RedisError:  # a revocation holds: not answered until it can be read
-            raise Refused(
-                503, "the revoked links cannot be read", Outcome.UNAVAILABLE, RETRY, site.id, variant
-            ) from None
-        if revoked:
-            raise Refused(410, "this link has been revoked", Outcome.REVOKED, site=site.id, variant=variant)
     refusal = _scope_refusal(clip, site, settings, now)
     if refusal is not None:
         raise Refused(403, refusal, Outcome.REFUSED, site=site.id, variant=variant)
