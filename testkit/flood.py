@@ -29,10 +29,11 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .faces import serving, user_env
 from .services import start_private_redis
@@ -334,30 +335,37 @@ def run(
     silent: int | None = None,
     tree: Path | None = None,
     log: Path | None = None,
+    redis_url: str | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> Result | str:
-    """A private Redis and ``quoteclip serve`` with this cap and header deadline, the flood against it: its figures,
-    or why it could not run."""
+    """``quoteclip serve`` with this cap and header deadline (and ``settings``, the API's other variables), on the
+    Redis at ``redis_url`` or a private one, and the flood against it: its figures, or why it could not run."""
     silent = max(1, connections // 20) if silent is None else silent
     needed = connections + silent + cap + 256
     before, now = raise_open_files(needed)
     if now < needed:
         return f"needs {needed} open files (ulimit -n is {now}, its hard limit too): lower --connections or --cap"
-    with tempfile.TemporaryDirectory(prefix="quoteclip-flood-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="quoteclip-flood-") as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
-        started = start_private_redis(folder)
-        if started is None:
-            return "needs redis-server on the PATH"
-        redis_proc, redis_url = started
+        stack.callback(restore_open_files, before)
+        if redis_url is None:
+            started = start_private_redis(folder)
+            if started is None:
+                return "needs redis-server on the PATH"
+            redis_proc, redis_url = started
+            stack.callback(redis_proc.wait, 10)
+            stack.callback(redis_proc.terminate)
         env = {
             "QUOTECLIP_REDIS_URL": redis_url,
             "QUOTECLIP_STORAGE_DIR": str(folder / "clips"),
             "QUOTECLIP_MAX_CONNECTIONS": str(cap),
             "QUOTECLIP_HEADER_TIMEOUT": f"{header_timeout:g}",
+            **(settings or {}),
         }
         full = user_env(env, drop=("QUOTECLIP_", "AWS_"))
         if tree is not None:
             full["PYTHONPATH"] = os.pathsep.join([str(tree.resolve()), full.get("PYTHONPATH", "")])
-        redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+        redis_port = urlsplit(redis_url).port or 6379
         api_process: list[subprocess.Popen[bytes]] = []
         try:
             with contextlib.chdir(tree or Path.cwd()), serving(full, log=log) as served:
@@ -370,11 +378,12 @@ def run(
             api_process[0].kill()
             api_process[0].wait()
             return "the API did not stop within 30 s of SIGTERM: killed"
-        finally:
-            redis_proc.terminate()
-            redis_proc.wait(10)
-            with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(resource.RLIMIT_NOFILE, (before, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def restore_open_files(soft: int) -> None:
+    """This process's soft limit on open files set back to ``soft``."""
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
