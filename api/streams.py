@@ -192,7 +192,8 @@ class RelayResponse(StreamingResponse):
                 for at in range(0, len(chunk), SLICE):  # (what its connection buffers stays small)
                     message = {"type": "http.response.body", "body": chunk[at : at + SLICE], "more_body": True}
                     try:
-                        await asyncio.wait_for(send(message), self.send_timeout)
+                        async with asyncio.timeout(self.send_timeout):  # (no task of its own, as wait_for makes)
+                            await send(message)
                     except TimeoutError:
                         return self._cut(f"a chunk took longer than {self.send_timeout:g} s to reach it")
                 sent += len(chunk)
