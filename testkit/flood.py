@@ -303,7 +303,7 @@ def report(r: Result, out: Callable[[str], None] = print) -> None:
     others = Counter(e.how for e in r.ended if e.how not in (FULL, "closed"))
     out(f"still open {BOUND:g} s past the deadline (closed by the client), failed, other: {dict(others) or 'none'}")
     out(
-        f"all connected and sent {r.connected - r.flood_began:.2f} s in; the API held {len(held)} of them "
+        f"all connected and sent {r.connected - r.flood_began:.2f} s in; the API took {len(held)} of them "
         f"and closed them from {r.first_close - r.flood_began:.2f} s in to {r.last_close - r.flood_began:.2f} s in"
     )
     out(f"{'the API process':38} {'connections':>11} {'fds':>6} {'RSS MB':>7}")
