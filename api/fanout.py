@@ -364,6 +364,15 @@ class Findings:
         self._lock = threading.Lock()
         self._found: OrderedDict[Hashable, tuple[Future[Any], float]] = OrderedDict()
 
+    def peek(self, key: Hashable) -> Any:
+        """The answer kept for ``key`` when there is one made and fresh, else None (never waits)."""
+        found = self._found.get(key)
+        if found is None or not found[0].done() or time.monotonic() - found[1] >= self.kept:
+            return None
+        if found[0].exception() is not None:
+            return None
+        return found[0].result()
+
     def get(self, key: Hashable, make: Callable[[], T]) -> T:
         now = time.monotonic()
         with self._lock:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 
 from jobs.pipeline.assets import identities
 from jobs.pipeline.keys import clip_key
@@ -37,6 +38,16 @@ class Pending:
     ready: Callable[[], Stored | None]
 
 
+async def first_look(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
+    """``first_answer``, in the event loop when a look at the store and the queue for the link is kept (a crowd's
+    requests after its first), else in a worker thread."""
+    if linked.variant != "captions":
+        found = svc.findings.peek(_key(request, linked))
+        if found is not None:
+            return _answer(request, svc, linked, found)
+    return await run_in_threadpool(first_answer, request, svc, linked)
+
+
 def first_answer(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
     """The answer when it needs no render, else the render started (or joined); Refused when refused."""
     try:
@@ -45,13 +56,21 @@ def first_answer(request: Request, svc: Services, linked: Linked) -> Answer | Pe
         raise Refused.failing(exc, linked.site.id, linked.variant) from None
 
 
+def _key(request: Request, linked: Linked) -> tuple[str, str, bool, str]:
+    return (linked.site.id, linked.variant, request.method == "HEAD", repr(linked.spec))
+
+
 def _first(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
     if linked.variant == "captions":  # made once a link (kept: api/links/cache.py), 304s never make it
         body = made_once(request.url.path, lambda: captions_vtt(linked.spec))
         return linked.answer(made_response(request, linked, body), Outcome.MADE)
     head = request.method == "HEAD"  # a HEAD never starts a render
-    key = (linked.site.id, linked.variant, head, repr(linked.spec))
-    found = svc.findings.get(key, lambda: _find(svc, linked, head))
+    found = svc.findings.get(_key(request, linked), lambda: _find(svc, linked, head))
+    return _answer(request, svc, linked, found)
+
+
+def _answer(request: Request, svc: Services, linked: Linked, found: Finding) -> Answer | Pending:
+    head = request.method == "HEAD"
     if found.stored is not None:
         return linked.answer(stored_response(request, svc.settings, linked, found.stored), Outcome.STORED)
     if found.failed is not None:  # failed for good: answered without trying again (until rq forgets the failure)

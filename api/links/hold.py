@@ -24,14 +24,14 @@ from ..caps import CapReached, address
 from ..clips import RETRY_AFTER
 from ..deps import Services
 from .cache import Stored, stored_response
-from .first import Pending, first_answer, job_id
+from .first import Pending, first_look, job_id
 from .outcomes import CORS, Answer, Outcome, error_response
 from .verify import Linked
 
 
 async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer:
     """A link's answer: the first one (api/links/first.py), else the clip as it renders, else held until stored."""
-    first = await run_in_threadpool(first_answer, request, svc, linked)
+    first = await first_look(request, svc, linked)
     if isinstance(first, Answer):
         return first
     with capped(svc, linked, "held", request):  # (per client address: api/caps.py)
@@ -73,7 +73,7 @@ async def part_answer(request: Request, svc: Services, linked: Linked, part: str
     playing = await streams.playlist_answer(svc, job, CORS, request=request)
     if playing is not None:
         return Answer(playing, None)
-    first = await run_in_threadpool(first_answer, request, svc, linked)  # start (or join) the render
+    first = await first_look(request, svc, linked)  # start (or join) the render
     if isinstance(first, Answer):  # stored: the link itself plays it
         return first if first.response.status_code >= 400 else replace(first, response=streams.not_streamed(CORS))
     deadline = time.monotonic() + svc.settings.link_hold
