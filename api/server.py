@@ -4,7 +4,9 @@
   its first byte after an answer), then ``QUOTECLIP_BODY_TIMEOUT`` seconds for its body; past either it is closed.
   A request's headers are at most ``MAX_HEADER_BYTES`` (past it, 400).
 - An idle connection between requests is closed after ``QUOTECLIP_KEEP_ALIVE`` seconds (uvicorn's keep-alive).
-- One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections: one more is answered ``503`` with
+- One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections. One more takes the place of the
+  connection that has waited longest for a request's headers (closed at once): a flood of half-sent headers never
+  keeps a health check or a visitor out. When none waits for its headers, the newcomer is answered ``503`` with
   ``Retry-After`` as it comes and closed, before anything of it is read.
 - A connection buffers at most ``WRITE_BUFFER`` bytes of its answer before the answer waits for the client to read
   (asyncio's default is 64 KiB): a thousand viewers of a stream that stopped reading hold little.
@@ -23,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import logging
@@ -65,7 +68,7 @@ class GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        if len(self.connections) > self.max_connections and not self._evict():
             now = time.monotonic()
             if now - GuardedProtocol.refused_at > WARN_EVERY:
                 GuardedProtocol.refused_at = now
@@ -117,12 +120,29 @@ class GuardedProtocol(H11Protocol):
         gc.collect()
         give_back_memory()
 
+    def _evict(self) -> bool:
+        """Room made by aborting the connection that has waited longest for a request's headers: whether one was."""
+        waiting = GuardedProtocol.waiting
+        while waiting:
+            oldest, _ = waiting.popitem(last=False)
+            if oldest.transport is not None and not oldest.transport.is_closing():
+                oldest._disarm()
+                oldest.transport.abort()
+                return True
+        return False
+
+    # the connections waiting for a request's headers, the one waiting longest first (class-wide)
+    waiting: collections.OrderedDict[GuardedProtocol, None] = collections.OrderedDict()
+
     def _arm(self, phase: str, seconds: float) -> None:
         self._disarm()
         self._phase = phase
+        if phase == "headers":
+            GuardedProtocol.waiting[self] = None
         self._deadline = self.loop.call_later(seconds, self._expired)
 
     def _disarm(self) -> None:
+        GuardedProtocol.waiting.pop(self, None)
         if self._deadline is not None:
             self._deadline.cancel()
         self._deadline, self._phase = None, ""
