@@ -716,8 +716,9 @@ class Settings:
     )
     max_connections: int = _setting(
         "QUOTECLIP_MAX_CONNECTIONS",
-        "connections one API process holds at once; one more is closed as it comes (raise the process's open-file "
-        "limit, `ulimit -n`, above it)",
+        "connections one API process holds at once; one more takes the place of the one waiting longest for a "
+        "request's headers, else is answered `503` and closed as it comes (raise the process's open-file limit, "
+        "`ulimit -n`, above it)",
         default=1000,
         group="API and security",
         parse=_Number(1, whole=True),
