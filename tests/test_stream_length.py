@@ -169,3 +169,49 @@ def test_chromium_shows_the_length_of_a_clip_still_streaming(streamed, chromium,
         streaming.close()
     assert seen["first"] == 0 and seen["buffered"] < length / 2, seen  # (still streaming)
     assert float(seen["duration"]) == pytest.approx(length, abs=FRAME), seen
+
+
+@pytest.mark.slow
+def test_chromium_does_not_seek_a_clip_still_streaming(streamed, chromium, http_source) -> None:
+    """What Chromium's <video src> does with a seek while the stream has not ended (held after a third of the clip):
+    an answer without a size and byte ranges is a "streaming" source to it, and a streaming source of a finite length
+    has ``seekable`` [0, 0] (media/blink's ``WebMediaPlayerImpl::Seekable``): a seek within what has come goes to the
+    start. (A size and ranges are not a way out for a stream: FFmpeg's MP4 demuxer, Chromium's, reads every fragment
+    of a seekable input before its first frame.) docs/streaming.md says so; if Chromium changes, this test fails."""
+    from conftest import CHROMIUM_FLAGS
+    from playwright.sync_api import sync_playwright
+    from test_streaming_browser import WATCH, page_with_video
+
+    from api.streams import ForPlayers
+
+    players = ForPlayers(True)
+    pieces = [players(p.data) for p in streamed[0].pieces]
+    held = threading.Event()
+    streaming = held_stream(pieces, held, len(pieces) // 3)
+    url = next(streaming)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+            try:
+                page = page_with_video(browser, http_source, {})
+                video = page.locator("#v")
+                video.evaluate(WATCH)
+                video.evaluate("(v, src) => { v.src = src; }", url)
+                page.wait_for_function("document.getElementById('v').currentTime > 0.5", timeout=30_000)
+                seen: dict[str, Any] = video.evaluate(
+                    """(v) => new Promise((done) => {
+                      const ranges = (r) => Array.from({length: r.length}, (_, i) => [r.start(i), r.end(i)]);
+                      const before = {buffered: ranges(v.buffered), seekable: ranges(v.seekable)};
+                      v.pause();
+                      v.addEventListener("seeked", () => done({...before, landed: v.currentTime}), {once: true});
+                      v.currentTime = before.buffered[0][1] / 2;
+                    })"""
+                )
+                assert not held.is_set()
+            finally:
+                browser.close()
+    finally:
+        streaming.close()
+    print(f"\nChromium, a stream held after a third: {seen}")
+    assert seen["buffered"][0][1] > 1 and seen["seekable"] == [[0, 0]], seen
+    assert seen["landed"] == 0, seen
