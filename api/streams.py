@@ -50,9 +50,11 @@ SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 # only, until the answer ends, and Firefox's keeps 32 KiB blocks too. The end of the first fragment (its sound comes
 # after its pictures) would wait in a part block for the next fragment's bytes, a fragment's encode later; a ``free``
 # box after the stream's head (its init segment and first fragment, ``progressive_head``) ends the bytes so far on a
-# block's end, and the first frame plays from the head alone. Later fragments are not padded: by then the player is
-# ahead of its playback.
+# block's end, and the first frame plays from the head alone. The next ``PADDED_FRAGMENTS`` end on a block's end too
+# (each fragment's last samples would otherwise wait a fragment, and the player run that much behind what was sent:
+# a stall in its first seconds); later fragments are not padded: by then the player is ahead of its playback.
 PLAYER_BLOCK = 32 * 1024
+PADDED_FRAGMENTS = 10  # fragments after the head that end on a block's end too (3 s at 0.3 s a fragment)
 # A viewer's chunks are handed to its connection this much at a time, each once the connection has sent the one
 # before (api/server.py keeps a connection's write buffer small): a viewer holds at most about this much of the
 # stream's bytes of its own, whatever the size of a fragment (the system's socket buffer takes what it can at
@@ -103,6 +105,7 @@ class ForPlayers:
         self.head = head
         self.init: bytes | None = None
         self.pieces = 0
+        self.sent = 0  # bytes given so far
 
     def __call__(self, piece: bytes) -> bytes:
         self.pieces += 1
@@ -117,8 +120,13 @@ class ForPlayers:
                     first = progressive_head(init, piece)
                 except (ValueError, struct.error, StopIteration, IndexError, ZeroDivisionError) as exc:
                     log.warning("a stream's head was sent as its init segment and first fragment: %s", exc)
-            return first + filler(len(first), PLAYER_BLOCK)
-        return piece
+            out = first + filler(len(first), PLAYER_BLOCK)
+        elif self.pieces <= 2 + PADDED_FRAGMENTS:  # (the player not yet ahead: each ends on a block's end)
+            out = piece + filler(self.sent + len(piece), PLAYER_BLOCK)
+        else:
+            out = piece
+        self.sent += len(out)
+        return out
 
     def rest(self) -> bytes:
         init, self.init = self.init, None

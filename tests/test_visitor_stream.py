@@ -114,3 +114,28 @@ def test_the_interleaved_stream_decodes_to_the_stored_clip_and_makes_a_head(rela
         assert alone.streams.video[0].frames == 9
     defaults, scales = tracks_of(init.data)
     assert interleaved(first.data, defaults, scales) == first.data
+
+
+def test_a_progressive_players_first_fragments_end_on_its_blocks_end(relayed) -> None:
+    """A progressive player is given the head and the fragments of the clip's first 3 s each ending on a 32 KiB
+    block's end (a ``free`` box after it): the player's media cache hands over every byte of a fragment as soon as
+    it is sent, not a fragment later; later fragments are sent as they are. The stream still decodes whole."""
+    from api.streams import PLAYER_BLOCK, ForPlayers
+
+    stream, stored = relayed
+    for head in (True, False):
+        players = ForPlayers(head=head)
+        sent = 0
+        ends = []
+        given = []
+        for piece in stream.pieces:
+            out = players(piece.data)
+            given.append(out)
+            sent += len(out)
+            if out:
+                ends.append((piece.start, sent))
+        if not head:  # (the stream as Firefox is given it: the init segment, the fragments, the free boxes)
+            assert decoded(b"".join(given) + players.rest()) == decoded(stored)
+        early = [end % PLAYER_BLOCK for start, end in ends if start < 3.0]
+        assert len(early) >= 10 and not any(early), early
+        assert any(end % PLAYER_BLOCK for start, end in ends if start > 3.5), "later fragments were padded too"
