@@ -18,13 +18,15 @@ from .report import Machine, Row, machine_line, table, write_json
 from .stack import Stack
 
 # the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run), and
-# "loudness" figure 14a alone and "hls" figures 11b–11d alone (parts of "creators")
+# "loudness" figure 14a alone and "hls" figures 11b–11d alone (parts of "creators"), "visitor" figure 13h alone (a
+# part of "firstframe")
 GROUPS = (
     "render",
     "queue",
     "click",
     "links",
     "firstframe",
+    "visitor",
     "cli",
     "previews",
     "creators",
@@ -46,7 +48,7 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
     source = source_1080p(ffmpeg, run.minutes)
     if "render" in only:
         done(render.figures(run, ffmpeg, source, work))
-    if only & {"queue", "click", "links", "firstframe", "cli", "previews"}:
+    if only & {"queue", "click", "links", "firstframe", "visitor", "cli", "previews"}:
         with Stack(work, source, ffmpeg) as stack:
             stack.start_api()
             if "queue" in only:
@@ -59,6 +61,8 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
                 done(links.figures(run, stack))
             if "firstframe" in only:
                 done(firstframe.figures(run, ffmpeg, stack))
+            elif "visitor" in only:  # (figure 13h alone; "firstframe" runs it with 13a-13g)
+                done(firstframe.visitor_figures(run, ffmpeg, stack))
             if "cli" in only:
                 done(cli.figures(run, ffmpeg, source, work, stack))
             if "previews" in only:
