@@ -63,8 +63,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(LinkHeaders)  # outermost: every answer under /l/ has the links' headers, preflights too
     errors.install(app)
+    links.install(app, settings)  # signed clip links and /embed.js, with site keys only (first: a crowd's requests
+    # are matched against their routes before any other's)
     routers = (clips.router, previews.router, quotes.router, batches.router, assets.router, ops.router, page.router)
     for router in routers:
         app.include_router(router)
-    links.install(app, settings)  # signed clip links and /embed.js, with site keys only
     return app

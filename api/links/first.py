@@ -56,8 +56,8 @@ def first_answer(request: Request, svc: Services, linked: Linked) -> Answer | Pe
         raise Refused.failing(exc, linked.site.id, linked.variant) from None
 
 
-def _key(request: Request, linked: Linked) -> tuple[str, str, bool, str]:
-    return (linked.site.id, linked.variant, request.method == "HEAD", repr(linked.spec))
+def _key(request: Request, linked: Linked) -> tuple[str, bool]:
+    return (linked.key or f"{linked.site.id}|{linked.variant}|{linked.spec!r}", request.method == "HEAD")
 
 
 def _first(request: Request, svc: Services, linked: Linked) -> Answer | Pending:

@@ -54,6 +54,7 @@ class Linked:
     variant: str
     expires: int | None
     spec: ClipSpec
+    key: str = ""  # what names the clip and its key among the answers kept (api/links/first.py), made once
 
     def answer(self, response: Response, outcome: Outcome | None) -> Answer:
         """``response``, counted under this link's key and variant."""
@@ -174,7 +175,7 @@ def allowed(clip: dict[str, Any], site: SiteKey, settings: Settings, now: float)
         spec = clip_spec(link_fields(clip, site), settings)
     except QuoteclipError as exc:
         raise Refused.failing(exc, site.id, variant) from None
-    return Linked(site, variant, clip.get("expires"), spec)
+    return Linked(site, variant, clip.get("expires"), spec, f"{site.id}|{variant}|{spec!r}")
 
 
 def _scope_refusal(clip: dict[str, Any], site: SiteKey, settings: Settings, now: float) -> str | None:
