@@ -274,11 +274,6 @@ def worker(workers, stream_api, redis_url) -> Iterator[subprocess.Popen[str]]:
 KEYINT_SECONDS = 250 * 1001 / 30000  # x264's default keyframe interval at 29.97 fps: 8.34 s
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="renders key a frame every 250 (8.34 s here), and Firefox waits for the next keyframe: a keyframe every "
-    "second (renderer/plan.py) makes this pass",
-)
 def test_firefox_plays_a_links_stream_as_it_comes(browser, stream_api, worker, media, http_source) -> None:
     """A signed link of a 20 s clip not stored, given to Firefox's <video>: it shows the clip's length and plays
     with about a second of the clip come, not once the render has passed the clip's second keyframe, and plays to

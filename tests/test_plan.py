@@ -56,6 +56,8 @@ def test_landscape_with_overlays_exact_argv() -> None:
         "48000",
         "-crf",
         "23",
+        "-force_key_frames",
+        "expr:gte(t,n_forced*1)",
         "-fps_mode",
         "cfr",
         "-map_metadata",
