@@ -6,11 +6,12 @@ import re
 import subprocess
 from pathlib import Path
 
-from renderer.plan import CRF, PRESET
+from renderer.plan import CRF, KEYFRAMES, PRESET
 
 
 def bare_ffmpeg(ffmpeg: str, source: str, start: float, duration: float, out: Path, preset: str = PRESET) -> None:
-    """``ffmpeg -ss S -i SRC -t D -vf scale=-2:720 -c:v libx264 -preset P -crf C -c:a aac``."""
+    """``ffmpeg -ss S -i SRC -t D -vf scale=-2:720 -c:v libx264 -preset P -crf C -force_key_frames K -c:a aac``:
+    the clip's encode as a render makes it (its preset, CRF and keyframe every second, renderer/plan.py)."""
     subprocess.run(
         [
             ffmpeg,
@@ -32,6 +33,8 @@ def bare_ffmpeg(ffmpeg: str, source: str, start: float, duration: float, out: Pa
             preset,
             "-crf",
             str(CRF),
+            "-force_key_frames",
+            KEYFRAMES,
             "-c:a",
             "aac",
             str(out),
@@ -100,7 +103,7 @@ def moviepy_clip(source: str, start: float, end: float, caption: str, brand: str
             str(out),
             codec="libx264",
             preset=PRESET,
-            ffmpeg_params=["-crf", str(CRF), "-pix_fmt", "yuv420p"],
+            ffmpeg_params=["-crf", str(CRF), "-force_key_frames", KEYFRAMES, "-pix_fmt", "yuv420p"],
             audio_codec="aac",
             temp_audiofile_path=str(out.parent),  # (moviepy's default is the working directory)
             logger=None,
