@@ -84,14 +84,14 @@ KEPT_SECONDS = 10.0  # seconds a verified link is kept: its signature, scopes an
 class Kept:
     """The links this API process verified lately (``KEPT_SECONDS``), and the deny-list looks under way: a crowd
     asking one link costs one verification, and the requests asking at once one look at the deny list. A link's
-    expiry and its revocation are still read for every request (the deny list at least once for each request, or
-    by a look that began after it came)."""
+    expiry and its revocation are still read for every request: the deny list by a look of its own, or by the look
+    under way when it came (a revocation made during that look is read by the requests after it)."""
 
     def __init__(self) -> None:
         self.links: OrderedDict[str, tuple[Linked, float]] = OrderedDict()
         self.looks: dict[str, asyncio.Future[bool]] = {}
 
-    def get(self, path: str, now: float) -> Linked | None:
+    def get(self, path: str) -> Linked | None:
         found = self.links.get(path)
         if found is None or time.monotonic() - found[1] > KEPT_SECONDS:
             return None
@@ -127,7 +127,7 @@ async def verified_link(request: Request, svc: ServicesDep) -> Linked:
     if "part" in request.path_params:
         path = path.rsplit("/", 1)[0]
     now, known = time.time(), kept(request)
-    linked = known.get(path, now)
+    linked = known.get(path)
     if linked is not None and (linked.expires is None or now <= linked.expires):
         await _not_revoked(known, svc.connection, path, linked.site, linked.variant)
         return linked
