@@ -124,3 +124,23 @@ def test_link_counts_wait_in_the_process_and_reach_redis_within_half_a_second(re
     time.sleep(metrics.FLUSH + 0.5)
     assert connection.hget(metrics.REQUESTS, "crowd|clip|stored") == b"200"
     connection.close()
+
+
+def test_the_nesting_pool_uses_only_what_redis_py_gives_a_pool() -> None:
+    """``NestingPool`` builds on redis-py's ``BlockingConnectionPool``: its ``connection_class`` and
+    ``connection_kwargs``, and its ``get_connection``/``release``. A redis-py that renames them fails here, in the
+    everyday tier (no Redis needed: the address refuses)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from api.fanout import NestingPool
+
+    pool = NestingPool.from_url("redis://127.0.0.1:1/0", max_connections=1, timeout=0.1, socket_connect_timeout=0.5)
+    assert pool.connection_kwargs["port"] == 1 and callable(pool.connection_class)
+    with pytest.raises(RedisConnectionError):
+        pool.get_connection()  # (the pool's own: refused)
+    assert getattr(pool._held, "count", 0) == 0  # (a connection not given is not counted)
+    pool._held.count = 1  # a thread holding one asks another: made beyond the cap, at once
+    with pytest.raises(RedisConnectionError):
+        pool.get_connection()
+    assert not pool._beyond and pool._held.count == 1
+    pool.disconnect()
