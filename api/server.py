@@ -14,7 +14,10 @@
   taken them within ``QUOTECLIP_STREAM_SEND_TIMEOUT`` seconds (a close alone would hold it until they are sent).
 - Once a crowd has left (its connections down to a quarter of their peak, a peak of ``CROWD`` or more), the memory
   it freed is handed back to the system (api/fanout.py ``give_back_memory``): otherwise the process would keep the
-  peak of its viewers for good.
+  peak of its viewers for good. The API runs on the C library's allocator (``PYTHONMALLOC=malloc``, set by
+  cli/service.py ``system_allocator`` before the server starts): Python's own keeps a 1 MiB arena for as long as
+  one object in it lives, and a thousand connections' objects, freed among the few that outlive them, left a
+  third of the crowd's peak held (figure 15c in BENCHMARKS.md).
 - An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
   cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
   be sent); and set its socket's send buffer (``SEND_BUFFER``: a function of the bytes): a stream caps it, so a

@@ -1,6 +1,8 @@
 """Commands that run the service: ``serve`` (the HTTP API and pages), ``up`` (the whole system on one machine)
 and ``health`` (do Redis and the store answer; is page extraction ready)."""
 
+import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -12,6 +14,19 @@ from .app import app
 from .common import JsonOpt, emit, run_guarded
 
 
+def system_allocator() -> None:
+    """Start this process again on the C library's allocator (``PYTHONMALLOC=malloc``), unless ``PYTHONMALLOC`` is
+    set (an operator's choice is kept) or the system is not Linux: the API hands a crowd's memory back to the system
+    once it has left (api/server.py), which Python's own allocator would keep in arenas that one object still
+    holds. The same process (its id, its parent's death signal) runs the same command line again."""
+    if "PYTHONMALLOC" in os.environ or not sys.platform.startswith("linux"):
+        return
+    os.environ["PYTHONMALLOC"] = "malloc"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
@@ -19,6 +34,8 @@ def serve(
 ) -> None:
     """Run the HTTP API and the demo page (an ASGI app on uvicorn), with header and body deadlines, keep-alive and a
     cap on connections (QUOTECLIP_HEADER_TIMEOUT, _BODY_TIMEOUT, _KEEP_ALIVE, _MAX_CONNECTIONS)."""
+
+    system_allocator()  # (started again on the C library's allocator, before the API is loaded)
 
     def go() -> None:
         import logging
