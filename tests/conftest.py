@@ -55,6 +55,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+_STARTED: list[Any] = []
+
+
+def started(client: Any) -> Any:
+    """A TestClient with its app started (its lifespan: one event loop for every request, as under a server), and
+    stopped when the test ends: an app's event-loop pool (api/fanout.py ``Hub``) is made once and closed with it."""
+    client.__enter__()
+    _STARTED.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _started_clients_stopped() -> Iterator[None]:
+    yield
+    while _STARTED:
+        _STARTED.pop().__exit__(None, None, None)
+
+
 @pytest.fixture(autouse=True)
 def _link_counts_added() -> Iterator[None]:
     """The link counts a test's app left waiting in the process (api/links/metrics.py ``Tally``) are added before

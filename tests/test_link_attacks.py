@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import started
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -112,7 +113,7 @@ def test_sign_check_passes_what_the_service_accepts_and_names_a_malformed_source
     scoped = {"id": "scoped", "secrets": {"k1": S1}, "hosts": ["youtube.com"], "max_seconds": 2.5}
     env.update(keys_file(tmp_path, json.dumps({"keys": [scoped]})))
     env.update({"QUOTECLIP_SOURCE_HOSTS": "youtube.com", "QUOTECLIP_SITE_KEYS": ""})
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     for source, end, service in (
         ("https://youtube.com./watch?v=x", "3", 404),
         ("https://www.YouTube.com/watch?v=x", "3.5", 404),
@@ -129,7 +130,7 @@ def test_sign_check_passes_what_the_service_accepts_and_names_a_malformed_source
     brands.mkdir()
     (brands / "there.png").write_bytes(b"a brand file, never drawn here")
     env["QUOTECLIP_BRAND_DIR"] = str(brands)
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     for logo, service in (("brand:there.png", 404), ("brand:missing.png", 422)):
         args = ("https://youtube.com/x", "--start", "1", "--end", "3", "--site", "scoped", "--watermark", logo)
         code, out = sign_cli(env, *args)
@@ -143,11 +144,11 @@ def test_an_expired_link_still_revokes_its_clip(env: dict[str, str]) -> None:
     """A key whose links expire makes a new link every step: the one at hand may have expired while the clip's
     current links live. ``--clip`` takes it (its signature still proves the clip); the link alone is still
     refused (an expired link needs no revoking)."""
-    from conftest import run_cli
+    from conftest import run_cli, started
 
     old = links.sign(quote(), "starzero", S1, expires=int(time.time()) - 10, key_id="k1")
     current = links.sign(quote(), "starzero", S1, expires=int(time.time()) + 3600, key_id="k1")
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     assert app.head(current).status_code == 404
     alone = run_cli("revoke", old, env=env)
     assert alone.returncode == 2 and "expired already" in alone.stderr, alone.stderr
@@ -183,7 +184,7 @@ def _count_connections_of_link_requests(env: dict[str, str]) -> None:
     from storage import open_storage
 
     settings = Settings.from_env(env)
-    app = TestClient(create_app(settings), follow_redirects=False)
+    app = started(TestClient(create_app(settings), follow_redirects=False))
     link, stored, revoked = (links.sign(quote(caption=c), "starzero", S1, key_id="k1") for c in ("a", "b", "c"))
     site = settings.sites()["starzero"]
     clip = links.verify(links.path_of(stored), site.signers())
@@ -213,7 +214,7 @@ def _count_connections_of_link_requests(env: dict[str, str]) -> None:
 def test_a_hash_in_capitals_revokes_the_same_link(env: dict[str, str]) -> None:
     """Hex is hex: ``DELETE /links/{HASH}`` in capitals (as some tools print SHA-256) revokes the link, not a 422."""
     env["QUOTECLIP_API_KEYS"] = "api-key-0123456789"
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     link = links.sign(quote(), "starzero", S1, key_id="k1")
     digest = links.link_hash(links.path_of(link)).upper()
     answer = app.delete(f"/links/{digest}", headers={"X-API-Key": "api-key-0123456789"})
@@ -260,7 +261,7 @@ def test_sign_check_and_the_service_decide_alike_on_every_spelling(env: dict[str
     scoped = {"id": "scoped", "secrets": {"k1": S1}, "hosts": ["youtube.com"], "max_seconds": 2.5}
     env.update(keys_file(tmp_path, json.dumps({"keys": [scoped]})))
     env.update({"QUOTECLIP_SOURCE_HOSTS": "youtube.com,vimeo.com,127.0.0.1", "QUOTECLIP_SITE_KEYS": ""})
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     seen: dict[str, int] = {}
     ways = [("https://", "3"), ("https://", "3.501"), ("HTTP://", "3.5"), ("ftp://", "3"), ("", "3")]
     for host, (scheme, end) in itertools.product(HOSTS, ways):
@@ -285,7 +286,7 @@ def test_a_clip_revoked_under_a_branded_key_takes_its_links_whatever_mark_they_n
     branded = {"id": "branded", "secrets": {"k1": S1}, "brand": "StarZero"}
     env.update(keys_file(tmp_path, json.dumps({"keys": [branded]})))
     env.update({"QUOTECLIP_SITE_KEYS": "", "QUOTECLIP_API_KEYS": "api-key-0123456789"})
-    app = TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     named = links.sign(quote(watermark="Other"), "branded", S1, key_id="k1")
     same = [links.sign(quote(**mark), "branded", S1, key_id="k1") for mark in ({}, {"logo": "brand:x.png"})]
     other = links.sign(quote(caption="another clip"), "branded", S1, key_id="k1")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -41,7 +42,7 @@ def env(queue_env: dict[str, str]) -> dict[str, str]:
 
 
 def client(env: dict[str, str], **changes: str) -> TestClient:
-    return TestClient(create_app(Settings.from_env({**env, **changes})), follow_redirects=False)
+    return started(TestClient(create_app(Settings.from_env({**env, **changes})), follow_redirects=False))
 
 
 def requests_counted(app: TestClient) -> dict[tuple[str, str, str], float]:

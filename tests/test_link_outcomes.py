@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -47,7 +48,7 @@ def app(queue_env: dict[str, str], tmp_path: Path) -> TestClient:
             "QUOTECLIP_LINK_RENDERS": "1",
         }
     )
-    return TestClient(create_app(Settings.from_env(queue_env)), follow_redirects=False)
+    return started(TestClient(create_app(Settings.from_env(queue_env)), follow_redirects=False))
 
 
 def quote(source: str = SOURCE, start: float = 1, end: float = 3) -> dict[str, Any]:

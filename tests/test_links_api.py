@@ -6,6 +6,7 @@ without the clip, a download with its name, the key's scopes and render allowanc
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -54,7 +56,7 @@ def link_env(queue_env: dict[str, str], tmp_path: Path, ffmpeg_bin: str, ffmpeg_
 
 
 def client_for(env: dict[str, str]) -> TestClient:
-    return TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    return started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
 
 
 @pytest.fixture
@@ -470,7 +472,7 @@ def test_a_held_request_is_woken_by_the_workers_announcement(link_env, workers, 
     from api import events
 
     monkeypatch.setattr(events, "FALLBACK", 60.0)
-    with client_for(link_env) as app:
+    with contextlib.nullcontext(client_for(link_env)) as app:  # (started: its lifespan runs)
         deadline = time.monotonic() + 10
         while not app.app.state.services.events.subscribed:  # type: ignore[attr-defined]
             assert time.monotonic() < deadline, "the API never subscribed to the job events"

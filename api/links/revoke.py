@@ -70,14 +70,14 @@ def clip_of(data: dict[str, Any], site: SiteKey | None) -> str:
     return links.clip_hash(data)
 
 
-def is_revoked(connection: Redis, path: str, site: SiteKey | None = None) -> bool:
-    """Whether a verified link's path (``/l/…``) of ``site``'s is on the deny list, as itself or as its clip (one
-    round trip; RedisError when Redis cannot be asked: a revocation holds, so the caller answers 503, not the
-    clip)."""
+def entries(path: str, site: SiteKey | None = None) -> tuple[str, ...]:
+    """The deny list's entries that refuse a verified link's path (``/l/…``) of ``site``'s: its own, its clip's. A
+    link is revoked when one of them exists (one ``EXISTS``; api/links/verify.py asks it from the event loop: when
+    Redis cannot be asked, a revocation holds and the link is answered 503, not the clip)."""
     signer, payload, _, _ = links.parse(path)
     data, site_id = links.decode(payload), links.site_of(signer)
     clips = {clip_entry(site_id, links.clip_hash(data)), clip_entry(site_id, clip_of(data, site))}
-    return bool(connection.exists(link_entry(links.link_hash(path)), *sorted(clips)))
+    return (link_entry(links.link_hash(path)), *sorted(clips))
 
 
 def entry_seconds(expires: int | None, now: float) -> int:

@@ -8,13 +8,15 @@ rules ``POST /clips`` applies, api/clips.py; 503 when a local source cannot be r
 is never said. A refusal is counted under the site the link's path names when that site exists. A sub-resource
 (``…/index.m3u8``) is verified as the link before it. Whatever decides whether a link is ours (its keys, their
 secrets) is read here and nowhere else. A link verified is kept a few seconds (``Kept``): a crowd asking it costs
-one verification, but each request still reads its expiry and the deny list, in the event loop (no worker thread
-but the deny list's look, one for the requests asking at once).
+one verification, but each request still reads its expiry and the deny list, in the event loop (the deny list's look
+an ``EXISTS`` on the loop's own pool, one for the requests asking at once; no worker thread unless the relay has a
+Redis of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections import OrderedDict
@@ -25,9 +27,9 @@ from urllib.parse import urlsplit
 from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from redis import Redis
 from redis.exceptions import RedisError
 
+from jobs import relay
 from quoteclip import links
 from quoteclip.errors import QuoteclipError
 from quoteclip.settings import Settings, SiteKey
@@ -36,10 +38,10 @@ from sources.safety import host_allowed
 
 from .. import streams
 from ..clips import RETRY_AFTER, clip_spec
-from ..deps import ServicesDep
+from ..deps import Services, ServicesDep
 from .fields import link_fields
 from .outcomes import UNKNOWN, Answer, Outcome, Refused
-from .revoke import is_revoked
+from .revoke import entries
 
 RETRY = {"Retry-After": RETRY_AFTER}
 INVALID = "this link is not valid"  # every refusal of the link itself: which part failed is not said
@@ -55,6 +57,7 @@ class Linked:
     expires: int | None
     spec: ClipSpec
     key: str = ""  # what names the clip and its key among the answers kept (api/links/first.py), made once
+    denied: tuple[str, ...] = ()  # the deny list's entries that would refuse it (api/links/revoke.py), made once
 
     def answer(self, response: Response, outcome: Outcome | None) -> Answer:
         """``response``, counted under this link's key and variant."""
@@ -89,7 +92,7 @@ class Kept:
 
     def __init__(self) -> None:
         self.links: OrderedDict[str, tuple[Linked, float]] = OrderedDict()
-        self.looks: dict[str, asyncio.Future[bool]] = {}
+        self.looks: dict[str, asyncio.Future[int]] = {}
 
     def get(self, path: str) -> Linked | None:
         found = self.links.get(path)
@@ -104,14 +107,19 @@ class Kept:
         while len(self.links) > KEPT:
             self.links.popitem(last=False)
 
-    async def revoked(self, connection: Redis, path: str, site: SiteKey) -> bool:
-        """``is_revoked``, in a worker thread, shared by the requests asking it while it is asked."""
+    async def revoked(self, svc: Services, path: str, denied: tuple[str, ...]) -> bool:
+        """Whether one of the link's deny-list entries exists: one ``EXISTS``, shared by the requests asking it
+        while it is asked; from the event loop's pool when it is the queue's Redis (no worker thread), else from a
+        worker thread (the relay on a Redis of its own, ``QUOTECLIP_STREAM_REDIS_URL``)."""
         look = self.looks.get(path)
         if look is None:
-            look = asyncio.ensure_future(run_in_threadpool(is_revoked, connection, path, site))
+            if relay.relay_url(svc.settings) == svc.settings.redis_url:
+                look = asyncio.ensure_future(svc.hub.redis().exists(*denied))
+            else:
+                look = asyncio.ensure_future(run_in_threadpool(svc.connection.exists, *denied))
             self.looks[path] = look
             look.add_done_callback(lambda _: self.looks.pop(path, None))
-        return await asyncio.shield(look)
+        return bool(await asyncio.shield(look))
 
 
 def kept(request: Request) -> Kept:
@@ -129,11 +137,12 @@ async def verified_link(request: Request, svc: ServicesDep) -> Linked:
     now, known = time.time(), kept(request)
     linked = known.get(path)
     if linked is not None and (linked.expires is None or now <= linked.expires):
-        await _not_revoked(known, svc.connection, path, linked.site, linked.variant)
+        await _not_revoked(known, svc, path, linked.denied, linked.site, linked.variant)
         return linked
     clip, site = signed(path, request, now)
-    await _not_revoked(known, svc.connection, path, site, str(clip["variant"]))
-    linked = allowed(clip, site, svc.settings, now)
+    denied = entries(path, site)
+    await _not_revoked(known, svc, path, denied, site, str(clip["variant"]))
+    linked = dataclasses.replace(allowed(clip, site, svc.settings, now), denied=denied)
     known.keep(path, linked)
     return linked
 
@@ -156,9 +165,11 @@ def signed(path: str, request: Request, now: float) -> tuple[dict[str, Any], Sit
     return clip, sites[named]
 
 
-async def _not_revoked(known: Kept, connection: Redis, path: str, site: SiteKey, variant: str) -> None:
+async def _not_revoked(
+    known: Kept, svc: Services, path: str, denied: tuple[str, ...], site: SiteKey, variant: str
+) -> None:
     try:
-        revoked = await known.revoked(connection, path, site)
+        revoked = await known.revoked(svc, path, denied)
     except RedisError:  # a revocation holds: not answered until it can be read
         raise Refused(503, "the revoked links cannot be read", Outcome.UNAVAILABLE, RETRY, site.id, variant) from None
     if revoked:
