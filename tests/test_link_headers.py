@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import started
 from fastapi.testclient import TestClient
 
 from api import create_app
@@ -35,7 +36,7 @@ def away(tmp_path: Path) -> TestClient:
         "QUOTECLIP_SOURCE_HOSTS": "127.0.0.1",
         "QUOTECLIP_ALLOW_ADDRESSES": "127.0.0.0/8",
     }
-    return TestClient(create_app(Settings.from_env(env)), follow_redirects=False)
+    return started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
 
 
 def assert_link_error(answer, status: int) -> None:
@@ -89,7 +90,7 @@ def test_an_error_raised_inside_a_link_route_is_a_500_with_the_link_headers(away
 
     monkeypatch.setattr(routes, "link_answer", broken)
     env = {**queue_env, "QUOTECLIP_SITE_KEYS": f"site:{SECRET}", "QUOTECLIP_CORS_ORIGINS": "https://admin.example"}
-    crashing = TestClient(create_app(Settings.from_env(env)), raise_server_exceptions=False)
+    crashing = started(TestClient(create_app(Settings.from_env(env)), raise_server_exceptions=False))
     for method in ("GET", "HEAD"):
         answer = crashing.request(method, link(), headers={"Origin": "https://admin.example", "Cookie": "a=b"})
         assert_link_error(answer, 500)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -289,7 +290,7 @@ def test_links_the_javascript_signer_makes_are_answered_by_the_service(
             "QUOTECLIP_STREAM": "false",
         }
     )
-    app = TestClient(create_app(Settings.from_env(queue_env)), follow_redirects=False)
+    app = started(TestClient(create_app(Settings.from_env(queue_env)), follow_redirects=False))
     env = {"DENO_DIR": str(tmp_path_factory.mktemp("deno")), "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
     from deno import find_deno_bin
 
