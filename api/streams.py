@@ -175,7 +175,10 @@ class RelayResponse(StreamingResponse):
         if (send_buffer := extensions.get(SEND_BUFFER)) is not None:
             send_buffer(SEND_BUFFER_BYTES)
         try:
-            await super().__call__(scope, receive, send)
+            if self.write_chunk is not None:  # (its writer tells a viewer gone: no task of its own listens for it)
+                await self.stream_response(send)
+            else:
+                await super().__call__(scope, receive, send)
         finally:
             self.done()
 
