@@ -1051,6 +1051,14 @@ ELSEWHERE: tuple[Setting, ...] = (
         read_by="cli",
         default="`__all__`",
     ),
+    Setting(
+        "PYTHONMALLOC",
+        "`quoteclip serve` starts itself again with `malloc` when unset (the C library's allocator: the memory a "
+        "crowd of viewers freed is handed back once they leave, see the scaling page); any value set is kept",
+        group="command line",
+        read_by="cli.service",
+        default="`malloc` for `serve`",
+    ),
 )
 
 
