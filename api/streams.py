@@ -59,7 +59,9 @@ PADDED_FRAGMENTS = 10  # fragments after the head that end on a block's end too 
 # before (api/server.py keeps a connection's write buffer small): a viewer holds at most about this much of the
 # stream's bytes of its own, whatever the size of a fragment (the system's socket buffer takes what it can at
 # once). 64 KiB rather than 16: each slice costs the API the same calls whatever its size (3.1 ms of CPU a MB sent
-# against 5.0, 300 viewers of one stream).
+# against 5.0, 300 viewers of one stream). Each viewer takes one chunk in turn, then lets the clip's other viewers
+# take theirs: the clip's first chunk reaches every viewer before any is sent its second (when each took what its
+# socket would take before the next viewer's turn, the last viewers waited on the first ones' megabytes).
 SLICE = 64 * 1024
 # A streamed answer's socket buffers at most this much of it in the system: a viewer that stops reading stalls its
 # answer there (and is cut at the send deadline) rather than after the megabytes the system's buffers grow to;
@@ -207,6 +209,7 @@ class RelayResponse(StreamingResponse):
                     except TimeoutError:
                         return self._cut(f"a chunk took longer than {self.send_timeout:g} s to reach it")
                 sent += len(chunk)
+                await asyncio.sleep(0)  # (the clip's other viewers take their chunk before this one takes its next)
             elif clip.done:
                 if clip.cut is not None or not made.closed:
                     log.warning(
