@@ -139,9 +139,11 @@ class RelayResponse(StreamingResponse):
     """A streamed answer, sent from its clip's one reader (api/fanout.py) at the viewer's own pace, that can end
     without its last chunk: when the stream is cut, the connection is closed with the body incomplete (a player
     then shows an error, never a clip that ends early as if whole). A viewer that takes longer than
-    ``QUOTECLIP_STREAM_SEND_TIMEOUT`` for a chunk, or falls behind what was relayed since it joined by more than
-    ``QUOTECLIP_STREAM_VIEWER_MB``, is cut at once: its connection aborted, what it had buffered freed; the clip's
-    other viewers never wait for it. ``release`` is called once the answer ends (a per-client cap's count)."""
+    ``QUOTECLIP_STREAM_SEND_TIMEOUT`` for a chunk (beyond the clip's time it was sent ahead of the time since it
+    joined: a player that has buffered ahead pauses its reading until it has played what it has), or falls
+    behind what was relayed since it joined by more than ``QUOTECLIP_STREAM_VIEWER_MB``, is cut at once: its
+    connection aborted, what it had buffered freed; the clip's other viewers never wait for it. ``release`` is
+    called once the answer ends (a per-client cap's count)."""
 
     def __init__(
         self,
@@ -193,6 +195,7 @@ class RelayResponse(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         position = sent = 0
         joined_at: int | None = None
+        began = time.monotonic()
         while True:
             made = clip.outputs(kind, self._maker)
             joined_at = made.size if joined_at is None else joined_at
@@ -201,13 +204,16 @@ class RelayResponse(StreamingResponse):
                     return self._cut(f"it fell {self.behind // 1024**2} MB behind the stream")
                 chunk = made.chunks[position]
                 position += 1
+                # (a player that has the clip ahead of its playback may stop reading until it has played it)
+                ahead = max(0.0, (position - 1) * FRAGMENT_SECONDS - (time.monotonic() - began))
                 for at in range(0, len(chunk), SLICE):  # (what its connection buffers stays small)
                     message = {"type": "http.response.body", "body": chunk[at : at + SLICE], "more_body": True}
                     try:
-                        async with asyncio.timeout(self.send_timeout):  # (no task of its own, as wait_for makes)
+                        async with asyncio.timeout(self.send_timeout + ahead):  # (no task of its own)
                             await send(message)
                     except TimeoutError:
-                        return self._cut(f"a chunk took longer than {self.send_timeout:g} s to reach it")
+                        why = f"a chunk took longer than {self.send_timeout + ahead:.0f} s to reach it"
+                        return self._cut(why)
                 sent += len(chunk)
                 await asyncio.sleep(0)  # (the clip's other viewers take their chunk before this one takes its next)
             elif clip.done:

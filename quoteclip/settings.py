@@ -841,8 +841,9 @@ class Settings:
     )
     stream_send_timeout: float = _setting(
         "QUOTECLIP_STREAM_SEND_TIMEOUT",
-        "seconds one piece of a stream may take to reach its viewer; a viewer slower than that (or not reading) is "
-        "cut, its connection closed, and the other viewers never wait for it",
+        "seconds one piece of a stream may take to reach its viewer, beyond the clip's time it was sent ahead of its "
+        "playback (a player that has buffered ahead stops reading until it has played it); a viewer slower than that "
+        "(or not reading) is cut, its connection closed, and the other viewers never wait for it",
         default=10.0,
         group="streaming",
         parse=_Number(0.1),

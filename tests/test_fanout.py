@@ -276,6 +276,47 @@ def test_a_viewer_that_does_not_read_is_cut_and_the_others_finish_on_time(fan_en
     assert not any(wholes), "an idle viewer was sent the whole stream"
 
 
+@pytest.mark.integration
+def test_a_player_that_buffered_ahead_may_pause_past_the_send_deadline(fan_env) -> None:
+    """A player that has read 15 s of a clip in its first second stops reading for 4 s (as Chromium does once it
+    has buffered enough of a long clip) while the stream goes on, with a send deadline of 1 s: it is not cut, and
+    reads the whole stream when it goes on (a viewer that never reads is still cut: the test above)."""
+    clip = quote(fan_env["SOURCE_URL"])
+    path = links.sign(clip, SITE, SECRET)
+    stream = Stream(fan_env, job_of(fan_env, clip))
+    with api(fan_env, QUOTECLIP_STREAM_SEND_TIMEOUT="1", **MANY) as served:
+        stream.add(os.urandom(2000), "init")
+        for _ in range(60):  # 60 fragments: 15 s of clip by their count
+            stream.add(os.urandom(20_000))
+
+        async def player() -> tuple[bytes, bool]:
+            seen = await ask(served.port, path, read=False, rcvbuf=65536)
+            reader, body = seen["reader"], bytearray()
+
+            async def chunks(until: int) -> bool:
+                while len(body) < until:
+                    size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                    if size == 0:
+                        await reader.readuntil(b"\r\n")
+                        return True
+                    body.extend(await reader.readexactly(size))
+                    await reader.readexactly(2)
+                return False
+
+            await chunks(60 * 20_000)  # (what is there: read at once)
+            for _ in range(40):  # the stream goes on, far past what the sockets hold, while the player pauses
+                stream.add(os.urandom(100_000))
+            await asyncio.sleep(4.0)
+            stream.writer.finished()
+            whole = await asyncio.wait_for(chunks(1 << 40), 30)
+            seen["writer"].close()
+            return bytes(body), whole
+
+        body, whole = asyncio.run(player())
+    stream.close()
+    assert whole and body == stream.as_sent(), "the player that paused was cut"
+
+
 def raw(port: int, data: bytes) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.sendall(data)
