@@ -18,6 +18,12 @@
   cli/service.py ``system_allocator`` before the server starts): Python's own keeps a 1 MiB arena for as long as
   one object in it lives, and a thousand connections' objects, freed among the few that outlive them, left a
   third of the crowd's peak held (figure 15c in BENCHMARKS.md).
+- A streamed answer's chunks can be written straight from the bytes every viewer of its clip shares (``WRITE_CHUNK``
+  in a ``GET``'s ``extensions``, on a plain HTTP/1.1 connection: an async function of the bytes, whether they were
+  written): the chunk's framing and the bytes go to the socket with one ``writev`` from where they are, and what
+  the socket does not take yet waits there, not in a copy, until the socket can take more. A thousand viewers of
+  one clip hold no copy of its bytes each, and a chunk costs no trip through the app's ``send`` and h11 (the
+  answer's start and its end still take that way, so h11 frames the rest as its own).
 - An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
   cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
   be sent); and set its socket's send buffer (``SEND_BUFFER``: a function of the bytes): a stream caps it, so a
@@ -32,6 +38,7 @@ import collections
 import contextlib
 import gc
 import logging
+import os
 import socket
 import time
 from typing import Any
@@ -47,6 +54,7 @@ log = logging.getLogger(__name__)
 
 ABORT = "quoteclip.abort"
 SEND_BUFFER = "quoteclip.send_buffer"
+WRITE_CHUNK = "quoteclip.write_chunk"
 MAX_HEADER_BYTES = 16 * 1024
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 WARN_EVERY = 10.0  # seconds between warnings of connections refused
@@ -68,6 +76,8 @@ class GuardedProtocol(H11Protocol):
 
     _deadline: asyncio.TimerHandle | None = None
     _phase = ""
+    _fd = -1  # the connection's socket (its file descriptor), while it is open
+    _writable: asyncio.Future[None] | None = None  # a chunk's writer waiting for the socket to take more
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -80,6 +90,11 @@ class GuardedProtocol(H11Protocol):
             transport.close()
             return
         GuardedProtocol.peak = max(GuardedProtocol.peak, len(self.connections))
+        sock = transport.get_extra_info("socket")
+        # (asyncio's own loop, whose transports wait for a socket as this does; no TLS: the bytes go as they are)
+        plain = sock is not None and transport.get_extra_info("sslcontext") is None
+        if plain and hasattr(self.loop, "_add_writer") and hasattr(self.loop, "_remove_writer"):
+            self._fd = sock.fileno()
         transport.set_write_buffer_limits(high=WRITE_BUFFER)  # (a slow reader's answer waits at this much)
         close = transport.close
 
@@ -102,6 +117,8 @@ class GuardedProtocol(H11Protocol):
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
             extensions[ABORT] = self._abort
             extensions[SEND_BUFFER] = self._send_buffer
+            if self._fd >= 0 and self.scope["method"] == "GET" and self.conn.their_http_version == b"1.1":
+                extensions[WRITE_CHUNK] = self._write_chunk  # (the answer is chunked: HTTP/1.1, no length)
         state = self.conn.their_state
         if state is h11.SEND_BODY:
             if self._phase != "body":
@@ -111,6 +128,8 @@ class GuardedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_waiting()  # (before the transport closes the socket: its number may be another's next)
+        self._fd = -1
         super().connection_lost(exc)
         left = len(self.connections)
         if GuardedProtocol.peak >= CROWD and left * 4 <= GuardedProtocol.peak and not GuardedProtocol.trimming:
@@ -160,11 +179,65 @@ class GuardedProtocol(H11Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    async def _write_chunk(self, data: bytes | memoryview) -> bool:
+        """``data`` as one chunk of the answer under way (chunked), written from where it is: False when the
+        connection is gone. What the transport still holds of the answer goes first, through it."""
+        cycle = self.cycle
+        if self.transport is None or self.transport.is_closing() or cycle is None or cycle.disconnected:
+            return False
+        framed: list[bytes | memoryview] = [b"%x\r\n" % len(data), data, b"\r\n"]
+        if self.transport.get_write_buffer_size():
+            self.transport.writelines([bytes(part) for part in framed])
+            if self.flow.write_paused:
+                await self.flow.drain()
+            return not cycle.disconnected
+        while framed:
+            try:
+                sent = os.writev(self._fd, framed)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # (the connection broken: the transport learns it as it reads)
+                return False
+            framed = _after(framed, sent)
+            if framed:
+                await self._until_writable()
+                if self._fd < 0 or cycle.disconnected:
+                    return False
+        return True
+
+    async def _until_writable(self) -> None:
+        waiting = self._writable = self.loop.create_future()
+        self.loop._add_writer(self._fd, _wake, waiting)  # type: ignore[attr-defined]  # (the transport's socket)
+        try:
+            await waiting
+        finally:
+            self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
+        waiting, self._writable = self._writable, None
+        if waiting is not None:
+            self.loop._remove_writer(self._fd)  # type: ignore[attr-defined]
+            _wake(waiting)
+
     def _send_buffer(self, size: int) -> None:
         sock = self.transport.get_extra_info("socket") if self.transport is not None else None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _after(parts: list[bytes | memoryview], sent: int) -> list[bytes | memoryview]:
+    """What is left of ``parts`` once ``sent`` bytes of them were written."""
+    for n, part in enumerate(parts):
+        if sent < len(part):
+            return [memoryview(part)[sent:], *parts[n + 1 :]]
+        sent -= len(part)
+    return []
 
 
 def protocol(settings: Settings) -> type[GuardedProtocol]:

@@ -18,7 +18,7 @@ import math
 import re
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -33,7 +33,7 @@ from renderer.head import progressive_head
 from .caps import CapReached, address
 from .deps import Services, ServicesDep
 from .fanout import Clip, etag
-from .server import ABORT, SEND_BUFFER
+from .server import ABORT, SEND_BUFFER, WRITE_CHUNK
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,14 @@ SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 # a stall in its first seconds); later fragments are not padded: by then the player is ahead of its playback.
 PLAYER_BLOCK = 32 * 1024
 PADDED_FRAGMENTS = 10  # fragments after the head that end on a block's end too (3 s at 0.3 s a fragment)
-# A viewer's chunks are handed to its connection this much at a time, each once the connection has sent the one
-# before (api/server.py keeps a connection's write buffer small): a viewer holds at most about this much of the
-# stream's bytes of its own, whatever the size of a fragment (the system's socket buffer takes what it can at
-# once). 64 KiB rather than 16: each slice costs the API the same calls whatever its size (3.1 ms of CPU a MB sent
-# against 5.0, 300 viewers of one stream). Each viewer takes one chunk in turn, then lets the clip's other viewers
-# take theirs: the clip's first chunk reaches every viewer before any is sent its second (when each took what its
-# socket would take before the next viewer's turn, the last viewers waited on the first ones' megabytes).
+# A viewer's chunks are written from the clip's own bytes, one ``writev`` at a time as its socket takes them
+# (api/server.py ``WRITE_CHUNK``): a thousand viewers hold no copy each (figure 15c, a connected viewer's memory).
+# Each viewer takes one chunk in turn, then lets the clip's other viewers take theirs: the clip's first chunk
+# reaches every viewer before any is sent its second (when each wrote what its socket took before the next
+# viewer's turn, the last viewers waited on the first ones' megabytes). Where the server cannot (HTTP/1.0, another
+# server), the chunks go through the app's ``send`` this much at a time, each once the connection has sent the one
+# before: a viewer holds at most about this much of the stream's bytes of its own (64 KiB rather than 16: each
+# slice costs the API the same calls whatever its size).
 SLICE = 64 * 1024
 # A streamed answer's socket buffers at most this much of it in the system: a viewer that stops reading stalls its
 # answer there (and is cut at the send deadline) rather than after the megabytes the system's buffers grow to;
@@ -159,6 +160,7 @@ class RelayResponse(StreamingResponse):
         self.send_timeout = settings_of.settings.stream_send_timeout
         self.behind = settings_of.settings.stream_viewer_bytes
         self.abort: Callable[[], None] | None = None
+        self.write_chunk: Callable[[memoryview], Awaitable[bool]] | None = None
         clip.viewers += 1  # (counted until the answer ends)
         self._counted = True
         super().__init__(
@@ -171,10 +173,14 @@ class RelayResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         extensions = scope.get("extensions", {})
         self.abort = extensions.get(ABORT)
+        self.write_chunk = extensions.get(WRITE_CHUNK)
         if (send_buffer := extensions.get(SEND_BUFFER)) is not None:
             send_buffer(SEND_BUFFER_BYTES)
         try:
-            await super().__call__(scope, receive, send)
+            if self.write_chunk is not None:  # (its writer tells a viewer gone: no task of its own listens for it)
+                await self.stream_response(send)
+            else:
+                await super().__call__(scope, receive, send)
         finally:
             self.done()
 
@@ -206,14 +212,12 @@ class RelayResponse(StreamingResponse):
                 position += 1
                 # (a player that has the clip ahead of its playback may stop reading until it has played it)
                 ahead = max(0.0, (position - 1) * FRAGMENT_SECONDS - (time.monotonic() - began))
-                for at in range(0, len(chunk), SLICE):  # (what its connection buffers stays small)
-                    message = {"type": "http.response.body", "body": chunk[at : at + SLICE], "more_body": True}
-                    try:
-                        async with asyncio.timeout(self.send_timeout + ahead):  # (no task of its own)
-                            await send(message)
-                    except TimeoutError:
-                        why = f"a chunk took longer than {self.send_timeout + ahead:.0f} s to reach it"
-                        return self._cut(why)
+                try:
+                    async with asyncio.timeout(self.send_timeout + ahead):  # (no task of its own)
+                        if not await self._send_chunk(send, chunk):
+                            return  # (the viewer gone)
+                except TimeoutError:
+                    return self._cut(f"a chunk took longer than {self.send_timeout + ahead:.0f} s to reach it")
                 sent += len(chunk)
                 await asyncio.sleep(0)  # (the clip's other viewers take their chunk before this one takes its next)
             elif clip.done:
@@ -226,6 +230,16 @@ class RelayResponse(StreamingResponse):
             else:
                 await clip.changed()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_chunk(self, send: Send, chunk: bytes) -> bool:
+        """One chunk of the stream to the viewer: written from the clip's own bytes where the server can
+        (api/server.py ``WRITE_CHUNK``), else through ``send`` a slice at a time (what its connection buffers stays
+        small); False when the viewer is gone."""
+        if self.write_chunk is not None:
+            return await self.write_chunk(memoryview(chunk))
+        for at in range(0, len(chunk), SLICE):
+            await send({"type": "http.response.body", "body": chunk[at : at + SLICE], "more_body": True})
+        return True
 
     def _cut(self, why: str) -> None:
         """A viewer that does not keep up: its connection aborted (what it had buffered freed), or, on a server

@@ -105,18 +105,24 @@ def connections_to(pid: int, port: int) -> int:
 
 
 async def ask(
-    port: int, path: str, read: bool = True, rcvbuf: int = 0, agent: str = "test", timeout: float = 30
+    port: int,
+    path: str,
+    read: bool = True,
+    rcvbuf: int = 0,
+    agent: str = "test",
+    timeout: float = 30,
+    version: str = "1.1",
 ) -> dict[str, Any]:
     """A GET on a raw socket: its status, headers, and (``read``) its chunked body and whether it ended whole
-    within ``timeout`` seconds. An idle viewer (``read`` False) reads the headers only, with a small receive
-    buffer."""
+    within ``timeout`` seconds (an HTTP/1.0 answer without a length: its body to the connection's close). An idle
+    viewer (``read`` False) reads the headers only, with a small receive buffer."""
     sock = socket.socket()
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     reader, writer = await asyncio.open_connection(sock=sock, limit=rcvbuf or 2**16)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: {agent}\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/{version}\r\nHost: x\r\nUser-Agent: {agent}\r\n\r\n".encode())
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
     except TimeoutError:
@@ -145,8 +151,11 @@ async def ask(
                         break
                     body += await reader.readexactly(size)
                     await reader.readexactly(2)
+            elif "content-length" in found["headers"]:
+                body += await reader.readexactly(int(found["headers"]["content-length"]))
+                found["whole"] = True
             else:
-                body += await reader.readexactly(int(found["headers"].get("content-length", "0")))
+                body += await reader.read()
                 found["whole"] = True
     except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
         pass
@@ -213,6 +222,39 @@ def test_fifty_viewers_of_two_streams_share_one_reader_and_four_redis_connection
         assert all(a["body"] == expected for a in answers[n::2]), "a viewer got other bytes than its clip's stream"
     print(f"50 viewers of two clips: at most {peak} Redis connections of the API process")
     assert peak <= 4, f"the API held {peak} Redis connections for 50 viewers of two clips"
+
+
+@pytest.mark.integration
+def test_a_stream_written_from_the_clips_bytes_is_the_one_sent_through_the_app(fan_env) -> None:
+    """Viewers on HTTP/1.1 are written the stream's chunks straight from the clip's bytes (api/server.py
+    ``WRITE_CHUNK``), viewers on HTTP/1.0 through the app's ``send``: every one gets the same bytes, fragments far
+    larger than a socket takes at once included; each answer ends with its last chunk (an HTTP/1.1 stream's end is
+    h11's own framing)."""
+    clip = quote(fan_env["SOURCE_URL"])
+    path = links.sign(clip, SITE, SECRET)
+    stream = Stream(fan_env, job_of(fan_env, clip))
+    with api(fan_env, **MANY) as served:
+        stream.add(os.urandom(2000), "init")
+        stream.add(os.urandom(40_000))
+
+        async def viewers() -> list[dict[str, Any]]:
+            asked = [asyncio.ensure_future(ask(served.port, path, version=v)) for v in ["1.1"] * 6 + ["1.0"] * 2]
+            await asyncio.sleep(1.0)
+            for _ in range(4):
+                stream.add(os.urandom(1_500_000))  # (each far past what a socket takes at once)
+                await asyncio.sleep(0.05)
+            stream.writer.finished()
+            answers = await asyncio.gather(*asked)
+            for answer in answers:
+                answer["writer"].close()
+            return answers
+
+        answers = asyncio.run(viewers())
+    stream.close()
+    expected = stream.as_sent()
+    assert [a["status"] for a in answers] == [200] * 8
+    assert [a["headers"].get("transfer-encoding") for a in answers] == ["chunked"] * 6 + [None] * 2
+    assert all(a["whole"] and a["body"] == expected for a in answers), "a viewer got other bytes than the stream"
 
 
 @pytest.mark.integration
