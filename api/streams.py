@@ -207,7 +207,7 @@ class RelayResponse(StreamingResponse):
             joined_at = made.size if joined_at is None else joined_at
             if position < len(made.chunks):
                 if made.size - max(sent, joined_at) > self.behind:
-                    return self._cut(f"it fell {self.behind // 1024**2} MB behind the stream")
+                    return await self._cut(f"it fell {self.behind // 1024**2} MB behind the stream")
                 chunk = made.chunks[position]
                 position += 1
                 # (a player that has the clip ahead of its playback may stop reading until it has played it)
@@ -217,7 +217,7 @@ class RelayResponse(StreamingResponse):
                         if not await self._send_chunk(send, chunk):
                             return  # (the viewer gone)
                 except TimeoutError:
-                    return self._cut(f"a chunk took longer than {self.send_timeout + ahead:.0f} s to reach it")
+                    return await self._cut(f"a chunk took longer than {self.send_timeout + ahead:.0f} s to reach it")
                 sent += len(chunk)
                 await asyncio.sleep(0)  # (the clip's other viewers take their chunk before this one takes its next)
             elif clip.done:
@@ -241,13 +241,15 @@ class RelayResponse(StreamingResponse):
             await send({"type": "http.response.body", "body": chunk[at : at + SLICE], "more_body": True})
         return True
 
-    def _cut(self, why: str) -> None:
+    async def _cut(self, why: str) -> None:
         """A viewer that does not keep up: its connection aborted (what it had buffered freed), or, on a server
-        without the abort (api/server.py), closed."""
+        without the abort (api/server.py), closed. The server learns the connection is gone before the answer ends
+        (one turn of the event loop): it would log an answer left incomplete as an error, for every viewer cut."""
         log.info("a viewer of %s was cut: %s", self.clip.job_id, why)
         self.done()
         if self.abort is not None:
             self.abort()
+            await asyncio.sleep(0)
 
 
 def is_part(name: str) -> bool:

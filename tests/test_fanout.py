@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,8 +55,8 @@ def fan_env(queue_env: dict[str, str], media, http_source) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def api(env: dict[str, str], **extra: str) -> Iterator[Served]:
-    with serving(user_env({**env, **extra}, drop=("QUOTECLIP_", "AWS_"))) as served:
+def api(env: dict[str, str], log: Path | None = None, **extra: str) -> Iterator[Served]:
+    with serving(user_env({**env, **extra}, drop=("QUOTECLIP_", "AWS_")), log) as served:
         yield served
 
 
@@ -265,7 +266,8 @@ def test_a_viewer_that_does_not_read_is_cut_and_the_others_finish_on_time(fan_en
     clip = quote(fan_env["SOURCE_URL"])
     path = links.sign(clip, SITE, SECRET)
     stream = Stream(fan_env, job_of(fan_env, clip))
-    with api(fan_env, QUOTECLIP_STREAM_SEND_TIMEOUT="1", **MANY) as served:
+    log = Path(fan_env["QUOTECLIP_STORAGE_DIR"]).parent / "api-cut.log"
+    with api(fan_env, log, QUOTECLIP_STREAM_SEND_TIMEOUT="1", **MANY) as served:
         pid = served.process.pid
         fds = psutil.Process(pid).num_fds()
         stream.add(os.urandom(2000), "init")
@@ -316,6 +318,9 @@ def test_a_viewer_that_does_not_read_is_cut_and_the_others_finish_on_time(fan_en
     assert held == 0, f"the API still held {held} viewers' connections"
     assert open_fds <= fds + 2, (fds, open_fds)  # (its pools' connections may have opened since)
     assert not any(wholes), "an idle viewer was sent the whole stream"
+    said = log.read_text()
+    assert "was cut: a chunk took longer" in said, said[-2000:]
+    assert "ASGI callable returned without completing response" not in said  # (a cut is not the server's error)
 
 
 @pytest.mark.integration
