@@ -122,13 +122,15 @@ class Checker(threading.Thread):
         self.port = port
         self.checks: list[Check] = []
         self.stop = threading.Event()
+        self.asking = threading.Lock()  # held while a check's connection is open (the API's figures wait for it)
 
     def run(self) -> None:
         start = time.monotonic()
         for n in range(10**9):
             if self.stop.wait(max(0.0, start + n * PAUSE - time.monotonic())):
                 return
-            self.checks.append(check(self.port))
+            with self.asking:
+                self.checks.append(check(self.port))
 
 
 async def one(port: int, silent: bool, bound: float, settled: Callable[[], None]) -> Ended:
@@ -261,7 +263,8 @@ def measure(
     try:
         flood(port, connections, silent, header_timeout, look, result, checker)
         time.sleep(max(0.0, result.last_close + AFTER - time.monotonic()))
-        result.samples.append((f"{AFTER:g} s after the last close", look()))
+        with checker.asking:  # (not while a health check's own connection is open: it is no flood connection)
+            result.samples.append((f"{AFTER:g} s after the last close", look()))
     finally:
         checker.stop.set()
         if checker.is_alive():
