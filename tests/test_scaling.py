@@ -5,7 +5,8 @@ A small scaler loop stands in for KEDA and the HPA: it reads ``desired_workers``
 ``quoteclip_desired_workers`` in ``/metrics``), starts real ``quoteclip worker`` processes up to the figure (at
 most MAX_WORKERS) and SIGTERMs the youngest when the figure falls below the fleet, busy or not (as a ReplicaSet
 picks, without a pod-deletion cost). Its cap drops to 1 for a few seconds mid-burst, and then the workers sent
-away are those rendering a clip that takes longer than their shutdown grace (every fourth clip is one)."""
+away are busy ones, those rendering a clip that takes longer than their shutdown grace first (every fourth clip
+is one); a worker between two clips reads as idle, so the scaler waits for a moment when one renders."""
 
 from __future__ import annotations
 
@@ -84,15 +85,22 @@ def test_scale_in_during_a_burst_loses_no_clip_and_spends_no_attempt(media, queu
             figure = sum(wanted.values())
             assert figure >= rendering
             figure_held_renders |= queued == 0 and rendering > 0 and figure >= rendering
-            cap = 1 if WOBBLE[0] * CLIPS <= done < WOBBLE[1] * CLIPS else MAX_WORKERS
+            # the wobble starts at WOBBLE[0] of the clips and lasts until WOBBLE[1] and until it has sent busy
+            # workers away: a worker between two short clips reads as idle, so the scaler waits for a busy one
+            wobble = WOBBLE[0] * CLIPS <= done and (done < WOBBLE[1] * CLIPS or not busy_sigterms)
+            cap = 1 if wobble else MAX_WORKERS
             target = min(cap, figure)
             fleet = [(n, w) for n, w in fleet if w.poll() is None]
             while len(fleet) < target:
                 name = f"scaled-{len(fleet) + len(leaving)}-{time.monotonic_ns()}"
                 fleet.append((name, workers.start(burst=False, name=name)))
-            if len(fleet) > target:  # the youngest go, busy or not; in the wobble, those rendering a long clip
+            if len(fleet) > target:  # the youngest go, busy or not; in the wobble, the busy ones, a long clip first
                 jobs_of = {n: _current_job(connection, n) for n, _ in fleet}
-                fleet.sort(key=lambda w: cap == 1 and jobs_of[w[0]] in long)  # stable: otherwise oldest first
+                if wobble and all(job is None for job in jobs_of.values()):
+                    time.sleep(0.05)
+                    continue
+                if wobble:  # stable: otherwise oldest first
+                    fleet.sort(key=lambda w: (jobs_of[w[0]] is not None, jobs_of[w[0]] in long))
             while len(fleet) > target:
                 name, victim = fleet.pop()
                 busy_sigterms += jobs_of[name] is not None
