@@ -34,11 +34,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
 
 from jobs import relay
 from quoteclip import redis_keys, redis_url
@@ -353,27 +354,21 @@ class Parts:
 
 
 class Findings:
-    """Requests that ask the same thing at once share one answer (made in the thread of the first to ask; the others
-    wait for it), and the requests of the next ``FINDING_KEPT`` seconds take it too: a thousand viewers of a new
-    clip's link cost one look at the store and the queue, not a thousand (api/links/first.py). A failure is shared
-    as well (each request raises it) and is not kept."""
+    """Requests that ask the same thing at once share one answer (made in a worker thread for the first to ask; the
+    others wait for it in the event loop, not in a thread each: a crowd's threads would take turns at the
+    interpreter's lock with the one making the answer), and the requests of the next ``FINDING_KEPT`` seconds take
+    it too: a thousand viewers of a new clip's link cost one look at the store and the queue, not a thousand
+    (api/links/first.py). A failure is shared as well (each request raises it) and is not kept."""
 
     def __init__(self, kept: float = FINDING_KEPT, limit: int = FINDINGS) -> None:
         self.kept, self.limit = kept, limit
         self.made = 0  # answers made, not shared (a test counts them)
         self._lock = threading.Lock()
         self._found: OrderedDict[Hashable, tuple[Future[Any], float]] = OrderedDict()
+        self._waits: dict[Hashable, asyncio.Future[Any]] = {}  # an answer under way, as an event loop awaits it
 
-    def peek(self, key: Hashable) -> Any:
-        """The answer kept for ``key`` when there is one made and fresh, else None (never waits)."""
-        found = self._found.get(key)
-        if found is None or not found[0].done() or time.monotonic() - found[1] >= self.kept:
-            return None
-        if found[0].exception() is not None:
-            return None
-        return found[0].result()
-
-    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+    async def look(self, key: Hashable, make: Callable[[], T]) -> T:
+        """The answer for ``key``: kept, or under way (awaited), or made by ``make`` in a worker thread."""
         now = time.monotonic()
         with self._lock:
             found = self._found.get(key)
@@ -386,9 +381,11 @@ class Findings:
                 while len(self._found) > self.limit:
                     self._found.popitem(last=False)
         if not mine:
-            return future.result()
+            if future.done():
+                return cast(T, future.result())
+            return cast(T, await asyncio.shield(self._awaited(key, future)))  # (one leaving cancels none of it)
         try:
-            result = make()
+            result = await run_in_threadpool(make)
         except BaseException as exc:
             with self._lock:
                 if self._found.get(key, (None,))[0] is future:
@@ -401,6 +398,16 @@ class Findings:
                 self._found[key] = (future, time.monotonic())
         future.set_result(result)
         return result
+
+    def _awaited(self, key: Hashable, future: Future[Any]) -> asyncio.Future[Any]:
+        """The answer under way as this event loop awaits it: one future of the loop's for all its requests."""
+        loop = asyncio.get_running_loop()
+        waiting = self._waits.get(key)
+        if waiting is None or waiting.get_loop() is not loop or getattr(waiting, "_made_of", None) is not future:
+            waiting = self._waits[key] = asyncio.wrap_future(future, loop=loop)
+            waiting._made_of = future  # type: ignore[attr-defined]
+            waiting.add_done_callback(lambda done: self._waits.pop(key) if self._waits.get(key) is done else None)
+        return waiting
 
 
 def etag(*parts: object) -> str:

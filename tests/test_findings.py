@@ -3,12 +3,15 @@ bucket is asked once for fifty requests, not fifty times; and a failing look is 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import anyio.to_thread
 import pytest
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from fastapi.testclient import TestClient
 
@@ -30,15 +33,42 @@ def test_requests_at_once_share_one_answer_and_later_ones_take_it_for_a_while() 
         gate.wait(5)
         return len(calls)
 
-    with ThreadPoolExecutor(20) as pool:
-        got = [pool.submit(findings.get, "k", make) for _ in range(20)]
-        time.sleep(0.3)  # (all twenty asking while the first makes it)
+    async def crowd() -> None:
+        asks = [asyncio.ensure_future(findings.look("k", make)) for _ in range(20)]
+        await asyncio.sleep(0.3)  # (all twenty asking while the first makes it)
+        asks[5].cancel()  # one leaves: the others' answer still comes
         gate.set()
-        answers = [f.result(5) for f in got]
-    assert answers == [1] * 20 and len(calls) == 1 and findings.made == 1
-    assert findings.get("k", make) == 1  # within ``kept``: taken, not made
-    time.sleep(0.6)
-    assert findings.get("k", make) == 2 and findings.made == 2  # past it: made anew
+        answers = await asyncio.gather(*asks, return_exceptions=True)
+        assert isinstance(answers.pop(5), asyncio.CancelledError)
+        assert answers == [1] * 19 and len(calls) == 1 and findings.made == 1
+        assert await findings.look("k", make) == 1  # within ``kept``: taken, not made
+        await asyncio.sleep(0.6)
+        assert await findings.look("k", make) == 2 and findings.made == 2  # past it: made anew
+
+    asyncio.run(crowd())
+
+
+def test_requests_waiting_for_a_look_under_way_hold_no_worker_thread() -> None:
+    """Only the first request's look takes a worker thread: with two threads in all, both could be taken by the
+    crowd's requests waiting for it, and nothing else in the process would run in a thread until it was made."""
+    findings = Findings()
+    gate = threading.Event()
+
+    def make() -> int:
+        gate.wait(5)
+        return 1
+
+    async def crowd() -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 2
+        asks = [asyncio.ensure_future(findings.look("k", make)) for _ in range(20)]
+        await asyncio.sleep(0.2)
+        try:
+            assert await asyncio.wait_for(run_in_threadpool(lambda: 42), 2) == 42
+        finally:
+            gate.set()
+        assert await asyncio.gather(*asks) == [1] * 20
+
+    asyncio.run(crowd())
 
 
 def test_a_failure_is_shared_by_those_waiting_but_never_kept() -> None:
@@ -49,13 +79,15 @@ def test_a_failure_is_shared_by_those_waiting_but_never_kept() -> None:
         gate.wait(5)
         raise RuntimeError("the store failed")
 
-    with ThreadPoolExecutor(5) as pool:
-        got = [pool.submit(findings.get, "k", failing) for _ in range(5)]
-        time.sleep(0.2)
+    async def crowd() -> None:
+        asks = [asyncio.ensure_future(findings.look("k", failing)) for _ in range(5)]
+        await asyncio.sleep(0.2)
         gate.set()
-        errors = [f.exception(5) for f in got]
-    assert all(isinstance(e, RuntimeError) for e in errors)
-    assert findings.get("k", lambda: 7) == 7  # (asked again: made, not the failure)
+        errors = await asyncio.gather(*asks, return_exceptions=True)
+        assert all(isinstance(e, RuntimeError) for e in errors)
+        assert await findings.look("k", lambda: 7) == 7  # (asked again: made, not the failure)
+
+    asyncio.run(crowd())
 
 
 @pytest.fixture

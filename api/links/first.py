@@ -1,4 +1,4 @@
-"""A verified link's first answer, in one worker thread: its captions (made from the spec), its clip or poster
+"""A verified link's first answer: its captions (made from the spec), its clip or poster
 from the store, a ``HEAD``'s word on it (202 rendering, 404 not asked for: a ``HEAD`` never starts a render), a
 refusal (failed for good before, its key's renders a minute used up); else ``Pending``: the render started, or
 joined (by identical requests and by ``POST /clips``), that the request then waits for (api/links/hold.py).
@@ -39,34 +39,22 @@ class Pending:
 
 
 async def first_look(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
-    """``first_answer``, in the event loop when a look at the store and the queue for the link is kept (a crowd's
-    requests after its first), else in a worker thread."""
-    if linked.variant != "captions":
-        found = svc.findings.peek(_key(request, linked))
-        if found is not None:
-            return _answer(request, svc, linked, found)
-    return await run_in_threadpool(first_answer, request, svc, linked)
-
-
-def first_answer(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
-    """The answer when it needs no render, else the render started (or joined); Refused when refused."""
+    """The answer when it needs no render, else the render started (or joined); Refused when refused. The look at
+    the store and the queue is made in a worker thread, once for the requests asking at once and those of the next
+    second (api/fanout.py ``Findings``: they wait for it in the event loop)."""
+    if linked.variant == "captions":  # made once a link (kept: api/links/cache.py), 304s never make it
+        body = await run_in_threadpool(made_once, request.url.path, lambda: captions_vtt(linked.spec))
+        return linked.answer(made_response(request, linked, body), Outcome.MADE)
+    head = request.method == "HEAD"  # a HEAD never starts a render
     try:
-        return _first(request, svc, linked)
+        found = await svc.findings.look(_key(request, linked), lambda: _find(svc, linked, head))
     except QuoteclipError as exc:  # the queue's rules at enqueueing, or the store or the queue failing
         raise Refused.failing(exc, linked.site.id, linked.variant) from None
+    return _answer(request, svc, linked, found)
 
 
 def _key(request: Request, linked: Linked) -> tuple[str, bool]:
     return (linked.key or f"{linked.site.id}|{linked.variant}|{linked.spec!r}", request.method == "HEAD")
-
-
-def _first(request: Request, svc: Services, linked: Linked) -> Answer | Pending:
-    if linked.variant == "captions":  # made once a link (kept: api/links/cache.py), 304s never make it
-        body = made_once(request.url.path, lambda: captions_vtt(linked.spec))
-        return linked.answer(made_response(request, linked, body), Outcome.MADE)
-    head = request.method == "HEAD"  # a HEAD never starts a render
-    found = svc.findings.get(_key(request, linked), lambda: _find(svc, linked, head))
-    return _answer(request, svc, linked, found)
 
 
 def _answer(request: Request, svc: Services, linked: Linked, found: Finding) -> Answer | Pending:
