@@ -18,6 +18,11 @@
   cli/service.py ``system_allocator`` before the server starts): Python's own keeps a 1 MiB arena for as long as
   one object in it lives, and a thousand connections' objects, freed among the few that outlive them, left a
   third of the crowd's peak held (figure 15c in BENCHMARKS.md).
+- The objects the API made as it started are frozen (``settle``: the cyclic collector never walks them again), and
+  while a crowd is connected (``CROWD`` connections or more) the collector's oldest generation waits: a full
+  collection walks every object a thousand connections made, a pause of a tenth of a second or more each, several
+  in a crowd's first second, all its viewers waiting. It runs every ``CROWD_COLLECT`` seconds while a crowd stays,
+  and once it has left (with the memory handed back).
 - A streamed answer's chunks can be written straight from the bytes every viewer of its clip shares (``WRITE_CHUNK``
   in a ``GET``'s ``extensions``, on a plain HTTP/1.1 connection: an async function of the bytes, whether they were
   written): the chunk's framing and the bytes go to the socket with one ``writev`` from where they are, and what
@@ -59,6 +64,7 @@ MAX_HEADER_BYTES = 16 * 1024
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 WARN_EVERY = 10.0  # seconds between warnings of connections refused
 CROWD = 64  # connections at once that count as a crowd: its memory is handed back once it has left
+CROWD_COLLECT = 30.0  # seconds between full collections while a crowd stays
 TRIM_AFTER = 1.0  # seconds after a crowd has left that its memory is handed back
 WRITE_BUFFER = 16 * 1024  # bytes a connection's answer buffers before its sender waits for the client to read
 
@@ -73,6 +79,7 @@ class GuardedProtocol(H11Protocol):
     refused_at = 0.0  # when a refusal was last logged (class-wide)
     peak = 0  # the most connections held at once since memory was last handed back (class-wide)
     trimming = False
+    crowded: tuple[int, ...] | None = None  # the collector's thresholds while a crowd is connected (class-wide)
 
     _deadline: asyncio.TimerHandle | None = None
     _phase = ""
@@ -90,6 +97,8 @@ class GuardedProtocol(H11Protocol):
             transport.close()
             return
         GuardedProtocol.peak = max(GuardedProtocol.peak, len(self.connections))
+        if len(self.connections) >= CROWD and GuardedProtocol.crowded is None:
+            self._crowd_came()
         sock = transport.get_extra_info("socket")
         # (asyncio's own loop, whose transports wait for a socket as this does; no TLS: the bytes go as they are)
         plain = sock is not None and transport.get_extra_info("sslcontext") is None
@@ -136,9 +145,22 @@ class GuardedProtocol(H11Protocol):
             GuardedProtocol.trimming = True
             self.loop.call_later(TRIM_AFTER, self._crowd_left)
 
+    def _crowd_came(self) -> None:
+        GuardedProtocol.crowded = thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], 2**31 - 1)  # (the oldest generation waits)
+        self.loop.call_later(CROWD_COLLECT, self._crowd_stays, thresholds)
+
+    def _crowd_stays(self, thresholds: tuple[int, ...]) -> None:
+        if GuardedProtocol.crowded is thresholds:
+            gc.collect()
+            self.loop.call_later(CROWD_COLLECT, self._crowd_stays, thresholds)
+
     def _crowd_left(self) -> None:
         GuardedProtocol.trimming = False
         GuardedProtocol.peak = len(self.connections)
+        if GuardedProtocol.crowded is not None and len(self.connections) < CROWD:
+            gc.set_threshold(*GuardedProtocol.crowded)
+            GuardedProtocol.crowded = None
         gc.collect()
         give_back_memory()
 
@@ -238,6 +260,12 @@ def _after(parts: list[bytes | memoryview], sent: int) -> list[bytes | memoryvie
             return [memoryview(part)[sent:], *parts[n + 1 :]]
         sent -= len(part)
     return []
+
+
+def settle() -> None:
+    """The objects made so far (the app, its modules, its services) frozen: the cyclic collector leaves them be."""
+    gc.collect()
+    gc.freeze()
 
 
 def protocol(settings: Settings) -> type[GuardedProtocol]:

@@ -44,7 +44,7 @@ def serve(
 
         from api import create_app
         from api.auth import RedactSecrets
-        from api.server import server_options
+        from api.server import server_options, settle
         from quoteclip.logs import setup_service_logging
 
         setup_service_logging()
@@ -52,8 +52,10 @@ def serve(
             handler.addFilter(RedactSecrets())
         settings = Settings.from_env()
         trusted = ",".join(settings.trusted_proxies)  # forwarded headers only from these (none by default)
+        api = create_app(settings)
+        settle()  # (what the API made as it started, frozen: no collection walks it again)
         uvicorn.run(
-            create_app(settings),
+            api,
             host=host,
             port=port,
             log_config=None,
