@@ -173,20 +173,24 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     sampler.start()
     watch = Idlers(pid)
 
+    idle_asked: list[float] = []
+
     async def idle_one() -> tuple[int, socket.socket]:
-        got = await idle_viewer(stack.port, viral, rcvbuf=RCVBUF)
+        got = await idle_viewer(stack.port, viral, rcvbuf=RCVBUF, asked=idle_asked)
         watch.ports.add(got[1].getsockname()[1])
         return got
 
     async def everyone() -> tuple[float, list[tuple[Watched, Watched | None]], list[Any]]:
-        t0 = time.monotonic()
         # (the idle viewers start with the readers; the first reader reads as fast as it can: its last byte is the
         # stream's end as the API relays it)
         idlers = [asyncio.ensure_future(idle_one()) for _ in range(idle_n)]
         readers = await asyncio.gather(
             reader(stack.port, viral, float("inf")), *(reader(stack.port, viral) for _ in range(n - idle_n - 1))
         )
-        return t0, readers, await asyncio.gather(*idlers)
+        idled = await asyncio.gather(*idlers)
+        # the first request: the first written, a reader's or an idle viewer's (the crowd's connections are opened
+        # before it, by this one client: not the API's time)
+        return min([seen.asked for seen, _ in readers if seen.asked] + idle_asked), readers, idled
 
     clicks.start()
     watch.start()

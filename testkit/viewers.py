@@ -55,15 +55,20 @@ def sample(pid: int, redis_port: int, api_port: int) -> dict[str, Any]:
     }
 
 
-async def idle_viewer(port: int, path: str, rcvbuf: int | None = None) -> tuple[int, socket.socket]:
+async def idle_viewer(
+    port: int, path: str, rcvbuf: int | None = None, asked: list[float] | None = None
+) -> tuple[int, socket.socket]:
     """A viewer that reads the status line and headers, then nothing more: its status and its socket. With
-    ``rcvbuf``, its socket's receive buffer is that small (so the kernel does not read the clip for it)."""
+    ``rcvbuf``, its socket's receive buffer is that small (so the kernel does not read the clip for it); with
+    ``asked``, when its request was written is added to it (``time.monotonic``)."""
     sock = socket.socket()
     if rcvbuf is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, ("127.0.0.1", port))
+    if asked is not None:
+        asked.append(time.monotonic())
     await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: load\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
@@ -76,11 +81,13 @@ async def idle_viewer(port: int, path: str, rcvbuf: int | None = None) -> tuple[
 
 @dataclass
 class Watched:
-    """What a reading viewer saw: its status, when its first byte of the body came and its last (``time.monotonic``),
+    """What a reading viewer saw: its status, when its request was written, when its first byte of the body came and
+    its last (``time.monotonic``),
     the body's bytes, their SHA-256 and whether the body ended as it should (a chunked body's last chunk, or its
     whole ``Content-Length``); ``redirect`` is the ``Location`` of a ``302`` (a clip stored by then)."""
 
     status: int = 0
+    asked: float = 0.0
     first_byte: float = 0.0
     last_byte: float = 0.0
     size: int = 0
@@ -95,6 +102,7 @@ async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watche
     seen = Watched()
     reader, writer = await asyncio.open_connection(host, port)
     try:
+        seen.asked = time.monotonic()
         writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: load\r\n\r\n".encode())
         await writer.drain()
         head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
