@@ -850,8 +850,10 @@ class Settings:
     )
     stream_viewer_bytes: int = _setting(
         "QUOTECLIP_STREAM_VIEWER_MB",
-        "most of a stream one viewer may fall behind by since it joined, MB; past it the viewer is cut",
-        default=16 * 1024**2,
+        "most of a stream one viewer may fall behind by since it joined, MB; past it the viewer is cut (as much as "
+        "the relay holds of a clip by default: a player reading a long clip at its playback's pace falls tens of MB "
+        "behind a render that runs faster than the clip plays)",
+        default=96 * 1024**2,
         group="streaming",
         parse=_Number(1, unit=1024**2, whole=True),
     )

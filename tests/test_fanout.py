@@ -364,6 +364,45 @@ def test_a_player_that_buffered_ahead_may_pause_past_the_send_deadline(fan_env) 
     assert whole and body == stream.as_sent(), "the player that paused was cut"
 
 
+@pytest.mark.integration
+def test_a_player_reading_at_its_pace_far_behind_a_faster_render_is_not_cut(fan_env) -> None:
+    """A render runs several times faster than its clip plays: a player that reads a long clip at its playback's
+    pace (once it has read ahead what it keeps) falls tens of MB behind the stream; it is not cut for it, by
+    default, and reads the whole clip (24 MB here, read at 8 MB a second while the stream is 24 MB ahead)."""
+    clip = quote(fan_env["SOURCE_URL"])
+    path = links.sign(clip, SITE, SECRET)
+    stream = Stream(fan_env, job_of(fan_env, clip))
+    with api(fan_env, **MANY) as served:
+        stream.add(os.urandom(2000), "init")
+        stream.add(os.urandom(20_000))
+
+        async def player() -> tuple[bytes, bool]:
+            seen = await ask(served.port, path, read=False, rcvbuf=65536)
+            reader, body = seen["reader"], bytearray()
+            first = int((await reader.readuntil(b"\r\n")).strip(), 16)  # (the head's chunk: the viewer joined)
+            body.extend(await reader.readexactly(first + 2))
+            for _ in range(48):  # the render far ahead: 24 MB relayed before the player has read 1
+                stream.add(os.urandom(500_000))
+            stream.writer.finished()
+            began, whole = time.monotonic(), False
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError):
+                while True:
+                    line = await reader.readuntil(b"\r\n")
+                    size = int(line.strip(), 16)
+                    if size == 0:
+                        await reader.readuntil(b"\r\n")
+                        whole = True
+                        break
+                    body.extend(line + await reader.readexactly(size + 2))
+                    await asyncio.sleep(max(0.0, len(body) / 8e6 - (time.monotonic() - began)))  # (its pace)
+            seen["writer"].close()
+            return bytes(body), whole
+
+        body, whole = asyncio.run(asyncio.wait_for(player(), 60))
+    stream.close()
+    assert whole, f"the player was cut after {len(body) / 1e6:.1f} MB"
+
+
 def raw(port: int, data: bytes) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.sendall(data)
