@@ -20,9 +20,9 @@
   third of the crowd's peak held (figure 15c in BENCHMARKS.md).
 - The objects the API made as it started are frozen (``settle``: the cyclic collector never walks them again), and
   while a crowd is connected (``CROWD`` connections or more) the collector's oldest generation waits: a full
-  collection walks every object a thousand connections made, a pause of a tenth of a second or more each, several
-  in a crowd's first second, all its viewers waiting. It runs every ``CROWD_COLLECT`` seconds while a crowd stays,
-  and once it has left (with the memory handed back).
+  collection walks every object a thousand connections made, all its viewers waiting, and several came in a
+  crowd's first second. It runs every ``CROWD_COLLECT`` seconds while a crowd stays, and once it has left (with
+  the memory handed back).
 - A streamed answer's chunks can be written straight from the bytes every viewer of its clip shares (``WRITE_CHUNK``
   in a ``GET``'s ``extensions``, on a plain HTTP/1.1 connection: an async function of the bytes, whether they were
   written): the chunk's framing and the bytes go to the socket with one ``writev`` from where they are, and what
