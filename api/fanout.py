@@ -366,6 +366,7 @@ class Findings:
         self._lock = threading.Lock()
         self._found: OrderedDict[Hashable, tuple[Future[Any], float]] = OrderedDict()
         self._waits: dict[Hashable, asyncio.Future[Any]] = {}  # an answer under way, as an event loop awaits it
+        self._making: set[asyncio.Future[None]] = set()  # the tasks making answers
 
     async def look(self, key: Hashable, make: Callable[[], T]) -> T:
         """The answer for ``key``: kept, or under way (awaited), or made by ``make`` in a worker thread."""
@@ -380,10 +381,15 @@ class Findings:
                 self._found.move_to_end(key)
                 while len(self._found) > self.limit:
                     self._found.popitem(last=False)
-        if not mine:
-            if future.done():
-                return cast(T, future.result())
-            return cast(T, await asyncio.shield(self._awaited(key, future)))  # (one leaving cancels none of it)
+        if mine:  # (made by a task of its own: the first request leaving stops none of it)
+            making = asyncio.ensure_future(self._make(key, future, make))
+            self._making.add(making)
+            making.add_done_callback(self._making.discard)
+        if future.done():
+            return cast(T, future.result())
+        return cast(T, await asyncio.shield(self._awaited(key, future)))  # (one leaving cancels none of it)
+
+    async def _make(self, key: Hashable, future: Future[Any], make: Callable[[], Any]) -> None:
         try:
             result = await run_in_threadpool(make)
         except BaseException as exc:
@@ -391,13 +397,14 @@ class Findings:
                 if self._found.get(key, (None,))[0] is future:
                     del self._found[key]  # (a failure is not kept)
             future.set_exception(exc)
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            return
         with self._lock:
             self.made += 1
             if self._found.get(key, (None,))[0] is future:
                 self._found[key] = (future, time.monotonic())
         future.set_result(result)
-        return result
 
     def _awaited(self, key: Hashable, future: Future[Any]) -> asyncio.Future[Any]:
         """The answer under way as this event loop awaits it: one future of the loop's for all its requests."""
