@@ -179,6 +179,7 @@ from quoteclip.spec import build_spec
 from storage import open_storage
 settings = Settings.from_env()
 spec = build_spec({"source": sys.argv[1], "start": 1, "end": 2, "quality": "preview", "encoder_preset": "ultrafast"})
+print("ready", flush=True)
 sys.stdin.readline()  # both processes ready: go
 done = produce_clip(spec, settings, open_storage(settings))
 print(json.dumps({"status": done.status, "key": done.key, "cached": done.cached, "width": done.width}), flush=True)
@@ -202,6 +203,9 @@ def test_two_renders_of_one_clip_both_succeed_and_store_it_once(s3, media, tmp_p
         )
         for _ in range(2)
     ]
+    for twin in twins:  # (each past its imports: on a loaded machine one could otherwise finish before the other began)
+        assert twin.stdout is not None
+        assert twin.stdout.readline().strip() == "ready"
     for twin in twins:
         assert twin.stdin is not None
         twin.stdin.write("go\n")
