@@ -82,9 +82,9 @@ async def idle_viewer(
 @dataclass
 class Watched:
     """What a reading viewer saw: its status, when its request was written, when its first byte of the body came and
-    its last (``time.monotonic``),
-    the body's bytes, their SHA-256 and whether the body ended as it should (a chunked body's last chunk, or its
-    whole ``Content-Length``); ``redirect`` is the ``Location`` of a ``302`` (a clip stored by then)."""
+    its last (``time.monotonic``), the body's bytes, their SHA-256 and whether the body ended as it should (a
+    chunked body's last chunk, or its whole ``Content-Length``); ``redirect`` is the ``Location`` of a ``302`` (a
+    clip stored by then)."""
 
     status: int = 0
     asked: float = 0.0
