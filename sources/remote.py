@@ -236,7 +236,7 @@ class RemoteFile:
 
 
 class _Busy(Exception):
-    """Another reader is reading the whole file already (its origin ignores Range)."""
+    """Another reader is reading the whole file (its origin ignores Range), or has read it already."""
 
 
 class _Whole:
@@ -257,8 +257,12 @@ class _Whole:
                 f"over half the {remote.cache.max_bytes / 1024**2:g} MB block cache (QUOTECLIP_CACHE_MAX_MB): "
                 f"{remote.url}"
             )
-        if not self.holding and not self.held.enter_context(remote.cache.lock(remote.sid, WHOLE, blocking=False)):
-            raise _Busy
+        if not self.holding:
+            if not self.held.enter_context(remote.cache.lock(remote.sid, WHOLE, blocking=False)):
+                raise _Busy
+            if remote.cache.has(remote.sid, self.keep.start):
+                # another reader read it whole while this answer was on its way: its blocks are cached already
+                raise _Busy
         remote._mark_whole(total, etag)
 
     def write(self, chunk: bytes) -> None:

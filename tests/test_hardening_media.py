@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import run_cli
@@ -247,6 +248,43 @@ def test_readers_of_an_origin_that_ignores_range_read_it_once_between_them(media
     data = src.read_bytes()
     assert all(results[i] == data[1_000_000 * (i + 1) : 1_000_000 * (i + 1) + 500_000] for i in range(4))
     assert sum(f.fetched for f in fetchers) == len(data), [f.fetched for f in fetchers]
+
+
+def test_a_reader_answered_whole_after_another_read_it_whole_does_not_read_it_again(
+    media, settings, http_source
+) -> None:
+    """A reader whose request was on its way while another read the whole file (its answer, the whole body again,
+    arrives after the other's read ended): it takes the cached blocks and leaves that body unread."""
+    from sources.cache import BlockCache
+    from sources.http import Fetcher
+    from sources.remote import RemoteFile
+
+    src = media(size="640x360", fps=30, duration=30, gop=300)
+    (http_source.root / "plain.mp4").symlink_to(src)
+    http_source.ignores_range.add("plain.mp4")
+    cache = BlockCache(settings.cache_dir, 1024**3)
+    first, late = (Fetcher(("127.0.0.1",), ("127.0.0.1/32",)) for _ in range(2))
+    asking, first_done = threading.Event(), threading.Event()
+    get_range = late.get_range
+
+    def after_the_first(*args: Any, **kwargs: Any) -> Any:
+        asking.set()
+        assert first_done.wait(60)
+        return get_range(*args, **kwargs)
+
+    late.get_range = after_the_first  # type: ignore[method-assign]
+    got: list[bytes] = []
+    reader = threading.Thread(
+        target=lambda: got.append(RemoteFile(http_source.url("plain.mp4"), late, cache).read(3_000_000, 500_000))
+    )
+    reader.start()
+    assert asking.wait(60)
+    RemoteFile(http_source.url("plain.mp4"), first, cache).read(1_000_000, 500_000)
+    first_done.set()
+    reader.join(timeout=60)
+    data = src.read_bytes()
+    assert got == [data[3_000_000:3_500_000]]
+    assert (first.fetched, late.fetched) == (len(data), 0)
 
 
 def test_an_origin_ignoring_range_with_a_file_over_the_limits_is_refused_before_its_body(
