@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import hashlib
 import logging
 import math
@@ -55,6 +56,10 @@ READER_BLOCK_MS = 1000  # the longest one XREAD of the process's reader waits
 READER_IDLE = 30.0  # seconds the reader keeps its connection with no clip waiting
 FINDING_KEPT = 1.0  # seconds a link's look at the store and the queue is taken by the requests after it
 FINDINGS = 1024  # the looks an API process keeps
+INDEX_KEPT = 1.0  # seconds an ended stream's index is taken from memory by its parts' and playlist's requests
+INDEXES = 256  # the ended streams' indexes an API process keeps
+JOBS_KEPT = 10.0  # seconds the job of a link's clip is taken from memory by its HLS parts' requests
+JOBS = 1024  # the links' jobs an API process keeps
 T = TypeVar("T")
 
 
@@ -431,6 +436,10 @@ class Hub:
         self.parts = Parts()
         self.playlists: OrderedDict[tuple[Any, ...], tuple[str, str]] = OrderedDict()
         self.builds: dict[str, int] = {"playlist": 0, "part": 0}  # what was made rather than found kept
+        self.index_reads = 0  # the streams' indexes read from Redis
+        self._indexes: OrderedDict[str, tuple[relay.Index, float]] = OrderedDict()  # ended streams' indexes
+        self._index_looks: dict[str, asyncio.Future[relay.Index | None]] = {}
+        self._jobs: OrderedDict[int, tuple[object, str, float]] = OrderedDict()  # links' jobs
         self._loop: asyncio.AbstractEventLoop | None = None
         self._redis: AsyncRedis | None = None
         self._reader: Reader | None = None
@@ -439,7 +448,7 @@ class Hub:
         """The event loop's pool (one per loop: an app run by a test client may run on several, one at a time)."""
         loop = asyncio.get_running_loop()
         if self._redis is None or self._loop is not loop:
-            self._loop, self.clips, self._reader = loop, {}, None
+            self._loop, self.clips, self._reader, self._index_looks = loop, {}, None, {}
             url = relay.relay_url(self.settings)
             # (through Sentinel a pool does not wait for a free connection: it is given the whole number)
             size = (
@@ -492,6 +501,46 @@ class Hub:
         last viewer's answer is gone too)."""
         if clip.done and clip.viewers == 0:
             asyncio.get_running_loop().call_later(1.0, give_back_memory)
+
+    async def index(self, job_id: str) -> relay.Index | None:
+        """The job's stream index (relay.index), one read from Redis for the requests asking at once; an ended (or
+        aborted) stream's is taken from memory for ``INDEX_KEPT`` seconds: a stored clip's HLS parts asked a
+        thousand times a second cost no round trip each."""
+        kept = self._indexes.get(job_id)
+        if kept is not None and time.monotonic() - kept[1] <= INDEX_KEPT:
+            return kept[0]
+        redis = self.redis()
+        look = self._index_looks.get(job_id)
+        if look is None:
+            look = self._index_looks[job_id] = asyncio.ensure_future(relay.index(redis, job_id))
+            self.index_reads += 1
+            look.add_done_callback(functools.partial(self._index_read, job_id))
+        return await asyncio.shield(look)
+
+    def _index_read(self, job_id: str, look: asyncio.Future[relay.Index | None]) -> None:
+        if self._index_looks.get(job_id) is look:
+            del self._index_looks[job_id]
+        if look.cancelled() or look.exception() is not None:
+            return
+        index = look.result()
+        if index is not None and (index.ended or index.aborted):
+            self._indexes[job_id] = (index, time.monotonic())
+            self._indexes.move_to_end(job_id)
+            while len(self._indexes) > INDEXES:
+                self._indexes.popitem(last=False)
+
+    async def job(self, link: object, make: Callable[[], str]) -> str:
+        """The job of a link's clip (``make``, in a worker thread: from its spec and its source's identity), made
+        once for ``JOBS_KEPT`` seconds for the verified link ``link`` (api/links/verify.py keeps one object a link)."""
+        kept = self._jobs.get(id(link))
+        if kept is not None and kept[0] is link and time.monotonic() - kept[2] <= JOBS_KEPT:
+            return kept[1]
+        job_id = await run_in_threadpool(make)
+        self._jobs[id(link)] = (link, job_id, time.monotonic())  # (the link held: its id is no other's meanwhile)
+        self._jobs.move_to_end(id(link))
+        while len(self._jobs) > JOBS:
+            self._jobs.popitem(last=False)
+        return job_id
 
     def playlist(self, key: tuple[Any, ...], build: Callable[[], str]) -> tuple[str, str]:
         """The playlist of a stream in the state ``key`` names, with its ETag: built once."""

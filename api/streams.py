@@ -321,14 +321,13 @@ async def part_answer(
         attempt, data = clip.begun.attempt, clip.pieces[number]
     else:
         try:
-            redis = svc.hub.redis()
-            index = await relay.index(redis, job_id)
+            index = await svc.hub.index(job_id)
             if index is None:
                 return not_streamed(cors)
             attempt = index.attempt
             data = svc.hub.parts.get((job_id, attempt, number))
             if data is None:
-                data = await relay.segment(redis, job_id, number, attempt)
+                data = await relay.segment(svc.hub.redis(), job_id, number, attempt)
                 if data is not None:
                     svc.hub.builds["part"] += 1
                     svc.hub.parts.put((job_id, attempt, number), data)
@@ -349,9 +348,8 @@ async def playlist_answer(
         return None
     deadline = time.monotonic() + wait
     try:
-        redis = svc.hub.redis()
         while True:
-            index = await relay.index(redis, job_id)
+            index = await svc.hub.index(job_id)
             if index is None or index.aborted or not index.whole:
                 return None
             if index.fragments:

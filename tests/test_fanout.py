@@ -531,6 +531,40 @@ def test_captions_playlists_and_parts_are_made_once(fan_env) -> None:
     stream.close()
 
 
+def test_an_ended_streams_parts_read_its_index_once_a_second(fan_env, monkeypatch) -> None:
+    """A stream's HLS parts and playlist read its index from Redis at each request while it grows (a fragment added
+    is in the next playlist); once it has ended, for a second at a time (INDEX_KEPT), and the link's job is made
+    once: a stored clip's parts asked a thousand times a second cost no round trip each."""
+    from api.links import hold
+
+    clip = quote(fan_env["SOURCE_URL"])
+    stream = Stream(fan_env, job_of(fan_env, clip))
+    stream.add(os.urandom(2000), "init")
+    stream.add(os.urandom(30_000))
+    path = links.sign(clip, SITE, SECRET)
+    app = create_app(Settings.from_env(fan_env))
+    hub = app.state.services.hub
+    made: list[str] = []
+    job_id = hold.job_id
+    monkeypatch.setattr(hold, "job_id", lambda *args: made.append(job_id(*args)) or made[-1])
+    with TestClient(app) as client:
+        assert client.get(f"{path}/index.m3u8").text.count(".m4s") == 1
+        stream.add(os.urandom(30_000))
+        assert client.get(f"{path}/index.m3u8").text.count(".m4s") == 2
+        stream.writer.finished()
+        assert "#EXT-X-ENDLIST" in client.get(f"{path}/index.m3u8").text
+        reads, began = hub.index_reads, time.monotonic()
+        for _ in range(10):
+            for part, piece in (("init.mp4", 0), ("1.m4s", 1), ("2.m4s", 2)):
+                answer = client.get(f"{path}/{part}")
+                assert answer.status_code == 200 and answer.content == stream.pieces[piece], part
+            assert "#EXT-X-ENDLIST" in client.get(f"{path}/index.m3u8").text
+        took = time.monotonic() - began
+    stream.close()
+    assert hub.index_reads - reads <= 1 + took, f"{hub.index_reads - reads} index reads in {took:.1f} s"
+    assert len(made) == 1, f"the link's job was made {len(made)} times"
+
+
 def test_the_apps_shared_pool_is_closed_with_the_app(queue_env) -> None:
     """An app's event-loop pool is closed at its shutdown: left to the garbage collector after its loop had closed,
     its connections warned of themselves as unclosed, in whichever later test the collector ran."""

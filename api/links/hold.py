@@ -8,6 +8,7 @@ stream.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,7 +67,7 @@ async def part_answer(request: Request, svc: Services, linked: Linked, part: str
         svc.caps.part(address(request))
     except CapReached as over:
         raise linked.refused(429, over.detail, Outcome.LIMITED, over.headers) from None
-    job = await run_in_threadpool(job_id, svc, linked)
+    job = await svc.hub.job(linked, functools.partial(job_id, svc, linked))
     if part != streams.PLAYLIST_NAME:
         return Answer(await streams.part_answer(svc, job, part, CORS, request), None)
     # a player's reload, or a render's stream underway
