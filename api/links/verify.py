@@ -1,4 +1,4 @@
-"""Verification: ``LinkDep``, the dependency every link route takes, turns a request into the ``Linked`` clip it
+"""Verification: ``verified_link``, which every link route calls first, turns a request into the ``Linked`` clip it
 names, or raises ``Refused`` (api/links/outcomes.py): 403 for a link that is not one of ours as it stands (any byte
 changed, another key's signature, a removed or retired key, a payload not in canonical form, an extension not its
 variant's, a number out of range: a time past 24 h or an expiry more than ten years off, quoteclip/links.py) or
@@ -21,10 +21,10 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from redis.exceptions import RedisError
@@ -38,7 +38,7 @@ from sources.safety import host_allowed
 
 from .. import streams
 from ..clips import RETRY_AFTER, clip_spec
-from ..deps import Services, ServicesDep
+from ..deps import Services
 from .fields import link_fields
 from .outcomes import UNKNOWN, Answer, Outcome, Refused
 from .revoke import entries
@@ -67,7 +67,7 @@ class Linked:
         return Refused(status, detail, outcome, headers, self.site.id, self.variant)
 
 
-async def link_part(part: str) -> str:
+def link_part(part: str) -> str:
     """A link's sub-resource: its stream's playlist, init segment or fragments; nothing else is behind a link (404,
     as for any path that is not a route, before the link is read)."""
     if not streams.is_part(part):
@@ -129,7 +129,7 @@ def kept(request: Request) -> Kept:
     return found
 
 
-async def verified_link(request: Request, svc: ServicesDep) -> Linked:
+async def verified_link(request: Request, svc: Services) -> Linked:
     """The link the request names (its path, or the path before its sub-resource), verified; else ``Refused``."""
     path = raw_path(request)
     if "part" in request.path_params:
@@ -145,10 +145,6 @@ async def verified_link(request: Request, svc: ServicesDep) -> Linked:
     linked = dataclasses.replace(allowed(clip, site, svc.settings, now), denied=denied)
     known.keep(path, linked)
     return linked
-
-
-LinkDep = Annotated[Linked, Depends(verified_link)]
-PartDep = Annotated[str, Depends(link_part)]
 
 
 def signed(path: str, request: Request, now: float) -> tuple[dict[str, Any], SiteKey]:
