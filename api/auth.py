@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -222,10 +223,12 @@ def _link(found: re.Match[str]) -> str:
     return f"{found.group(1)}[link {digest}]" + (f".{ext}" if ext else "")
 
 
+@functools.lru_cache(maxsize=4096)
 def redact(text: str) -> str:
     """``text`` with every credential taken out: a signed link's token replaced by a short hash of it (its site and
     extension kept, so a line still says which link), and the value of every query parameter whose decoded name
-    holds a credential word (SECRET_WORDS) replaced by ``[redacted]``."""
+    holds a credential word (SECRET_WORDS) replaced by ``[redacted]``. Kept for the texts seen last: a crowd asking
+    one link logs the same path a thousand times."""
     return QUERY_PARAM.sub(_param, LINK_PATH.sub(_link, text))
 
 
