@@ -1,8 +1,10 @@
-"""The API's front door: uvicorn's HTTP/1.1 server (h11) with deadlines and a cap of its own.
+"""The API's front door: uvicorn's HTTP/1.1 server (its httptools protocol: llhttp's parser, and answers' headers
+written as they are, where h11 validated every header of every answer again, a quarter of a crowd's fan-out) with
+deadlines and a cap of its own.
 
 - A connection has ``QUOTECLIP_HEADER_TIMEOUT`` seconds to send a request's headers (from its connection, or from
-  its first byte after an answer), then ``QUOTECLIP_BODY_TIMEOUT`` seconds for its body; past either it is closed.
-  A request's headers are at most ``MAX_HEADER_BYTES`` (past it, 400).
+  its first byte after a request), then ``QUOTECLIP_BODY_TIMEOUT`` seconds for its body; past either it is closed.
+  A request's headers are at most ``MAX_HEADER_BYTES`` (past it, 431 and the connection closed).
 - An idle connection between requests is closed after ``QUOTECLIP_KEEP_ALIVE`` seconds (uvicorn's keep-alive).
 - One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections. One more takes the place of the
   connection that has waited longest for a request's headers (closed at once): a flood of half-sent headers never
@@ -27,8 +29,8 @@
   in a ``GET``'s ``extensions``, on a plain HTTP/1.1 connection: an async function of the bytes, whether they were
   written): the chunk's framing and the bytes go to the socket with one ``writev`` from where they are, and what
   the socket does not take yet waits there, not in a copy, until the socket can take more. A thousand viewers of
-  one clip hold no copy of its bytes each, and a chunk costs no trip through the app's ``send`` and h11 (the
-  answer's start and its end still take that way, so h11 frames the rest as its own).
+  one clip hold no copy of its bytes each, and a chunk costs no trip through the app's ``send`` (the answer's start
+  and its end still take that way, so the server frames the rest as its own).
 - An answer can abort its own connection (``ABORT`` in the request's ``extensions``: a function): api/streams.py
   cuts a viewer that does not read with it, so what it had buffered is freed at once (a close would wait for it to
   be sent); and set its socket's send buffer (``SEND_BUFFER``: a function of the bytes): a stream caps it, so a
@@ -48,8 +50,7 @@ import socket
 import time
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from quoteclip.settings import Settings
 
@@ -61,7 +62,12 @@ ABORT = "quoteclip.abort"
 SEND_BUFFER = "quoteclip.send_buffer"
 WRITE_CHUNK = "quoteclip.write_chunk"
 MAX_HEADER_BYTES = 16 * 1024
+HEADERS_TOO_LARGE = b"the request's headers are too large"
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(HEADERS_TOO_LARGE), HEADERS_TOO_LARGE)
+)
 WARN_EVERY = 10.0  # seconds between warnings of connections refused
 CROWD = 64  # connections at once that count as a crowd: its memory is handed back once it has left
 CROWD_COLLECT = 30.0  # seconds between full collections while a crowd stays
@@ -69,8 +75,9 @@ TRIM_AFTER = 1.0  # seconds after a crowd has left that its memory is handed bac
 WRITE_BUFFER = 16 * 1024  # bytes a connection's answer buffers before its sender waits for the client to read
 
 
-class GuardedProtocol(H11Protocol):
-    """uvicorn's h11 protocol with the deadlines and the connection cap (set on the subclass ``protocol`` makes)."""
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines and the connection cap (set on the subclass ``protocol``
+    makes)."""
 
     header_timeout = 10.0
     body_timeout = 60.0
@@ -84,6 +91,7 @@ class GuardedProtocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _phase = ""
     _fd = -1  # the connection's socket (its file descriptor), while it is open
+    _head_bytes = 0  # bytes received while a request's headers are not all in
     _writable: asyncio.Future[None] | None = None  # a chunk's writer waiting for the socket to take more
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -116,24 +124,34 @@ class GuardedProtocol(H11Protocol):
         self._arm("headers", self.header_timeout)
 
     def data_received(self, data: bytes) -> None:
-        if self._deadline is None and self.conn.their_state is h11.IDLE:
-            self._arm("headers", self.header_timeout)  # a request after an answer: its headers' deadline
         super().data_received(data)
+        if self._phase == "headers" and self.parser is not None:  # (a request begun, its headers not all in)
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEADER_BYTES and self.transport is not None:
+                self._disarm()
+                self.transport.write(TOO_LARGE)
+                self.transport.close()
 
-    def handle_events(self) -> None:
-        super().handle_events()
-        if self.scope is not None:
-            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-            extensions[ABORT] = self._abort
-            extensions[SEND_BUFFER] = self._send_buffer
-            if self._fd >= 0 and self.scope["method"] == "GET" and self.conn.their_http_version == b"1.1":
-                extensions[WRITE_CHUNK] = self._write_chunk  # (the answer is chunked: HTTP/1.1, no length)
-        state = self.conn.their_state
-        if state is h11.SEND_BODY:
-            if self._phase != "body":
-                self._arm("body", self.body_timeout)
-        elif state is not h11.IDLE:
-            self._disarm()  # the request is in: no deadline on it while it is answered
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        if self._phase != "headers":  # a request after an answer: its headers' deadline from its first byte
+            self._arm("headers", self.header_timeout)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        if self.scope.get("http_version") == "1.0" and type(self.cycle) is RequestResponseCycle:
+            self.cycle.__class__ = _Http10Cycle  # (its task not yet run: it sends through the class's own send)
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})  # (the request's task not yet run)
+        extensions[ABORT] = self._abort
+        extensions[SEND_BUFFER] = self._send_buffer
+        if self._fd >= 0 and self.scope["method"] == "GET" and self.scope["http_version"] == "1.1":
+            extensions[WRITE_CHUNK] = self._write_chunk  # (the answer is chunked: HTTP/1.1, no length)
+        self._arm("body", self.body_timeout)  # (disarmed at once when it has none: its message is complete)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()  # the request is in: no deadline on it while it is answered
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -207,6 +225,9 @@ class GuardedProtocol(H11Protocol):
         cycle = self.cycle
         if self.transport is None or self.transport.is_closing() or cycle is None or cycle.disconnected:
             return False
+        if not cycle.chunked_encoding:  # (an answer with a length: its bytes as they are, through the server)
+            await cycle.send({"type": "http.response.body", "body": bytes(data), "more_body": True})
+            return not cycle.disconnected
         framed: list[bytes | memoryview] = [b"%x\r\n" % len(data), data, b"\r\n"]
         if self.transport.get_write_buffer_size():
             self.transport.writelines([bytes(part) for part in framed])
@@ -248,6 +269,23 @@ class GuardedProtocol(H11Protocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
+class _Http10Cycle(RequestResponseCycle):
+    """An HTTP/1.0 request's answer: one without a length (a stream) is sent as it is and ended by the connection's
+    close, as HTTP/1.0 has no chunked framing (uvicorn's httptools protocol would frame it in chunks)."""
+
+    _close_delimited = False
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start" and not self.response_started:
+            names = {bytes(name).lower() for name, _ in message.get("headers", [])}
+            if b"content-length" not in names and b"transfer-encoding" not in names and self.scope["method"] != "HEAD":
+                self._close_delimited, self.chunked_encoding = True, False
+                self.expected_content_length = 2**62  # (counted down by the body's bytes: no length to keep to)
+        elif self._close_delimited and message["type"] == "http.response.body" and not message.get("more_body"):
+            self.expected_content_length = len(message.get("body", b""))  # (the last body: the answer ends here)
+        await super().send(message)
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -283,10 +321,9 @@ def protocol(settings: Settings) -> type[GuardedProtocol]:
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for the API: the protocol above, keep-alive, the header size cap."""
+    """uvicorn's options for the API: the protocol above, keep-alive, the listening backlog."""
     return {
         "http": protocol(settings),
         "timeout_keep_alive": settings.keep_alive,
-        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
         "backlog": max(128, min(4096, settings.max_connections)),
     }
