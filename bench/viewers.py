@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import multiprocessing
 import os
 import socket
 import statistics
@@ -78,39 +79,63 @@ class Sampler(threading.Thread):
         return max((s[key] for t, s in self.samples if since <= t <= until), default=0)
 
 
-class Clicks(threading.Thread):
+class Clicks:
     """A stored clip's link asked over and over on its own kept-alive connection (its answer: the 302 to the
-    bucket) until stopped: the seconds each took."""
+    bucket), every 0.1 s until stopped, or ``idle(count)`` times at once: the seconds each took. Asked from a
+    process of its own: in this one, the crowd's event loop and the samplers would hold the interpreter's lock
+    while a click waits for its answer (up to its 5 ms switch interval), a delay of the client's, not the API's."""
 
     def __init__(self, port: int, path: str) -> None:
-        super().__init__(daemon=True)
         self.port, self.path = port, path
         self.times: list[float] = []
-        self.stop = threading.Event()
-
-    def one(self, conn: http.client.HTTPConnection) -> float:
-        t = time.perf_counter()
-        conn.request("GET", self.path)
-        resp = conn.getresponse()
-        resp.read()
-        took = time.perf_counter() - t
-        if resp.status != 302:
-            raise SystemExit(f"bench: the stored clip's link answered {resp.status}")
-        return took
-
-    def run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        while not self.stop.is_set():
-            self.times.append(self.one(conn))
-            self.stop.wait(0.1)
-        conn.close()
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._answers: Any = context.SimpleQueue()
+        self._process = context.Process(target=_clicks, args=(port, path, 0, self._stop, self._answers), daemon=True)
+        self._context = context
 
     def idle(self, count: int) -> list[float]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            return [self.one(conn) for _ in range(count)]
-        finally:
-            conn.close()
+        process = self._context.Process(target=_clicks, args=(self.port, self.path, count, None, self._answers))
+        process.start()
+        times = self._times()
+        process.join()
+        return times
+
+    def start(self) -> None:
+        self._process.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.times = self._times()
+        self._process.join()
+
+    def _times(self) -> list[float]:
+        got = self._answers.get()
+        if isinstance(got, str):
+            raise SystemExit(f"bench: {got}")
+        return list(got)
+
+
+def _clicks(port: int, path: str, count: int, stop: Any, answers: Any) -> None:
+    """``Clicks``' process: ``count`` clicks at once, or one every 0.1 s until ``stop`` is set; their times (or
+    what went wrong) put on ``answers``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    times: list[float] = []
+    try:
+        while (len(times) < count) if count else not stop.is_set():
+            t = time.perf_counter()
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            times.append(time.perf_counter() - t)
+            if resp.status != 302:
+                answers.put(f"the stored clip's link answered {resp.status}")
+                return
+            if not count:
+                stop.wait(0.1)
+    finally:
+        conn.close()
+    answers.put(times)
 
 
 class Idlers(threading.Thread):
@@ -195,8 +220,7 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     clicks.start()
     watch.start()
     t0, readers, idlers = asyncio.run(everyone())
-    clicks.stop.set()
-    clicks.join()
+    clicks.stop()
     stream_end = (readers[0][1] or readers[0][0]).last_byte  # (the unpaced reader's; or its stored file's)
     last_byte = max((got or seen).last_byte for seen, got in readers)
     connected = sampler.peak("rss_mb", t0, last_byte)
