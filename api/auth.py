@@ -219,16 +219,21 @@ def _link(found: re.Match[str]) -> str:
     token, dot, ext = found.group(2).rpartition(".")
     if not dot or not ext.isalnum() or len(ext) > 5:
         token, ext = found.group(2), ""
-    digest = hashlib.sha256(token.encode()).hexdigest()[:12]
-    return f"{found.group(1)}[link {digest}]" + (f".{ext}" if ext else "")
+    return f"{found.group(1)}[link {_digest(token)}]" + (f".{ext}" if ext else "")
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
+def _digest(token: str) -> str:
+    """A link token's short hash, kept for the tokens seen last: a crowd asking one link logs it a thousand times
+    (twice a line). Only the tokens are kept, not the lines: each line names its client's port, and a crowd's lines
+    kept would hold on to the memory it freed."""
+    return hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
 def redact(text: str) -> str:
     """``text`` with every credential taken out: a signed link's token replaced by a short hash of it (its site and
     extension kept, so a line still says which link), and the value of every query parameter whose decoded name
-    holds a credential word (SECRET_WORDS) replaced by ``[redacted]``. Kept for the texts seen last: a crowd asking
-    one link logs the same path a thousand times."""
+    holds a credential word (SECRET_WORDS) replaced by ``[redacted]``."""
     return QUERY_PARAM.sub(_param, LINK_PATH.sub(_link, text))
 
 
