@@ -230,7 +230,7 @@ def test_a_stream_written_from_the_clips_bytes_is_the_one_sent_through_the_app(f
     """Viewers on HTTP/1.1 are written the stream's chunks straight from the clip's bytes (api/server.py
     ``WRITE_CHUNK``), viewers on HTTP/1.0 through the app's ``send``: every one gets the same bytes, fragments far
     larger than a socket takes at once included; each answer ends with its last chunk (an HTTP/1.1 stream's end is
-    h11's own framing)."""
+    the server's own framing)."""
     clip = quote(fan_env["SOURCE_URL"])
     path = links.sign(clip, SITE, SECRET)
     stream = Stream(fan_env, job_of(fan_env, clip))

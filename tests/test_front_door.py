@@ -1,7 +1,9 @@
 """The API's front door in this process (api/server.py, on uvicorn as `quoteclip serve` runs it): while a crowd is
 connected, the cyclic collector's full collections wait (each walks every object the crowd's connections made, a
 pause for all of them) but for one every ``CROWD_COLLECT`` seconds, and once it has left they come back as they
-were; a request's headers are capped (``MAX_HEADER_BYTES``), not its body."""
+were; a request's headers are capped (``MAX_HEADER_BYTES``), not its body; a stream's answer is chunked on HTTP/1.1
+(with the extensions api/streams.py writes it through) and ended by the close on HTTP/1.0. These lean on uvicorn's
+httptools protocol as api/server.py subclasses it: its parser callbacks and its answer's cycle."""
 
 from __future__ import annotations
 
@@ -90,6 +92,34 @@ def test_headers_past_their_cap_are_refused_431_but_a_large_body_is_not() -> Non
         assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"\r\n\r\n200000"), got[:200]
         for sock in (over, under, body):
             sock.close()
+
+
+async def streamed(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """An answer without a length in two parts, as a stream is sent; its body names the extensions it was given."""
+    names = ",".join(sorted(name for name in scope.get("extensions", {}) if name.startswith("quoteclip.")))
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": names.encode(), "more_body": True})
+    await send({"type": "http.response.body", "body": b"|end"})
+
+
+def test_a_stream_is_chunked_on_http_1_1_and_ended_by_the_close_on_http_1_0() -> None:
+    """An answer without a length: chunked to an HTTP/1.1 GET, which is given the write, abort and send-buffer
+    extensions; sent as it is and ended by the connection's close to an HTTP/1.0 one (no chunks: HTTP/1.0 has
+    none), which is not given the write."""
+    with front_door(streamed, Settings.from_env({})) as port:
+        got = {}
+        for version in ("1.1", "1.0"):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(f"GET / HTTP/{version}\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            got[version] = answer(sock)
+            sock.close()
+    head, _, body = got["1.1"].partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    extensions = f"{server.ABORT},{server.SEND_BUFFER},{server.WRITE_CHUNK}"
+    assert body == b"%x\r\n%s\r\n4\r\n|end\r\n0\r\n\r\n" % (len(extensions), extensions.encode()), body
+    head, _, body = got["1.0"].partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower(), head
+    assert body == f"{server.ABORT},{server.SEND_BUFFER}|end".encode(), body
 
 
 def until(check: Callable[[], bool], seconds: float) -> bool:
