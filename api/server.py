@@ -321,9 +321,13 @@ def protocol(settings: Settings) -> type[GuardedProtocol]:
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for the API: the protocol above, keep-alive, the listening backlog."""
+    """uvicorn's options for the API: the protocol above, keep-alive, the listening backlog, and asyncio's own event
+    loop (uvicorn would take uvloop when it is installed, whose transports the protocol cannot wrap: their
+    ``close`` is read-only, and a chunk written from where it is waits for its socket with the selector loop's
+    ``_add_writer``)."""
     return {
         "http": protocol(settings),
+        "loop": "asyncio",
         "timeout_keep_alive": settings.keep_alive,
         "backlog": max(128, min(4096, settings.max_connections)),
     }

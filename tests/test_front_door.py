@@ -2,16 +2,20 @@
 connected, the cyclic collector's full collections wait (each walks every object the crowd's connections made, a
 pause for all of them) but for one every ``CROWD_COLLECT`` seconds, and once it has left they come back as they
 were; a request's headers are capped (``MAX_HEADER_BYTES``), not its body; a stream's answer is chunked on HTTP/1.1
-(with the extensions api/streams.py writes it through) and ended by the close on HTTP/1.0. These lean on uvicorn's
+(with the extensions api/streams.py writes it through) and ended by the close on HTTP/1.0; it runs on asyncio's
+loop even when uvloop is installed. These lean on uvicorn's
 httptools protocol as api/server.py subclasses it: its parser callbacks and its answer's cycle."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import socket
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 
 import uvicorn
@@ -162,3 +166,28 @@ def test_full_collections_wait_while_a_crowd_is_connected_and_come_back_once_it_
             sock.close()
         gc.set_threshold(*before)
         gc.callbacks.remove(counted)
+
+
+def test_the_front_door_runs_on_asyncios_loop_when_uvloop_is_installed(monkeypatch) -> None:
+    """uvicorn takes uvloop when it can import it; the protocol wraps asyncio's own transports (a uvloop
+    transport's ``close`` cannot be replaced, and every connection would fail as it is made). With a stand-in
+    ``uvloop`` installed, the API's server options still run it on asyncio's loop, and a request is answered."""
+
+    class Elsewhere(asyncio.SelectorEventLoop):
+        pass
+
+    stand_in = types.ModuleType("uvicorn.loops.uvloop")
+    stand_in.uvloop_loop_factory = lambda use_subprocess=False: Elsewhere  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "uvloop", types.ModuleType("uvloop"))
+    monkeypatch.setitem(sys.modules, "uvicorn.loops.uvloop", stand_in)
+    loops: list[type] = []
+
+    async def which(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        loops.append(type(asyncio.get_running_loop()))
+        await hello(scope, receive, send)
+
+    with front_door(which, Settings.from_env({})) as port, socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got = answer(sock)
+    assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"ok"), got[:200]
+    assert loops and not issubclass(loops[0], Elsewhere), loops
