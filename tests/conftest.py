@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,36 @@ def started(client: Any) -> Any:
     client.__enter__()
     _STARTED.append(client)
     return client
+
+
+@contextlib.contextmanager
+def front_door(app, settings: Settings, lifespan: str = "off") -> Iterator[int]:  # type: ignore[no-untyped-def]
+    """uvicorn with the API's server options (api/server.py), in this process, on a loopback port (yielded)."""
+    import uvicorn
+
+    from api import server
+
+    config = uvicorn.Config(app, log_config=None, lifespan=lifespan, **server.server_options(settings))
+    front = uvicorn.Server(config)
+    listening = socket.create_server(("127.0.0.1", 0))
+    running = threading.Thread(target=front.run, kwargs={"sockets": [listening]}, daemon=True)
+    running.start()
+    try:
+        assert until(lambda: front.started, 10)
+        yield listening.getsockname()[1]
+    finally:
+        front.should_exit = True
+        running.join(10)
+    assert not running.is_alive()
+
+
+def until(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 @pytest.fixture(autouse=True)

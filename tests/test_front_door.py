@@ -13,12 +13,10 @@ import contextlib
 import gc
 import socket
 import sys
-import threading
 import time
 import types
-from collections.abc import Callable, Iterator
 
-import uvicorn
+from conftest import front_door, until
 
 from api import server
 from quoteclip.settings import Settings
@@ -38,23 +36,6 @@ async def drained(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
     body = str(size).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
     await send({"type": "http.response.body", "body": body})
-
-
-@contextlib.contextmanager
-def front_door(app, settings: Settings) -> Iterator[int]:  # type: ignore[no-untyped-def]
-    """uvicorn with the API's server options, in this process, on a loopback port (yielded)."""
-    config = uvicorn.Config(app, log_config=None, lifespan="off", **server.server_options(settings))
-    front = uvicorn.Server(config)
-    listening = socket.create_server(("127.0.0.1", 0))
-    running = threading.Thread(target=front.run, kwargs={"sockets": [listening]}, daemon=True)
-    running.start()
-    try:
-        assert until(lambda: front.started, 10)
-        yield listening.getsockname()[1]
-    finally:
-        front.should_exit = True
-        running.join(10)
-    assert not running.is_alive()
 
 
 def answer(sock: socket.socket) -> bytes:
@@ -124,15 +105,6 @@ def test_a_stream_is_chunked_on_http_1_1_and_ended_by_the_close_on_http_1_0() ->
     head, _, body = got["1.0"].partition(b"\r\n\r\n")
     assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower(), head
     assert body == f"{server.ABORT},{server.SEND_BUFFER}|end".encode(), body
-
-
-def until(check: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_full_collections_wait_while_a_crowd_is_connected_and_come_back_once_it_left(monkeypatch) -> None:

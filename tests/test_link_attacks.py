@@ -7,13 +7,14 @@ not stored is ``404``)."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import started
+from conftest import front_door, started
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -296,3 +297,38 @@ def test_a_clip_revoked_under_a_branded_key_takes_its_links_whatever_mark_they_n
     )
     assert answer.status_code == 200, answer.text
     assert [app.head(link).status_code for link in (named, *same, other)] == [410, 410, 410, 404]
+
+
+def test_a_crowd_asking_a_new_link_at_once_verifies_it_once(env: dict[str, str], monkeypatch) -> None:
+    """40 requests for a link not verified yet, written at once on connections of their own to the API on uvicorn
+    (a ``HEAD`` of a clip not stored: 404 each): its signature is checked once, the requests that came while the
+    first read the deny list finding it verified. Each still reads the deny list: once it is revoked, the same
+    crowd is answered 410."""
+    checked: list[str] = []
+    verify = links.verify
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        checked.append(path)
+        return verify(path, *args, **kwargs)
+
+    monkeypatch.setattr(links, "verify", counted)
+    settings = Settings.from_env(env)
+    link = links.path_of(links.sign(quote(caption="a crowd"), "starzero", S1, key_id="k1"))
+    request = f"HEAD {link} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+
+    def crowd(port: int) -> set[bytes]:
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+        for sock in socks:
+            sock.sendall(request)
+        statuses = set()
+        for sock in socks:
+            with sock:
+                sock.settimeout(10)
+                statuses.add(sock.recv(65536).split(b"\r\n", 1)[0])
+        return statuses
+
+    with front_door(create_app(settings), settings, lifespan="on") as port:
+        assert crowd(port) == {b"HTTP/1.1 404 Not Found"}
+        assert checked == [link], len(checked)
+        redis.Redis.from_url(env["QUOTECLIP_REDIS_URL"]).set("quoteclip:links:revoked:" + links.link_hash(link), "1")
+        assert crowd(port) == {b"HTTP/1.1 410 Gone"}

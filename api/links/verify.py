@@ -141,10 +141,19 @@ async def verified_link(request: Request, svc: Services) -> Linked:
         return linked
     clip, site = signed(path, request, now)
     denied = entries(path, site)
+    # kept before the deny list is read: the requests that come while it is read (a crowd) find it verified. A
+    # refusal of its scopes or its clip is said after the deny list's (a revoked link is 410 whatever else)
+    refusal: Refused | None = None
+    try:
+        made = dataclasses.replace(allowed(clip, site, svc.settings, now), denied=denied)
+    except Refused as refused:
+        refusal = refused
+    else:
+        known.keep(path, made)
     await _not_revoked(known, svc, path, denied, site, str(clip["variant"]))
-    linked = dataclasses.replace(allowed(clip, site, svc.settings, now), denied=denied)
-    known.keep(path, linked)
-    return linked
+    if refusal is not None:
+        raise refusal
+    return made
 
 
 def signed(path: str, request: Request, now: float) -> tuple[dict[str, Any], SiteKey]:
