@@ -332,3 +332,22 @@ def test_a_crowd_asking_a_new_link_at_once_verifies_it_once(env: dict[str, str],
         assert checked == [link], len(checked)
         redis.Redis.from_url(env["QUOTECLIP_REDIS_URL"]).set("quoteclip:links:revoked:" + links.link_hash(link), "1")
         assert crowd(port) == {b"HTTP/1.1 410 Gone"}
+
+
+def test_a_revoked_link_is_410_before_its_scopes_are_refused(env: dict[str, str], tmp_path: Path) -> None:
+    """A link over its key's longest clip is refused 403; once revoked it is 410, whether it was verified (and
+    kept) before or is asked for the first time; with the deny list unreadable, 503."""
+    scoped = {"id": "scoped", "secrets": {"k1": S1}, "max_seconds": 2.5}
+    env.update(keys_file(tmp_path, json.dumps({"keys": [scoped]})))
+    env["QUOTECLIP_SITE_KEYS"] = ""
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
+    asked, fresh = (links.path_of(links.sign(quote(end=4, caption=c), "scoped", S1, key_id="k1")) for c in "ab")
+    assert app.head(asked).status_code == 403
+    server = redis.Redis.from_url(env["QUOTECLIP_REDIS_URL"])
+    for link in (asked, fresh):
+        server.set("quoteclip:links:revoked:" + links.link_hash(link), "1")
+        assert [app.head(link).status_code for _ in range(2)] == [410, 410], link
+    server.close()
+    env["QUOTECLIP_REDIS_URL"] = "redis://127.0.0.1:1/0"
+    away = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
+    assert away.head(links.path_of(links.sign(quote(end=4, caption="c"), "scoped", S1, key_id="k1"))).status_code == 503

@@ -142,12 +142,12 @@ async def verified_link(request: Request, svc: Services) -> Linked:
     clip, site = signed(path, request, now)
     denied = entries(path, site)
     # kept before the deny list is read: the requests that come while it is read (a crowd) find it verified. A
-    # refusal of its scopes or its clip is said after the deny list's (a revoked link is 410 whatever else)
-    refusal: Refused | None = None
+    # revocation is said before a refusal of the link's scopes or its clip (or its failure to be made)
+    refusal: Exception | None = None
     try:
         made = dataclasses.replace(allowed(clip, site, svc.settings, now), denied=denied)
-    except Refused as refused:
-        refusal = refused
+    except Exception as failed:  # noqa: BLE001  (raised after the deny list is read)
+        refusal = failed
     else:
         known.keep(path, made)
     await _not_revoked(known, svc, path, denied, site, str(clip["variant"]))
