@@ -17,14 +17,13 @@ import multiprocessing
 import os
 import socket
 import statistics
-import threading
 import time
 import urllib.parse
 from typing import Any
 
 import psutil
 
-from testkit.viewers import Watched, idle_viewer, reading_viewer, sample
+from testkit.viewers import Watched, idle_viewer, reading_viewer, sample, sample_and_viewers
 
 from .config import RunConfig
 from .links import link
@@ -60,23 +59,65 @@ def caps(run: RunConfig) -> dict[str, str]:
     }
 
 
-class Sampler(threading.Thread):
-    """The API process's Redis connections, viewer connections, descriptors and RSS, every 200 ms."""
+class Sampler:
+    """The API process's Redis connections, viewer connections, descriptors and RSS, and the viewers' connections it
+    holds (``ESTABLISHED``, by the viewer's port), every 200 ms, sampled in a process of its own: psutil reads the
+    process's connections in Python, 50 to 250 ms a sample with a thousand of them, and in this process it would
+    hold the interpreter's lock the crowd's event loop (or figure 15f's clients) waits for. ``watch(ports)`` has it
+    tell (``all_gone``) once the API holds none of those ports."""
 
     def __init__(self, pid: int, redis_port: int, api_port: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.redis_port, self.api_port = pid, redis_port, api_port
-        self.samples: list[tuple[float, dict[str, Any]]] = []
-        self.stop = threading.Event()
+        context = multiprocessing.get_context("spawn")
+        self.all_gone = context.Event()
+        self._stop = context.Event()
+        self._ports: Any = context.SimpleQueue()
+        self._out: Any = context.SimpleQueue()
+        args = (pid, redis_port, api_port, self._stop, self._ports, self.all_gone, self._out)
+        self._process = context.Process(target=_sampling, args=args, daemon=True)
+        self.samples: list[tuple[float, dict[str, Any], frozenset[int]]] = []
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            with contextlib.suppress(psutil.Error):
-                self.samples.append((time.monotonic(), sample(self.pid, self.redis_port, self.api_port)))
-            self.stop.wait(0.2)
+    def start(self) -> None:
+        self._process.start()
+
+    def watch(self, ports: set[int]) -> None:
+        self._ports.put(sorted(ports))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.samples = self._out.get()
+        self._process.join()
 
     def peak(self, key: str, since: float = 0.0, until: float = float("inf")) -> Any:
-        return max((s[key] for t, s in self.samples if since <= t <= until), default=0)
+        """The largest of ``key`` sampled from ``since`` to ``until`` (once stopped)."""
+        taken = [s[key] for t, s, _ in self.samples if since <= t <= until]
+        if not taken:
+            raise SystemExit(f"bench: no sample of the API process between {since:.1f} and {until:.1f}")
+        return max(taken)
+
+    def gone(self, since: dict[int, float]) -> dict[int, float]:
+        """When the API let each port of ``since`` go (the first sample from its time on that no longer holds it)."""
+        return {
+            port: next(t for t, _, up in self.samples if t >= held and port not in up)
+            for port, held in since.items()
+            if any(t >= held and port not in up for t, _, up in self.samples)
+        }
+
+
+def _sampling(pid: int, redis_port: int, api_port: int, stop: Any, ports: Any, all_gone: Any, out: Any) -> None:
+    """``Sampler``'s process: its samples put on ``out`` once ``stop`` is set."""
+    samples: list[tuple[float, dict[str, Any], frozenset[int]]] = []
+    watched: set[int] | None = None
+    while not stop.is_set():
+        now = time.monotonic()
+        with contextlib.suppress(psutil.Error):
+            taken, up = sample_and_viewers(pid, redis_port, api_port)
+            samples.append((now, taken, frozenset(up)))
+            if watched is None and not ports.empty():
+                watched = set(ports.get())
+            if watched is not None and not watched & up:
+                all_gone.set()
+        stop.wait(0.2)
+    out.put(samples)
 
 
 CLICK_EVERY = 0.1  # seconds between figure 15e's clicks, during the crowd and idle alike
@@ -149,28 +190,6 @@ def _clicks(port: int, path: str, count: int, stop: Any, answers: Any, every: fl
     answers.put(times)
 
 
-class Idlers(threading.Thread):
-    """The idle viewers' connections as the API process ``pid`` holds them, every 200 ms: when the API let each go
-    (its end no longer ``ESTABLISHED``: cut, or closed), by the viewer's port."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.ports: set[int] = set()
-        self.gone: dict[int, float] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        api = psutil.Process(self.pid)
-        while not self.stop.is_set():
-            now = time.monotonic()
-            conns = api.net_connections(kind="tcp")
-            up = {c.raddr.port for c in conns if c.status == psutil.CONN_ESTABLISHED and c.raddr}
-            for port in self.ports - up - self.gone.keys():
-                self.gone[port] = now
-            self.stop.wait(0.2)
-
-
 async def reader(port: int, path: str, pace: float = PACE) -> tuple[Watched, Watched | None]:
     """A reading viewer; one answered with the stored clip's redirect then reads the bucket's object."""
     seen = await reading_viewer("127.0.0.1", port, path, pace)
@@ -208,13 +227,13 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     viral = link(stack, 40.5, q)
     sampler = Sampler(pid, redis_port, stack.port)
     sampler.start()
-    watch = Idlers(pid)
 
     idle_asked: list[float] = []
+    idle_held: dict[int, float] = {}  # an idle viewer's port: when it had its headers
 
     async def idle_one() -> tuple[int, socket.socket]:
         got = await idle_viewer(stack.port, viral, rcvbuf=RCVBUF, asked=idle_asked)
-        watch.ports.add(got[1].getsockname()[1])
+        idle_held[got[1].getsockname()[1]] = time.monotonic()
         return got
 
     async def everyone() -> tuple[float, list[tuple[Watched, Watched | None]], list[Any]]:
@@ -230,27 +249,25 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
         return min([seen.asked for seen, _ in readers if seen.asked] + idle_asked), readers, idled
 
     clicks.start()
-    watch.start()
     t0, readers, idlers = asyncio.run(everyone())
     clicks.stop()
     stream_end = (readers[0][1] or readers[0][0]).last_byte  # (the unpaced reader's; or its stored file's)
     last_byte = max((got or seen).last_byte for seen, got in readers)
-    connected = sampler.peak("rss_mb", t0, last_byte)
 
     # the idle viewers: when the API let the last of them go (cut, or closed)
     limit = max(last_byte, stream_end + send_deadline(run) + 10.0)
-    while time.monotonic() < limit and len(watch.gone) < idle_n:
-        time.sleep(0.1)
-    watch.stop.set()
-    watch.join()
-    let_go = max(watch.gone.values()) if len(watch.gone) == idle_n and idle_n else None
+    sampler.watch(set(idle_held))
+    sampler.all_gone.wait(max(0.0, limit - time.monotonic()))
+    time.sleep(0.3)  # (a sample after the one that saw the last go: none of its ports held again)
     held_then = sample(pid, redis_port, stack.port)
     for _, sock in idlers:
         sock.close()
     time.sleep(3.0)
-    sampler.stop.set()
-    sampler.join()
+    sampler.stop()
     after = sample(pid, redis_port, stack.port)
+    connected = sampler.peak("rss_mb", t0, last_byte)
+    gone = sampler.gone(idle_held)
+    let_go = max(gone.values()) if len(gone) == idle_n and idle_n else None
 
     streamed = [seen for seen, stored in readers if stored is None]
     stored = [got for _, got in readers if got is not None]
@@ -298,7 +315,7 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
                 f"the last let go {cut_after:+.1f} s after the stream's end (an unpaced reader's last byte), "
                 f"{let_go - t0:.1f} s after the first request"
                 if cut_after is not None and let_go is not None
-                else f"{idle_n - len(watch.gone)} still held {limit - stream_end:.0f} s after the stream's end "
+                else f"{idle_n - len(gone)} still held {limit - stream_end:.0f} s after the stream's end "
                 f"({held_then['viewers']} connections held by the API then)"
             )
             + f"; after they left: {after['viewers']} held, {after['fds']} descriptors ({before['fds']} before)",
@@ -367,8 +384,7 @@ def part_requests(run: RunConfig, stack: Stack, path: str, pid: int, redis_port:
 
     sampler.start()
     took, asked = asyncio.run(all_clients())
-    sampler.stop.set()
-    sampler.join()
+    sampler.stop()
     opened = int(counter.info("stats")["total_connections_received"]) - received
     counter.close()
     peak = sampler.peak("redis")

@@ -44,15 +44,22 @@ SITE, SECRET = "load", "load-secret-0123456789"
 
 
 def sample(pid: int, redis_port: int, api_port: int) -> dict[str, Any]:
+    return sample_and_viewers(pid, redis_port, api_port)[0]
+
+
+def sample_and_viewers(pid: int, redis_port: int, api_port: int) -> tuple[dict[str, Any], set[int]]:
+    """The API process's Redis connections, viewer connections, descriptors and RSS; and its viewers' ports (the
+    clients' end of each connection to ``api_port`` it holds ``ESTABLISHED``)."""
     process = psutil.Process(pid)
     conns = process.net_connections(kind="tcp")
     established = [c for c in conns if c.status == psutil.CONN_ESTABLISHED and c.raddr]
+    viewers = {c.raddr.port for c in established if c.laddr.port == api_port}
     return {
         "redis": sum(1 for c in established if c.raddr.port == redis_port),
-        "viewers": sum(1 for c in established if c.laddr.port == api_port),
+        "viewers": len(viewers),
         "fds": process.num_fds(),
         "rss_mb": round(process.memory_info().rss / 1024**2, 1),
-    }
+    }, viewers
 
 
 async def idle_viewer(
