@@ -96,11 +96,12 @@ class Sampler:
 
     def gone(self, since: dict[int, float]) -> dict[int, float]:
         """When the API let each port of ``since`` go (the first sample from its time on that no longer holds it)."""
-        return {
-            port: next(t for t, _, up in self.samples if t >= held and port not in up)
-            for port, held in since.items()
-            if any(t >= held and port not in up for t, _, up in self.samples)
-        }
+        gone: dict[int, float] = {}
+        for port, held in since.items():
+            gone_at = next((t for t, _, up in self.samples if t >= held and port not in up), None)
+            if gone_at is not None:
+                gone[port] = gone_at
+        return gone
 
 
 def _sampling(pid: int, redis_port: int, api_port: int, stop: Any, ports: Any, all_gone: Any, out: Any) -> None:
@@ -258,7 +259,6 @@ def figures(run: RunConfig, stack: Stack) -> list[Row]:
     limit = max(last_byte, stream_end + send_deadline(run) + 10.0)
     sampler.watch(set(idle_held))
     sampler.all_gone.wait(max(0.0, limit - time.monotonic()))
-    time.sleep(0.3)  # (a sample after the one that saw the last go: none of its ports held again)
     held_then = sample(pid, redis_port, stack.port)
     for _, sock in idlers:
         sock.close()
