@@ -69,15 +69,19 @@ class Sampler:
     def __init__(self, pid: int, redis_port: int, api_port: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.all_gone = context.Event()
+        self._ready = context.Event()
         self._stop = context.Event()
         self._ports: Any = context.SimpleQueue()
         self._out: Any = context.SimpleQueue()
-        args = (pid, redis_port, api_port, self._stop, self._ports, self.all_gone, self._out)
+        args = (pid, redis_port, api_port, self._stop, self._ready, self._ports, self.all_gone, self._out)
         self._process = context.Process(target=_sampling, args=args, daemon=True)
         self.samples: list[tuple[float, dict[str, Any], frozenset[int]]] = []
 
     def start(self) -> None:
+        """The process started, once it has taken its first sample (a spawned process takes a while to start)."""
         self._process.start()
+        if not self._ready.wait(60):
+            raise SystemExit("bench: the sampling process took no sample within 60 s")
 
     def watch(self, ports: set[int]) -> None:
         self._ports.put(sorted(ports))
@@ -104,7 +108,9 @@ class Sampler:
         return gone
 
 
-def _sampling(pid: int, redis_port: int, api_port: int, stop: Any, ports: Any, all_gone: Any, out: Any) -> None:
+def _sampling(
+    pid: int, redis_port: int, api_port: int, stop: Any, ready: Any, ports: Any, all_gone: Any, out: Any
+) -> None:
     """``Sampler``'s process: its samples put on ``out`` once ``stop`` is set."""
     samples: list[tuple[float, dict[str, Any], frozenset[int]]] = []
     watched: set[int] | None = None
@@ -113,6 +119,7 @@ def _sampling(pid: int, redis_port: int, api_port: int, stop: Any, ports: Any, a
         with contextlib.suppress(psutil.Error):
             taken, up = sample_and_viewers(pid, redis_port, api_port)
             samples.append((now, taken, frozenset(up)))
+            ready.set()
             if watched is None and not ports.empty():
                 watched = set(ports.get())
             if watched is not None and not watched & up:
