@@ -27,6 +27,7 @@ from rq.utils import parse_composite_key, utcparse
 
 from quoteclip import redis_keys
 from quoteclip.errors import MachineFault
+from quoteclip.machine import available_memory
 from quoteclip.settings import Settings
 from renderer.ffmpeg import ffmpeg_binary
 from storage import Storage
@@ -105,25 +106,6 @@ def machine_health(settings: Settings, temp_need: int = 0, run_ffmpeg: bool = Fa
     except (OSError, subprocess.SubprocessError) as exc:
         return Fault("ffmpeg", f"ffmpeg does not run ({getattr(exc, 'strerror', None) or type(exc).__name__})")
     return None
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to this process's machine or container (the smaller of the two), None where it
-    cannot be read (not Linux)."""
-    found: list[int] = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:  # cgroup v2: the container's limit less what it uses
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
 
 
 # ---- a worker's status and lease in Redis ----------------------------------------------------------------------

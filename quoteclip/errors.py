@@ -172,14 +172,14 @@ _MACHINE_WORDS = {
 
 
 def machine_fault(exc: BaseException) -> MachineFault | None:
-    """The MachineFault an error stands for, or None when it is not this machine's fault: MemoryError, an
-    OSError with a system error of the machine's (MACHINE_ERRNOS: no space, no memory, no file handles), or a
-    project error raised in place of one (``source could not be read ([Errno 28] No space left on device)``:
-    the OSError is its context, or its message names the system error)."""
+    """The MachineFault an error stands for, or None when nothing in it is evidence of this machine's fault:
+    MemoryError, or an OSError raised by this process's own file, memory or handle operations with a system
+    error of the machine's (MACHINE_ERRNOS: no space, no memory, no file handles), found on the error itself or
+    on the ones it was raised from or during (``source could not be read ([Errno 28] No space left on device)``
+    raised ``from None`` in an ``except OSError``: the OSError is its context). An error's text never decides:
+    it can carry a URL, a page's reason phrase or ffmpeg's words, which a request controls."""
     if isinstance(exc, MachineFault):
         return exc
-    if isinstance(exc, MemoryError):
-        return MachineFault("the worker ran out of memory", "memory")
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:  # the error, and the ones it was raised from or during
@@ -191,9 +191,4 @@ def machine_fault(exc: BaseException) -> MachineFault | None:
             said = f"{exc}".splitlines()[0] if isinstance(exc, QuoteclipError) else f"{_MACHINE_WORDS[reason]}: {what}"
             return MachineFault(said if what in said else f"{said} ({what})", reason)
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, QuoteclipError):
-        text = f"{exc}".splitlines()[0] if str(exc) else ""
-        for value, reason in MACHINE_ERRNOS.items():
-            if os.strerror(value) in text:
-                return MachineFault(text, reason)
     return None

@@ -17,8 +17,8 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import IO
 
-from quoteclip import errors
 from quoteclip.errors import MachineFault, RenderFailed
+from quoteclip.machine import oom_kills
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ def run_ffmpeg(
             raise MachineFault(
                 f"ffmpeg could not be started ({exc.strerror or type(exc).__name__})", _start_reason(exc.errno)
             ) from None
+        kills_before = oom_kills()
         reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
         reader.start()
         # a blocking wait returns the moment ffmpeg exits (a wait with a timeout polls, up to 50 ms late);
@@ -161,10 +162,12 @@ def run_ffmpeg(
             reader.join(timeout=5)
             if code != 0:
                 said = _tail(err)
-                machine = machine_reason(code, said)
+                machine = machine_reason(code, kills_before)
                 if machine is not None:
                     log.info("ffmpeg failed on this machine (%s): %s", machine[1], said[-500:])
                     raise MachineFault(f"ffmpeg exited with code {code} ({machine[1]})", machine[0])
+                if code == -signal.SIGKILL:  # killed from outside, with no sign it was for memory: tried again
+                    raise RenderFailed("ffmpeg was killed by a signal it was not sent by quoteclip", argv, said, False)
                 raise RenderFailed(f"ffmpeg exited with code {code}{_errno_hint(code)}", argv, said)
             return _tail(err)
         finally:
@@ -174,27 +177,25 @@ def run_ffmpeg(
                 proc.stdout.close()
 
 
-MACHINE_ERRNOS = errors.MACHINE_ERRNOS  # (a system error of the machine, not of the input: quoteclip.errors)
 # Exit codes of a binary that could not run at all: 126 (found but not executable), 127 (not found, or a
 # library it needs is missing: the dynamic loader's code).
 BROKEN_BINARY_CODES = {126, 127}
 
 
-def machine_reason(code: int, stderr_tail: str = "") -> tuple[str, str] | None:
+def machine_reason(code: int, kills_before: int | None = None) -> tuple[str, str] | None:
     """Why an ffmpeg exit is this machine's fault, as (a MachineFault reason, the cause in words), or None when
-    it is the input's: a negated system errno of MACHINE_ERRNOS as the exit code, such an error in the last
-    lines it wrote (ffmpeg often exits with 1 after "No space left on device"), a binary that could not run, or
-    a SIGKILL that was not ours (the kernel's out-of-memory killer; a timeout's kill is told apart before)."""
-    if _errno(code) in MACHINE_ERRNOS:
-        return MACHINE_ERRNOS[_errno(code)], os.strerror(_errno(code))
+    nothing this process can measure says so: a binary that could not run, or a SIGKILL that was not ours while
+    the kernel's count of out-of-memory kills rose past ``kills_before`` (read when ffmpeg started; a timeout's
+    kill is told apart before). Neither the exit code of a system error nor the words ffmpeg printed decide: an
+    input can make ffmpeg exit with -ENOMEM (an expression too deep to parse) or print any text (a URL's path
+    names "No space left on device"). A full disk or memory exhausted is measured after the failure, where the
+    render's folders are known (jobs/pipeline/steps.py)."""
     if code in BROKEN_BINARY_CODES:
         return "ffmpeg", "the binary could not run"
     if code == -signal.SIGKILL:
-        return "memory", "killed: most likely by the kernel, out of memory"
-    last = "\n".join(stderr_tail.splitlines()[-5:])
-    for value, reason in MACHINE_ERRNOS.items():
-        if os.strerror(value) in last:
-            return reason, os.strerror(value)
+        kills = oom_kills()
+        if kills is not None and kills_before is not None and kills > kills_before:
+            return "memory", "killed by the kernel, out of memory"
     return None
 
 

@@ -94,7 +94,7 @@ class Kept:
         """The cut's frames (as decoded from the cut's start) reduced to the spans kept: selected by index and
         retimed one after another."""
         rate = f"({self.rate.numerator}/{self.rate.denominator})"
-        chosen = "+".join(f"between(n,{a},{b})" for a, b in self._relative())
+        chosen = any_of([f"between(n,{a},{b})" for a, b in self._relative()])
         return video.filter("select", chosen).filter("setpts", f"N/{rate}/TB")
 
     def _relative(self) -> list[tuple[int, int]]:
@@ -122,6 +122,17 @@ class Kept:
             joined = part if joined is None else ffmpeg.filter([joined, part], "acrossfade", d=CROSSFADE)
         assert joined is not None
         return video, joined
+
+
+TERMS_PER_GROUP = 8  # ffmpeg's expression parser refuses a sum of more than about 100 terms ("Cannot allocate memory")
+
+
+def any_of(terms: list[str]) -> str:
+    """``terms`` summed in an expression ffmpeg parses however many there are: groups of TERMS_PER_GROUP in
+    parentheses, grouped again until one sum is left (2,000 pauses nest four deep)."""
+    while len(terms) > TERMS_PER_GROUP:
+        terms = [f"({'+'.join(terms[i : i + TERMS_PER_GROUP])})" for i in range(0, len(terms), TERMS_PER_GROUP)]
+    return "+".join(terms)
 
 
 def _t(seconds: float | Fraction) -> str:

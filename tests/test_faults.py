@@ -332,22 +332,6 @@ def _ping(redis, url: str) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
-def test_full_disk_is_a_machine_fault(tmp_path) -> None:
-    """ffmpeg exiting with ENOSPC (as it does on a full disk: -28 as its exit code) is the machine's failure (a
-    MachineFault: the job goes back to the queue for another worker, no attempt spent); another exit code is the
-    input's, and final."""
-    from quoteclip.errors import QuoteclipError
-    from renderer.ffmpeg import run_ffmpeg
-
-    for code, machine, says in ((228, True, "No space left on device"), (1, False, "code 1")):
-        fake = tmp_path / f"ffmpeg-{code}"
-        fake.write_text(f"#!/bin/sh\necho 'could not write' >&2\nexit {code}\n")
-        fake.chmod(0o755)
-        with pytest.raises(QuoteclipError) as info:
-            run_ffmpeg([str(fake)], timeout=10)
-        assert info.value.machine is machine and info.value.permanent is not machine and says in str(info.value)
-
-
 def test_full_disk_fails_cleanly(media, tmp_path) -> None:
     """A render whose temp folder is a 200 KB tmpfs: exit 1 naming the cause, nothing stored, nothing left
     behind. The tmpfs is mounted in a private mount namespace (``unshare``), so this runs without root too."""

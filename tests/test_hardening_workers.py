@@ -52,42 +52,57 @@ ATTEMPTS = 3  # the queue's retries (jobs.queue.RETRY): a job that spent none st
 # ---- the parts, without services ----------------------------------------------------------------------------
 
 
-def test_ffmpeg_failing_on_the_machine_is_a_machine_fault(tmp_path: Path) -> None:
-    """What ffmpeg's exit says about the machine: a negated ENOSPC/ENOMEM code, "No space left on device" in its
-    last lines (with exit code 1), a binary that cannot run (126/127, or none there), a SIGKILL not ours (the
-    OOM killer) are MachineFaults; any other exit is the input's, a permanent RenderFailed."""
+def test_ffmpeg_failing_is_the_machines_only_on_the_machines_evidence(tmp_path: Path, monkeypatch) -> None:
+    """What ffmpeg's exit says about the machine: a binary that cannot run (126/127, or none there) is this
+    machine's; a SIGKILL not ours is the OOM killer's only when the kernel's count of OOM kills rose meanwhile
+    (here a stand-in cgroup's ``memory.events``, written by the fake ffmpeg as the kernel would). A negated
+    ENOSPC/ENOMEM exit code and "No space left on device" in its words are the input's, a permanent RenderFailed:
+    an input makes ffmpeg exit with -ENOMEM (an expression too deep to parse), and a URL can name any error."""
+    import quoteclip.machine
     from renderer.ffmpeg import run_ffmpeg
 
-    cases = {
-        "exit 228": ("disk", "No space left on device"),  # -ENOSPC
-        "exit 244": ("memory", "Cannot allocate memory"),  # -ENOMEM
-        "echo 'out.mp4: No space left on device' >&2; exit 1": ("disk", "No space left on device"),
-        "exit 127": ("ffmpeg", "could not run"),
-        "kill -KILL $$": ("memory", "killed"),
-    }
-    for n, (script, (reason, says)) in enumerate(cases.items()):
-        fake = tmp_path / f"ffmpeg-{n}"
-        fake.write_text(f"#!/bin/sh\n{script}\n")
-        fake.chmod(0o755)
-        with pytest.raises(MachineFault) as info:
-            run_ffmpeg([str(fake)], timeout=10)
-        assert (info.value.reason, info.value.permanent) == (reason, False) and says in str(info.value), script
+    events = tmp_path / "memory.events"
+    events.write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    monkeypatch.setattr(quoteclip.machine, "CGROUP", tmp_path)
+
+    def fake(name: str, script: str) -> str:
+        path = tmp_path / f"ffmpeg-{name}"
+        path.write_text(f"#!/bin/sh\n{script}\n")
+        path.chmod(0o755)
+        return str(path)
+
+    with pytest.raises(MachineFault) as broken:
+        run_ffmpeg([fake("127", "exit 127")], timeout=10)
+    assert (broken.value.reason, broken.value.permanent) == ("ffmpeg", False) and "could not run" in str(broken.value)
     with pytest.raises(MachineFault) as missing:
         run_ffmpeg([str(tmp_path / "no-such-ffmpeg")], timeout=10)
     assert missing.value.reason == "ffmpeg" and "could not be started" in str(missing.value)
-    fake = tmp_path / "ffmpeg-input"
-    fake.write_text("#!/bin/sh\necho 'Invalid data found when processing input' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    with pytest.raises(RenderFailed) as info_input:
-        run_ffmpeg([str(fake)], timeout=10)
-    assert info_input.value.permanent and not info_input.value.machine
+    oom = f"echo 'oom 1' >> '{events}'; echo 'oom_kill 1' >> '{events}'; kill -KILL $$"
+    with pytest.raises(MachineFault) as killed:
+        run_ffmpeg([fake("oom", oom)], timeout=10)
+    assert (killed.value.reason, killed.value.permanent) == ("memory", False) and "out of memory" in str(killed.value)
+
+    inputs = {
+        "exit 228": "No space left on device",  # -ENOSPC: measured by the pipeline, never read from the code
+        "exit 244": "Cannot allocate memory",  # -ENOMEM: what a select expression of 101 terms gets
+        "echo 'http://cdn.example/No space left on device.mp4: Cannot allocate memory' >&2; exit 1": "code 1",
+        "echo 'Invalid data found when processing input' >&2; exit 1": "code 1",
+    }
+    for n, (script, says) in enumerate(inputs.items()):
+        with pytest.raises(RenderFailed) as info:
+            run_ffmpeg([fake(f"input-{n}", script)], timeout=10)
+        assert info.value.permanent and not info.value.machine and says in str(info.value), script
+    with pytest.raises(RenderFailed) as stranger:  # killed, and no OOM kill counted: tried again, not the machine
+        run_ffmpeg([fake("kill", "kill -KILL $$")], timeout=10)
+    assert not stranger.value.permanent and not stranger.value.machine
 
 
 def test_errors_wrapping_a_machine_fault_are_machine_faults() -> None:
     """The full disk as it reached clients: PyAV's read of the source cache failed with ENOSPC and the probe
     raised ``source could not be read ([Errno 28] No space left on device)`` in its place (``from None``). The
-    pipeline sees the OSError it was raised during, or the system error its message names."""
-    from quoteclip.errors import machine_fault
+    pipeline sees the OSError it was raised during; an error's words alone (a URL's path, a page's reason phrase)
+    are never a machine's fault."""
+    from quoteclip.errors import SourceUnavailable, machine_fault
 
     def probe() -> None:
         try:
@@ -99,10 +114,14 @@ def test_errors_wrapping_a_machine_fault_are_machine_faults() -> None:
         probe()
     fault = machine_fault(wrapped.value)
     assert fault is not None and fault.reason == "disk" and "No space left on device" in str(fault)
-    said = SourceTransient("source read failed ([Errno 24] Too many open files): cdn.example")
-    assert (machine_fault(said) or MachineFault("", "disk")).reason == "files"
     assert machine_fault(MemoryError()) is not None
-    assert machine_fault(SourceTransient("source too slow (3 KB/s): cdn.example")) is None
+    for said in (
+        "source read failed ([Errno 24] Too many open files): cdn.example",
+        "source not found (HTTP 404): http://127.0.0.1/No space left on device.mp4",
+        "source unavailable (HTTP 503 Cannot allocate memory): http://127.0.0.1/watch",
+        "source too slow (3 KB/s): cdn.example",
+    ):
+        assert machine_fault(SourceUnavailable(said)) is None, said
     assert machine_fault(OSError(errno.ENOENT, "No such file or directory")) is None
 
 
@@ -784,3 +803,55 @@ def test_a_render_goes_on_through_a_redis_restart(fleet, queue_env, media, tmp_p
         fleet.stop()
         server.kill()
         server.wait()
+
+
+class ReasonPhrases:
+    """A loopback site that answers every request 404 with a reason phrase naming a system error."""
+
+    def __init__(self, phrase: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(404, phrase)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_no_request_decides_a_worker_is_sick(fleet, queue_env, http_source, media, redis_url) -> None:
+    """Errors whose words name a system error, from a URL's path and from a page's reason phrase (yt-dlp passes it
+    through), fail their jobs with their reasons at once: no hand-back, the worker stays healthy and renders the
+    next clip without a pause. (A worker that took them for its machine's paused 30 s per request.)"""
+    from quoteclip import redis_keys
+
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=30))
+    site = ReasonPhrases("Cannot allocate memory")
+    try:
+        fleet.start("w", {"QUOTECLIP_SICK_PAUSE": "600"})
+        settings = Settings.from_env(queue_env)
+        bad = [
+            enqueue_clip(build_spec({"source": url, "start": 1, "end": 2}), settings).job_id
+            for url in (http_source.url("No space left on device.mp4"), f"{site.base}/watch?v=ENOMEM")
+        ]
+        for job_id in bad:
+            wait_for(lambda j=job_id: job_status(j, settings)["status"] == "failed", 60, f"{job_id} to fail")
+        good = enqueue_clip(build_spec({"source": http_source.url("ep.mp4"), "start": 1, "end": 2}), settings)
+        wait_for(lambda: job_status(good.job_id, settings)["status"] == "finished", 30, "the next clip to finish")
+    finally:
+        site.close()
+    conn = redis.Redis.from_url(redis_url)
+    assert conn.hget(redis_keys.worker("w"), "state") == b"healthy", fleet.log("w")[-2000:]
+    for job_id in bad:
+        status = job_status(job_id, settings)
+        assert status["error"].startswith("source"), status
+        assert "handbacks" not in _job(redis_url, job_id).meta, status

@@ -170,3 +170,30 @@ def test_poster_rendered_alone_is_the_tightened_clips(pause_source, settings, tm
 
     assert named(settings.storage_dir / f"{alone.key}.jpg") == 90
     assert named(Path(clip.path).with_suffix(".jpg")) == 90
+
+
+@pytest.mark.slow
+def test_tighten_a_monologue_of_many_pauses(media, settings) -> None:
+    """A quote with 110 pauses (ffmpeg's expression parser refused a sum of more than 100 terms, exit 244 "Cannot
+    allocate memory", which was also taken for the worker's fault): every pause is cut, frame by frame."""
+    source = media(size="160x90", fps=10, duration=45, pattern="levels")
+    words = [{"text": f"w{n}", "start": round(0.4 * n, 2), "end": round(0.4 * n + 0.1, 2)} for n in range(111)]
+    result = produce_clip(
+        build_spec(
+            {
+                "source": str(source),
+                "start": 0.0,
+                "end": 44.2,
+                "caption": " ".join(w["text"] for w in words),
+                "words": words,
+                "tighten": 0.1,
+                "quality": "preview",
+                "fades": False,
+            }
+        ),
+        settings,
+        LocalStorage(settings.storage_dir),
+    )
+    spans = manifest_of(result)["kept"]
+    assert len(spans) == 111
+    check_frames(result, spans)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable, machine_fault
+from quoteclip.machine import available_memory
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, format_time
 from renderer.ffmpeg import die_with_parent, ffmpeg_binary, ffmpeg_version
@@ -374,9 +375,11 @@ def render_timings(ctx: Production, ffmpeg_s: float) -> dict[str, float]:
 @contextmanager
 def _machine_errors(settings: Settings, need: int) -> Iterator[None]:
     """A full disk (or no memory) while the job runs is this machine's failure, not the request's: a MachineFault,
-    whatever error it came wrapped in. A job that failed otherwise on a machine whose temp or source cache
-    folder is left with less room than the job's clips ``need`` failed for that (a source read that died on a
-    full cache reaches ffmpeg as a cut-short file, which it calls invalid data)."""
+    whatever error it came wrapped in (``machine_fault``: a system error of this process's own). A job that
+    failed otherwise is the machine's only when measured right after: its temp or source cache folder left with
+    less room than the job's clips ``need`` (a source read that died on a full cache reaches ffmpeg as a
+    cut-short file, which it calls invalid data; ffmpeg on a full disk exits with -ENOSPC), or less memory
+    available than a worker's minimum. What ffmpeg or a source said is never read for it."""
     try:
         yield
     except MachineFault:
@@ -390,6 +393,11 @@ def _machine_errors(settings: Settings, need: int) -> Iterator[None]:
             )
             if short is not None:
                 fault = MachineFault(f"{f'{exc}'.splitlines()[0]} ({short})", "disk")
+            else:
+                memory = available_memory()
+                if memory is not None and memory < settings.min_free_memory:
+                    left = f"{memory / 1024**2:.0f} MB of memory available"
+                    fault = MachineFault(f"{f'{exc}'.splitlines()[0]} ({left})", "memory")
         if fault is None:
             raise
         raise fault from exc
