@@ -37,6 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await listening
             await svc.hub.close()
+            svc.finders.close()
 
     app = FastAPI(
         title="quoteclip",

@@ -8,9 +8,11 @@ import time
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import Field, ValidationError
@@ -20,7 +22,15 @@ from quoteclip.errors import BadInput
 from quoteclip.platforms import PLATFORMS, parse_platforms
 from quoteclip.quotes import csv_quotes
 from quoteclip.spec import ClipSpec, build_spec, describe_validation_error, in_profiles, parse_profiles
-from quoteclip.transcript import MAX_TRANSCRIPT_BYTES, Word, find_quote, parse_cues, parse_json
+from quoteclip.transcript import (
+    MAX_SEARCH_SECONDS,
+    MAX_TRANSCRIPT_BYTES,
+    MAX_TRANSCRIPT_WORDS,
+    Word,
+    find_quote,
+    parse_cues,
+    parse_json,
+)
 
 from .auth import sign_path
 from .clips import accepted, accepted_profiles, status_of
@@ -29,7 +39,6 @@ from .errors import APIError
 from .models import MAX_BATCH, BatchRequest, Quote
 from .quotes import page_words
 
-MAX_TRANSCRIPT_WORDS = 60_000  # about seven hours of speech at 150 words a minute
 MAX_BODY_VALUES = 6 * MAX_TRANSCRIPT_WORDS + 50_000  # a full transcript and a hundred quotes, with room
 
 
@@ -76,59 +85,106 @@ class BatchBody(BatchRequest):
     transcript: str | None = Field(default=None, max_length=MAX_TRANSCRIPT_BYTES)
 
 
-@router.post("/batches", responses={422: {}, 429: {}})
-def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) -> dict[str, Any]:
+@router.post("/batches", responses={422: {}, 429: {}, 503: {}})
+async def create_batch(request: BatchBody, allowance: AllowanceDep, svc: ServicesDep) -> dict[str, Any]:
     """One source, many quotes: a batch id, and one clip id a quote (identical quotes share one), queued behind
     on-demand clicks. A quote that cannot be rendered (a bad time, a caption too long, …) is left out and named
     in ``rejected`` (its number counted from 1, its ``line`` too when the quotes came as text, and why); the
     others are queued. A batch with no good quote is a 422, and so are quotes given as text with a quote left
     open that runs on into the next line (named by its line). ``profiles``: every quote in each shape, from one
     decode; ``platforms``: every quote for each platform's preset (its shape, caption margins, loudness). Counts
-    the clips it will queue against the caller's rate limit, before queueing any."""
+    the clips it will queue against the caller's rate limit, before queueing any; with a ``transcript``, every
+    quote it names (each of its shapes) before the transcript is read, and the quotes are found in the API's
+    finder threads (api/finders.py)."""
+    planned = _planned(request)
+    if request.transcript is not None:
+        await run_in_threadpool(allowance.take, len(planned.quotes) * planned.shapes)
+        good, rejected = await svc.finders.run(_specs, request, planned, svc)
+        return await run_in_threadpool(_queued, request, planned, good, rejected, svc)
+    good, rejected = await run_in_threadpool(_specs, request, planned, svc)
+    await run_in_threadpool(allowance.take, sum(len(specs) for _, specs in good))
+    return await run_in_threadpool(_queued, request, planned, good, rejected, svc)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A batch's quotes as given, before any is looked for: the fields they share, their shapes, their lines."""
+
+    common: dict[str, Any]
+    profiles: tuple[str, ...] | None
+    platforms: tuple[str, ...] | None
+    quotes: list[Any]
+    lines: dict[int, int]  # quote number → its line in the quotes' text
+
+    @property
+    def shapes(self) -> int:
+        return len(self.profiles or self.platforms or [None])
+
+
+def _planned(request: BatchBody) -> Planned:
     common = dict(request.model_extra or {})
     profiles = parse_profiles(common.pop("profiles")) if common.get("profiles") is not None else None
     platforms = _platforms(common.pop("platforms")) if common.get("platforms") is not None else None
     if profiles is not None and platforms is not None:
         raise BadInput("platforms: a platform sets the shape; give platforms or profiles, not both")
-    lines: dict[int, int] = {}  # quote number → its line in the quotes' text
+    lines: dict[int, int] = {}
     if isinstance(request.quotes, str):
         listed = quotes_of_text(request.quotes)
         lines = {number: line for number, (line, _) in enumerate(listed, start=1)}
         quotes: list[Any] = [fields for _, fields in listed]
     else:
         quotes = request.quotes
-    if request.transcript == "source":  # the page's own captions (api/quotes.py), read in this request's thread
+    return Planned(common, profiles, platforms, quotes, lines)
+
+
+def _specs(
+    request: BatchBody, planned: Planned, svc: ServicesDep
+) -> tuple[list[tuple[int, list[ClipSpec]]], list[dict[str, Any]]]:
+    """Each good quote's clips (found in the transcript first, when the batch has one), and the quotes refused."""
+    if request.transcript == "source":  # the page's own captions (api/quotes.py)
         spoken: list[Word] | None = page_words(request.source, svc.settings, svc.connection)
     else:
         spoken = transcript_words(request.transcript) if request.transcript is not None else None
     good: list[tuple[int, list[ClipSpec]]] = []  # each good quote's clips
     rejected: list[dict[str, Any]] = []
-    finding = time.monotonic() + FINDING_SECONDS
+    began = time.thread_time()  # the CPU time this thread spends finding the batch's quotes
+    quotes, lines, platforms = planned.quotes, planned.lines, planned.platforms
     for number, quote in enumerate(quotes, start=1):
-        if spoken is not None and number > 1 and time.monotonic() > finding:
+        left = FINDING_SECONDS - (time.thread_time() - began)
+        if spoken is not None and number > 1 and left <= 0:
             raise BadInput(
                 f"transcript: finding the quotes in the transcript took over {FINDING_SECONDS:.0f} s ({number - 1} "
                 f"of {len(quotes)} looked for); send fewer quotes a batch, the part of the transcript they are in, or "
                 "their start and end"
             )
         try:
-            fields = _quote(quote if spoken is None else _found(quote, spoken))
+            fields = _quote(quote if spoken is None else _found(quote, spoken, min(MAX_SEARCH_SECONDS, left)))
             specs = [
                 build_spec(
-                    {**common, **over, "source": request.source, **fields},
+                    {**planned.common, **over, "source": request.source, **fields},
                     max_seconds=svc.settings.max_clip_seconds,
                     encoder_preset=svc.settings.encoder_preset,
                 )
                 for over in ([{"platform": name} for name in platforms] if platforms else [{}])
             ]
-            good.append((number, in_profiles(specs[0], profiles) if profiles is not None else specs))
+            good.append((number, in_profiles(specs[0], planned.profiles) if planned.profiles is not None else specs))
         except BadInput as exc:
             rejected.append({"quote": number, **_line(lines, number), "error": f"{exc.kind}: {exc}"})
     if not good:
         named = ("line", "line") if lines else ("quote", "quote")
         reasons = "; ".join(f"{named[0]} {r[named[1]]}: {r['error']}" for r in rejected[:3])
         raise BadInput(f"quotes: no quote of the batch can be rendered ({reasons})")
-    allowance.take(sum(len(specs) for _, specs in good))
+    return good, rejected
+
+
+def _queued(
+    request: BatchBody,
+    planned: Planned,
+    good: list[tuple[int, list[ClipSpec]]],
+    rejected: list[dict[str, Any]],
+    svc: ServicesDep,
+) -> dict[str, Any]:
+    profiles, lines = planned.profiles, planned.lines
     clips: list[dict[str, Any]] = []
     what: list[dict[str, Any]] = []
     for number, specs in good:
@@ -218,7 +274,7 @@ def _within(words: int) -> None:
         )
 
 
-def _found(quote: object, spoken: list[Word]) -> object:
+def _found(quote: object, spoken: list[Word], seconds: float = MAX_SEARCH_SECONDS) -> object:
     """A quote found in the transcript by its caption, as ``--transcript`` finds one: its words' times, and its
     start and end unless the quote gives them. Finding one is bounded (``quoteclip.transcript.align``): a quote whose
     words occur too often to be found in time is refused, asking for its start and end."""
@@ -227,7 +283,7 @@ def _found(quote: object, spoken: list[Word]) -> object:
     caption = str(quote.get("caption") or "")
     if not caption.strip():
         raise BadInput("caption: give the quote's text to find it in the transcript")
-    found, timed = find_quote(caption, spoken)
+    found, timed = find_quote(caption, spoken, max_seconds=seconds)
     words = [{"text": w.text, "start": w.start, "end": w.end} for w in timed]
     return {"start": found.start, "end": found.end, **quote, "words": words}
 

@@ -90,19 +90,33 @@ def status_of(svc: Services, clip_id: str) -> dict[str, Any]:
     response_model=ClipAccepted | ClipsAccepted,
     responses={200: {"model": ClipAccepted | ClipsAccepted}, 422: {}, 429: {}},
 )
-def create_clip(request: ClipRequest, allowance: AllowanceDep, svc: ServicesDep) -> JSONResponse:
+async def create_clip(request: ClipRequest, allowance: AllowanceDep, svc: ServicesDep) -> JSONResponse:
     """Render a clip (or find it). 200 with the link when stored; 202 with the job's id otherwise. With
     ``profiles``, one clip per profile from one decode: ``{"clips": [...]}``, 200 when all are stored. Counts one
-    clip a profile against the caller's rate limit (a stored one too)."""
-    fields = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, svc.connection)
+    clip a profile against the caller's rate limit (a stored one too); a quote found by its words
+    (``transcript: "source"``) is counted before the page is read, and found in the API's finder threads
+    (api/finders.py), never in a request thread."""
+    fields = request.model_dump(exclude={"callback_url", "profiles"})
+    charged = 0
+    if fields.get("transcript") is not None:
+        charged = len(parse_profiles(request.profiles)) if request.profiles is not None else 1
+        await run_in_threadpool(allowance.take, charged)
+        fields = await svc.finders.run(quote_fields, fields, svc.settings, svc.connection)
+    return await run_in_threadpool(_create_clip, request, fields, allowance, svc, charged)
+
+
+def _create_clip(
+    request: ClipRequest, fields: dict[str, Any], allowance: AllowanceDep, svc: Services, charged: int
+) -> JSONResponse:
+    fields = quote_fields(fields, svc.settings, svc.connection)  # (a quote found already: the fields as they are)
     spec = clip_spec(fields, svc.settings)
     if request.profiles is not None:
         specs = in_profiles(spec, parse_profiles(request.profiles))
-        allowance.take(len(specs))
+        allowance.take(len(specs) - charged)
         clips = accepted_profiles(svc, specs, request.callback_url)
         status = 200 if all(c.link and c.cached for c in clips) else 202
         return JSONResponse(ClipsAccepted(clips=clips).model_dump(), status_code=status)
-    allowance.take(1)
+    allowance.take(1 - charged)
     body, status = accepted(svc, spec, request.callback_url)
     return JSONResponse(body.model_dump(), status_code=status)
 

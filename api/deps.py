@@ -26,6 +26,7 @@ from .caps import ClientCaps
 from .errors import APIError
 from .events import JobEvents
 from .fanout import Findings, Hub, blocking_client, shares
+from .finders import Finders
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Services:
     hub: Hub
     caps: ClientCaps
     findings: Findings
+    finders: Finders
 
     def link_for(self, job_id: str, link: str | None, route: str = "file") -> str | None:
         """Local-folder links are file:// URIs a browser cannot open: served through the API instead (signed,
@@ -134,6 +136,7 @@ def open_services(settings: Settings) -> Services:
         Hub(settings, rendering),
         ClientCaps(settings),
         Findings(),
+        Finders(settings.finders),
     )
 
 
@@ -162,7 +165,8 @@ class Allowance:
         self.svc, self.who = svc, who
 
     def take(self, clips: int) -> None:
-        self.svc.limits.take(self.who, clips)
+        if clips > 0:  # (nothing left to count: the clips were counted before their quote was found)
+            self.svc.limits.take(self.who, clips)
 
 
 def allowance(who: Annotated[str, Depends(client_key)], svc: ServicesDep) -> Allowance:

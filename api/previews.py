@@ -4,8 +4,10 @@ source's own frames (no encode), its WebVTT captions and the exact source frames
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from jobs.pipeline.produce import produce_clip
@@ -13,7 +15,7 @@ from quoteclip.spec import build_spec
 from renderer.sidecars import captions_vtt
 
 from .clips import status_of
-from .deps import RateLimited, ServicesDep
+from .deps import AllowanceDep, RateLimited, ServicesDep
 from .errors import APIError
 from .models import ClipRequest, Frame, PreviewAnswer
 from .quotes import quote_fields
@@ -26,15 +28,22 @@ _running = threading.BoundedSemaphore(MAX_PREVIEWS)
 
 
 @router.post("/previews", response_model=PreviewAnswer, responses={422: {}, 429: {}, 503: {}})
-def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> PreviewAnswer:
+async def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> PreviewAnswer:
     """The instant preview of a clip (any ``quality`` in the body is ignored): the source's frames from the
-    keyframe before ``start``, copied into an MP4 whose edit list starts playback at ``start``'s frame."""
+    keyframe before ``start``, copied into an MP4 whose edit list starts playback at ``start``'s frame. A quote
+    found by its words is found in the API's finder threads (api/finders.py)."""
     if request.callback_url is not None:
         raise APIError(422, "callback_url: previews answer at once and take no callback")
     if request.profiles is not None:
         raise APIError(422, "profiles: a preview is one clip in the source's own shape")
-    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, None)
-    data |= {"quality": "instant"}
+    data = request.model_dump(exclude={"callback_url", "profiles"})
+    if data.get("transcript") is not None:
+        data = await svc.finders.run(quote_fields, data, svc.settings, None)
+    return await run_in_threadpool(_preview, data, svc)
+
+
+def _preview(data: dict[str, Any], svc: ServicesDep) -> PreviewAnswer:
+    data = quote_fields(data, svc.settings, None) | {"quality": "instant"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     if not _running.acquire(blocking=False):
         raise APIError(503, f"{MAX_PREVIEWS} previews are being made; try again", {"Retry-After": "1"})
@@ -63,14 +72,22 @@ def create_preview(request: ClipRequest, _: RateLimited, svc: ServicesDep) -> Pr
 
 
 @router.post("/previews/captions", response_class=Response, responses={200: {"content": {"text/vtt": {}}}, 422: {}})
-def preview_captions(request: ClipRequest, svc: ServicesDep) -> Response:
+async def preview_captions(request: ClipRequest, allowance: AllowanceDep, svc: ServicesDep) -> Response:
     """The WebVTT captions a clip's final render burns (a cue per caption state, the spoken word marked), laid out
     from the body alone: no source read, no render. The edit page shows them when the words are corrected, so a
-    correction shows at once what the final will burn."""
+    correction shows at once what the final will burn. A quote found by its words in the page's captions reads the
+    page: counted against the caller's rate limit first, and found in the API's finder threads."""
     if request.profiles is not None:
         raise APIError(422, "profiles: a preview is one clip in the source's own shape")
-    data = quote_fields(request.model_dump(exclude={"callback_url", "profiles"}), svc.settings, None)
-    data |= {"quality": "final"}
+    data = request.model_dump(exclude={"callback_url", "profiles"})
+    if data.get("transcript") is not None:
+        await run_in_threadpool(allowance.take, 1)
+        data = await svc.finders.run(quote_fields, data, svc.settings, None)
+    return await run_in_threadpool(_captions, data, svc)
+
+
+def _captions(data: dict[str, Any], svc: ServicesDep) -> Response:
+    data = quote_fields(data, svc.settings, None) | {"quality": "final"}
     spec = build_spec(data, max_seconds=svc.settings.max_clip_seconds)
     return Response(captions_vtt(spec), media_type="text/vtt")
 

@@ -5,11 +5,12 @@ the same egress proxy, address rules and response cap as a render's extraction) 
 ``quoteclip render --transcript source --quote`` does (``sources.captions.quote_found``): the clip runs from its
 first word's start to its last word's end, its words timed for the word highlight.
 
-Where it runs: in the request's own thread. ``POST /clips``, ``/previews`` and ``/batches`` are plain ``def``
-endpoints, which FastAPI runs in its thread pool, never on the event loop. It cannot wait for a worker: a clip's
-identity (its cache key, its link, whether it is stored already) is made of its start and end, needed before it is
-queued, and a quote not found is the caller's 422 now rather than a failed job later. The page's extraction and
-its captions are kept in the shared extraction store (Redis), so the worker rendering the clip reads neither again.
+Where it runs: in the API's finder threads (api/finders.py: a few threads of their own, a bounded queue, `503` past
+it), never in the request threads that answer every other route, nor on the event loop. It cannot wait for a
+worker: a clip's identity (its cache key, its link, whether it is stored already) is made of its start and end,
+needed before it is queued, and a quote not found is the caller's 422 now rather than a failed job later. The page's
+extraction and its captions are kept in the shared extraction store (Redis), so the worker rendering the clip reads
+neither again.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ router = APIRouter()
 AROUND = 30.0  # seconds of words before a cut's start and after its end that the edit page lists
 
 
+WIDEST_WORDS = 600.0  # seconds from a window's start to its end that /previews/words answers at most (and AROUND)
+
+
 class SourceWordsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
@@ -91,15 +95,23 @@ class SourceWords(BaseModel):
     words: list[dict[str, Any]]  # {text, start, end}, source seconds
 
 
-@router.post("/previews/words", response_model=SourceWords, responses={422: {}, 429: {}})
-def words_of_source(request: SourceWordsRequest, _: RateLimited, svc: ServicesDep) -> SourceWords:
-    """The page's own captions as timed words, for the edit page's word list and word nudges: with ``start`` and
-    ``end``, the words from 30 s before the start to 30 s after the end. Read through the extraction
-    store of this process, where its previews look (one extraction for the page, its captions and the editor's
-    previews); a page without captions, or a media file, is a 422 naming why."""
-    words = page_words(request.source, svc.settings, None)  # kept where the edit page's previews look (this process)
-    low = (request.start if request.start is not None else 0.0) - AROUND
-    high = request.end + AROUND if request.end is not None else float("inf")
+@router.post("/previews/words", response_model=SourceWords, responses={422: {}, 429: {}, 503: {}})
+async def words_of_source(request: SourceWordsRequest, _: RateLimited, svc: ServicesDep) -> SourceWords:
+    """The page's own captions as timed words, for the edit page's word list and word nudges: the words from 30 s
+    before ``start`` (0 when not given) to 30 s after ``end`` (``start`` when not given), a window of at most
+    WIDEST_WORDS seconds. Read through the extraction store of this process, where its previews look (one
+    extraction for the page, its captions and the editor's previews), in the API's finder threads; a page without
+    captions, or a media file, is a 422 naming why."""
+    start = request.start if request.start is not None else 0.0
+    end = request.end if request.end is not None else start
+    if end < start:
+        raise BadInput(f"end must be after start, got start={start} end={end}")
+    if end - start > WIDEST_WORDS:
+        raise BadInput(
+            f"end: the words of at most {WIDEST_WORDS:g} s are answered at once, got start={start} end={end}"
+        )
+    words = await svc.finders.run(page_words, request.source, svc.settings, None)  # kept where the previews look
+    low, high = start - AROUND, end + AROUND
     return SourceWords(
         words=[{"text": w.text, "start": w.start, "end": w.end} for w in words if w.end >= low and w.start <= high]
     )

@@ -723,6 +723,15 @@ class Settings:
         group="API and security",
         parse=_Number(1, whole=True),
     )
+    finders: int = _setting(
+        "QUOTECLIP_FINDERS",
+        'threads of one API process that read pages\' captions and find quotes in them (`transcript: "source"`, '
+        "a batch's transcript, the edit page's words), apart from its request threads; as many requests more may "
+        "wait for one, and past that a request is answered `503` with `Retry-After`",
+        default=4,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
     redis_connections: int = _setting(
         "QUOTECLIP_API_REDIS_CONNECTIONS",
         "Redis connections one API process holds in all, whatever its viewers, clips and requests: one for job "

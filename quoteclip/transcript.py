@@ -13,6 +13,7 @@ import html
 import json
 import math
 import re
+import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ _CUE_TIME = re.compile(r"^\s*((?:\d+:)?\d{1,2}:\d{2}[.,]\d{1,3})\s*-->\s*((?:\d+
 _INLINE = re.compile(r"<((?:\d+:)?\d{1,2}:\d{2}\.\d{3})>")
 _TAG = re.compile(r"<[^>]*>")
 MAX_TRANSCRIPT_BYTES = 20 * 1024 * 1024
+# Words a transcript may hold, whoever sends it (a file, a batch's text, a page's own captions): about seven hours of
+# speech at 150 words a minute. A page's caption track is read to at most MAX_TRACK_BYTES.
+MAX_TRANSCRIPT_WORDS = 60_000
+MAX_TRACK_BYTES = 4 * 1024 * 1024
 DEFAULT_THRESHOLD = 0.8
 
 
@@ -153,6 +158,8 @@ def parse_json3(data: object) -> list[Word]:
             begin = float(event.get("tStartMs") or 0) / 1000
             until = begin + float(event.get("dDurationMs") or 0) / 1000
             segs = [(float(seg.get("tOffsetMs") or 0) / 1000, str(seg.get("utf8") or "")) for seg in event["segs"]]
+            if not all(math.isfinite(t) for t in (begin, until, *(o for o, _ in segs))):
+                raise ValueError("not finite")
         except (AttributeError, TypeError, ValueError):
             raise BadInput(f"transcript: json3 event {n} has no readable times: {str(event)[:80]!r}") from None
         try:
@@ -189,15 +196,35 @@ def parse_json3(data: object) -> list[Word]:
     return out
 
 
-def read_transcript(text: str, name: str) -> list[Word]:
-    """Words from a transcript's text: JSON (a word list, or YouTube's json3 captions), else WebVTT or SRT."""
+def read_transcript(text: str, name: str, max_words: int = MAX_TRANSCRIPT_WORDS) -> list[Word]:
+    """Words from a transcript's text: JSON (a word list, or YouTube's json3 captions), else WebVTT or SRT. More than
+    ``max_words`` words is refused (BadInput), counted before the text is parsed where its form allows (a cue, a
+    json3 segment, a JSON object each hold one word at least) and after; so is JSON nested too deeply, and times
+    that are not finite numbers."""
     if text.lstrip().startswith(("[", "{")):
+        # each of a word list's words is an object; each of json3's words has a segment's "utf8" text
+        within(text.count('"utf8"') if '"events"' in text else text.count("{") - 1, name, max_words)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(f"transcript: {name} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        return parse_json3(data) if isinstance(data, dict) and "events" in data else parse_json(data)
-    return parse_cues(text)
+        except RecursionError:
+            raise BadInput(f"transcript: {name} is JSON nested too deeply (a transcript is a list of words)") from None
+        words = parse_json3(data) if isinstance(data, dict) and "events" in data else parse_json(data)
+    else:
+        within(text.count("-->"), name, max_words)
+        words = parse_cues(text)
+    within(len(words), name, max_words)
+    return words
+
+
+def within(words: int, name: str, max_words: int = MAX_TRANSCRIPT_WORDS) -> None:
+    """Refuse a transcript of more than ``max_words`` words (or cues, or JSON objects, counted before parsing)."""
+    if words > max_words:
+        raise BadInput(
+            f"transcript: {name} holds {words} words or cues, over the {max_words} a transcript may hold "
+            "(send the part the quotes are in, or the quotes' start and end)"
+        )
 
 
 def load_transcript(path: str | Path) -> list[Word]:
@@ -240,67 +267,111 @@ def _close(a: str, b: str) -> bool:
     """Small transcription differences: "schedule"/"scheduling", "gonna"/"going" are not; "colour"/"color" are."""
     if a == b:
         return True
-    if min(len(a), len(b)) >= 4 and (a.startswith(b[:-1]) or b.startswith(a[:-1])) and abs(len(a) - len(b)) <= 3:
+    shorter, longer = sorted((len(a), len(b)))
+    if shorter < 4:
+        return False
+    if (a.startswith(b[:-1]) or b.startswith(a[:-1])) and longer - shorter <= 3:
         return True
-    return min(len(a), len(b)) >= 4 and SequenceMatcher(None, a, b).ratio() >= 0.8
+    # a ratio of 0.8 needs 2·shorter/(shorter+longer) ≥ 0.8 at best; then the bounds difflib computes cheaply first
+    if 2 * shorter < 0.8 * (shorter + longer):
+        return False
+    matcher = SequenceMatcher(None, a, b)
+    return matcher.quick_ratio() >= 0.8 and matcher.ratio() >= 0.8
+
+
+class Budget:
+    """The CPU time (this thread's) one search may spend: ``spend`` raises BadInput, naming the quote, once it is
+    past."""
+
+    def __init__(self, seconds: float, quote: str) -> None:
+        self.until = time.thread_time() + seconds
+        self.seconds, self.quote = seconds, quote
+
+    def spend(self) -> None:
+        if time.thread_time() > self.until:
+            raise BadInput(
+                f"quote: looking for it in the transcript took over {self.seconds:g} s of CPU; give its start and "
+                f"end, or a transcript of the part it is in: {self.quote[:80]!r}"
+            )
 
 
 def _fuzzy(window: list[str], wanted: list[str]) -> list[str]:
     """The window with each token replaced by a quote token it is close to, so near misses still match."""
-    vocabulary = set(wanted)
-    unique = list(dict.fromkeys(wanted))  # the first close one wins: a repeated quote word changes nothing
-    chosen: dict[str, str] = {}
-    out = []
-    for t in window:
-        if t in vocabulary:
-            out.append(t)
-            continue
-        if t not in chosen:
-            chosen[t] = next((q for q in unique if _close(t, q)), t)
-        out.append(chosen[t])
-    return out
+    return _Near(window, wanted).window(0, len(window))
+
+
+class _Near:
+    """A transcript's tokens, each as the quote token it is close to (itself when it is one of the quote's, or close
+    to none), found the first time a window reads it and remembered: a search looks only around the places its
+    anchors occur, so a transcript of 20,000 distinct words costs only the few it reads (its CPU counted in
+    ``budget``)."""
+
+    def __init__(self, tokens: list[str], wanted: list[str], budget: Budget | None = None) -> None:
+        self.tokens, self.budget = tokens, budget
+        self.vocabulary = set(wanted)
+        self.unique = list(dict.fromkeys(wanted))  # the first close one wins: a repeated quote word changes nothing
+        self.chosen: dict[str, str] = {}
+
+    def window(self, lo: int, hi: int) -> list[str]:
+        out = []
+        for t in self.tokens[lo:hi]:
+            if t in self.vocabulary:
+                out.append(t)
+                continue
+            if t not in self.chosen:
+                if self.budget is not None and len(self.chosen) % 64 == 0:
+                    self.budget.spend()
+                self.chosen[t] = next((q for q in self.unique if _close(t, q)), t)
+            out.append(self.chosen[t])
+        return out
 
 
 # Finding a quote compares a window of about its words with it at each place its first or last three words occur.
 # A place whose window cannot beat the best match so far (too few of the quote's words in it) is skipped, and the
-# search stops at a perfect match; past MAX_COMPARISONS windows compared in full it stops and names the quote.
+# search stops at a perfect match; past MAX_COMPARISONS windows compared in full, or MAX_SEARCH_SECONDS of CPU (the
+# near misses looked for included), it stops and names the quote.
 MAX_COMPARISONS = 4000
+MAX_SEARCH_SECONDS = 2.0
 
 
 def align(
-    quote: str, words: list[Word], threshold: float = DEFAULT_THRESHOLD, max_comparisons: int = MAX_COMPARISONS
+    quote: str,
+    words: list[Word],
+    threshold: float = DEFAULT_THRESHOLD,
+    max_comparisons: int = MAX_COMPARISONS,
+    max_seconds: float = MAX_SEARCH_SECONDS,
 ) -> Alignment:
     """Find ``quote`` in ``words``: tolerant of case, punctuation and small transcription differences.
 
     Bounded: a place whose window holds too few of the quote's words to beat the best match found is not compared,
     and a perfect match ends the search, so a quote of common words ("the the the …") in a long transcript takes a
-    fraction of a second; a quote needing over ``max_comparisons`` full comparisons is refused (BadInput), asking
-    for its start and end."""
+    fraction of a second; a quote needing over ``max_comparisons`` full comparisons, or over ``max_seconds`` of this
+    thread's CPU time in all, is refused (BadInput), asking for its start and end."""
+    budget = Budget(max_seconds, quote)
     wanted = quote_tokens(quote)
     if not wanted:
         raise BadInput("quote: the quote's text has no words to look for")
     tokens, owner = _parts([w.text for w in words], drop_fillers=True)  # each token points back at its word
-    near = _fuzzy(tokens, wanted)  # each token as the quote token it is close to (the same for every window)
+    near = _Near(tokens, wanted, budget)  # each token as the quote token it is close to, looked up when first read
     n = len(wanted)
     want = Counter(wanted)
     anchors = set(wanted[: min(3, n)]) | set(wanted[-min(3, n) :])
     width = n + max(2, n // 5)
     best = (0.0, 0, 0)
     compared = 0
-    # no window scores above the share of the quote's words the whole transcript holds: reached, the search ends
-    total = Counter(near)
-    ceiling = min(1.0, sum(min(c, total[t]) for t, c in want.items()) / n)
     for i, token in enumerate(tokens):
         if token not in anchors:
             continue
         for offset in range(min(3, n)):
             lo = max(0, i - offset if token == wanted[offset] else i)
-            window = near[lo : lo + width]
+            window = near.window(lo, lo + width)
             # at most the quote's words the window holds can match: the score is at most that over n
             have = Counter(window)
             if sum(min(c, have[t]) for t, c in want.items()) / n <= best[0]:
                 continue
             compared += 1
+            if compared % 64 == 0:
+                budget.spend()
             if compared > max_comparisons:
                 raise BadInput(
                     f"quote: its words occur too often in the transcript to find a quote of {n} words in time "
@@ -315,8 +386,8 @@ def align(
             score = matched / max(n, span)  # words found, less words in between that the quote lacks
             if score > best[0]:
                 best = (score, lo + first.b, lo + last.b + last.size - 1)
-        if best[0] >= ceiling:
-            break  # nothing scores above it (a perfect match, or all of the quote the transcript holds)
+        if best[0] >= 1.0:
+            break  # a perfect match: nothing scores above it
     score, a, b = best
     score = min(1.0, round(score, 3))
     if tokens:
@@ -330,13 +401,13 @@ def align(
     return Alignment(found[0].start, found[-1].end, score, found)
 
 
-def find_quote(quote: str, words: list[Word]) -> tuple[Alignment, list[Word]]:
+def find_quote(quote: str, words: list[Word], max_seconds: float = MAX_SEARCH_SECONDS) -> tuple[Alignment, list[Word]]:
     """``quote`` found in a transcript's ``words`` (``align``), and its own words with the times of those they match
     (``retime``): a clip's start and end, and its word highlight. The one way a quote is found, by the command line's
     ``--transcript``, a batch's transcript and a request's ``transcript: "source"``."""
     if not quote.strip():
         raise BadInput("quote: give the quote's text to find it in the transcript")
-    found = align(quote, words)
+    found = align(quote, words, max_seconds=max_seconds)
     return found, retime(quote, found.words)
 
 

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -168,12 +169,55 @@ class RedisEntries:
                 self.redis.delete(name)
 
 
-class FileEntries:
-    """Entries as files under the cache folder (the inline CLI may have no Redis): one JSON file each, holding the
-    entry's expiry; one lock file each, so two CLI renders of one page extract once."""
+_SWEEPS: dict[Path, tuple[int, float]] = {}  # folder → (puts since its last sweep, when it was swept)
+_SWEEPS_LOCK = threading.Lock()
 
-    def __init__(self, folder: Path) -> None:
+
+class FileEntries:
+    """Entries as files under the cache folder (the inline CLI may have no Redis; the API keeps its previews' pages
+    here): one JSON file each, holding the entry's expiry; one lock file each, so two CLI renders of one page
+    extract once. Bounded: every SWEEP_PUTS puts or SWEEP_SECONDS, expired entries and old lock files are deleted,
+    then the oldest entries until the folder holds at most ``max_bytes``."""
+
+    SWEEP_PUTS = 64
+    SWEEP_SECONDS = 60.0
+    LOCK_KEPT = 600.0  # seconds a lock file is kept after its last use
+
+    def __init__(self, folder: Path, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.folder = folder
+        self.max_bytes = max_bytes
+
+    def sweep(self) -> None:
+        """Delete expired entries and lock files unused for LOCK_KEPT seconds, then the entries written longest ago
+        while the folder holds more than ``max_bytes``."""
+        now, kept = time.time(), []
+        try:
+            listed = list(os.scandir(self.folder))
+        except OSError:
+            return
+        for item in listed:
+            try:
+                st = item.stat()
+                if item.name.endswith(".lock"):
+                    if st.st_mtime < now - self.LOCK_KEPT:
+                        os.unlink(item.path)
+                    continue
+                if item.name.startswith(".entry-"):  # a write in progress, or one a dead process left
+                    if st.st_mtime < now - self.LOCK_KEPT:
+                        os.unlink(item.path)
+                    continue
+                if item.name.endswith(".json") and self.get(item.name.removesuffix(".json")) is None:
+                    os.unlink(item.path)
+                    continue
+                kept.append((st.st_mtime, st.st_size, item.path))
+            except OSError:
+                continue
+        total = sum(size for _, size, _ in kept)
+        for _, size, path in sorted(kept):
+            if total <= self.max_bytes:
+                break
+            Path(path).unlink(missing_ok=True)
+            total -= size
 
     def _path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -194,6 +238,12 @@ class FileEntries:
         with os.fdopen(fd, "w") as f:
             json.dump({"until": time.time() + ttl, "value": value}, f)
         os.replace(tmp, self._path(key))
+        with _SWEEPS_LOCK:  # one count per folder in this process, whichever FileEntries wrote
+            puts, swept = _SWEEPS.get(self.folder, (0, 0.0))
+            due = puts + 1 >= self.SWEEP_PUTS or time.monotonic() - swept > self.SWEEP_SECONDS
+            _SWEEPS[self.folder] = (0, time.monotonic()) if due else (puts + 1, swept)
+        if due:
+            self.sweep()
 
     def drop(self, key: str, only_if: str | None = None) -> None:
         if only_if is None or self.get(key) == only_if:

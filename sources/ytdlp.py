@@ -33,6 +33,7 @@ from quoteclip.errors import (
     SourceTransient,
     SourceUnavailable,
 )
+from quoteclip.transcript import MAX_TRACK_BYTES
 
 from .egress import EgressProxy, PageLimits, page_limits
 from .extraction import Extracted, MediaFormat
@@ -430,7 +431,14 @@ def read_track(ydl: Any, info: dict[str, Any], langs: tuple[str, ...]) -> Captio
             chosen = requested[lang]
             text = chosen.get("data")
             if text is None and chosen.get("url"):
-                text = ydl.urlopen(chosen["url"]).read().decode("utf-8-sig", errors="replace")
+                with ydl.urlopen(chosen["url"]) as answer:
+                    raw = answer.read(MAX_TRACK_BYTES + 1)
+                text = raw.decode("utf-8-sig", errors="replace") if len(raw) <= MAX_TRACK_BYTES else raw
+            if isinstance(text, bytes | str) and len(text) > MAX_TRACK_BYTES:
+                raise BadInput(
+                    f"transcript: source: the page's {lang} captions are over {MAX_TRACK_BYTES // 1024**2} MB, more "
+                    "than a transcript may be; give a transcript file of the part the quote is in"
+                )
             if text:
                 return CaptionTrack(lang, lang in people, str(chosen.get("ext") or ""), text)
     return None
