@@ -19,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 
 from quoteclip.settings import Settings
 
+from .caps import client_of
+
 log = logging.getLogger(__name__)
 
 # With keys set, let in without one: these paths (any method), every signed clip link (its signature is its
@@ -111,7 +113,7 @@ class RequireKey:
             scope[ADMITTED] = "public"
             await self.app(scope, receive, send)
             return
-        address = (scope.get("client") or ("unknown", 0))[0]
+        address = client_of((scope.get("client") or ("unknown", 0))[0])
         wait = await self._count(self.failures.auth_blocked, address)
         if wait is not None:
             await _answer(send, 429, "too many failed authentications from this address; try again later", wait)

@@ -1,11 +1,13 @@
 """Per-client caps of one API process, by client address (forwarded addresses count only from
-``QUOTECLIP_TRUSTED_PROXIES``): the streams it reads at once (``QUOTECLIP_CLIENT_STREAMS``), its requests held
-while a clip renders (``QUOTECLIP_CLIENT_HELD``) and its HLS part requests a second (``QUOTECLIP_CLIENT_PARTS``).
-Past a cap the request is answered ``429`` with ``Retry-After``, before it costs anything. Counted in memory: each
-API process caps its own share (a proxy in front caps the whole, docs/deploy.md)."""
+``QUOTECLIP_TRUSTED_PROXIES``; an IPv6 /64 is one client): the streams it reads at once
+(``QUOTECLIP_CLIENT_STREAMS``), its requests held while a clip renders (``QUOTECLIP_CLIENT_HELD``) and its HLS part
+requests a second (``QUOTECLIP_CLIENT_PARTS``). Past a cap the request is answered ``429`` with ``Retry-After``,
+before it costs anything. Counted in memory: each API process caps its own share (a proxy in front caps the whole,
+docs/deploy.md)."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections import deque
@@ -33,7 +35,23 @@ class CapReached(Exception):
 
 
 def address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    return client_of(request.client.host if request.client else "unknown")
+
+
+def client_of(host: str) -> str:
+    """The client an address stands for in the per-client caps, rate limits and failed authentications: an IPv4
+    address itself; an IPv6 address's /64 (one subscriber's network: a client has its whole /64 to pick from, so
+    counting addresses one by one would count nothing)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if ip.version == 6:
+        mapped = ip.ipv4_mapped  # (an IPv4 client of a dual-stack socket)
+        if mapped is not None:
+            return str(mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return host
 
 
 class ClientCaps:

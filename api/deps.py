@@ -22,7 +22,7 @@ from quoteclip.settings import Settings
 from storage import LocalStorage, Storage, open_storage
 
 from .auth import given_key, sign_path
-from .caps import ClientCaps
+from .caps import ClientCaps, address
 from .errors import APIError
 from .events import JobEvents
 from .fanout import Findings, Hub, blocking_client, shares
@@ -150,11 +150,11 @@ ServicesDep = Annotated[Services, Depends(services)]
 
 def client_key(request: Request, svc: ServicesDep) -> str:
     """Who is calling, for the rate limit: the whole API key (hashed; the middleware has checked it), else the
-    client's address (forwarded headers count only from QUOTECLIP_TRUSTED_PROXIES)."""
+    client's address (forwarded headers count only from QUOTECLIP_TRUSTED_PROXIES; an IPv6 /64 is one client)."""
     key = given_key({k.lower().encode(): v.encode() for k, v in request.headers.items()})
     if svc.settings.api_keys and key:
         return "key:" + hashlib.sha256(key.encode()).hexdigest()
-    return "ip:" + (request.client.host if request.client else "unknown")
+    return "ip:" + address(request)
 
 
 class Allowance:

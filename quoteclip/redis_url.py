@@ -47,12 +47,15 @@ class SentinelURL:
 
 
 def shown(text: str) -> str:
-    """The URL as a message may quote it: its password and its options (a sentinel password) left out."""
-    text = text.partition("?")[0]
-    head, at, tail = text.rpartition("@")
-    if not at:
-        return text[:120]
-    return f"{head.partition('://')[0]}://***@{tail}"[:120]
+    """The URL as a message may quote it: its password and its options (a sentinel password) left out. Whatever
+    precedes the last ``@`` is taken for credentials, a ``/`` or ``?`` in them (a password not percent-encoded)
+    included, so no part of a password is shown."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    _, at, tail = rest.rpartition("@")
+    kept = f"***@{tail}" if at else rest
+    return f"{scheme}{sep}{kept.partition('?')[0]}"[:120]
 
 
 _shown = shown
@@ -123,6 +126,15 @@ def check(text: str, name: str) -> str:
         raise BadInput(
             f"{name} must be a Redis URL like redis://redis.internal:6379/0 or {EXAMPLE}, got {_shown(text)[:80]!r}"
         )
+    if scheme != "unix":
+        try:  # as redis-py reads it, whose own error would quote what it took for the port: a password's start
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (read for its ValueError)
+        except ValueError:
+            raise BadInput(
+                f"{name} must be a Redis URL like redis://redis.internal:6379/0, got {_shown(text)[:80]!r}: its host "
+                "and port cannot be read (a password holding /, ? or # must be percent-encoded: %2F, %3F, %23)"
+            ) from None
     return text
 
 

@@ -151,10 +151,11 @@ def build_loudness_probe(
 
 
 def parse_loudness(said: str) -> Loudness | None:
-    """The integrated loudness and true peak of ``ebur128``'s summary in ffmpeg's log; None when it has none."""
+    """The integrated loudness and true peak of ``ebur128``'s summary in ffmpeg's log (``nan`` for sound holding
+    samples that are not numbers); None when it has none."""
     summary = said.rpartition("Summary:")[2]
-    integrated = re.search(r"\bI:\s+(-?[\d.]+|-inf)\s+LUFS", summary)
-    peak = re.search(r"\bPeak:\s+(-?[\d.]+|-inf)\s+dBFS", summary)
+    integrated = re.search(r"\bI:\s+(-?[\d.]+|-inf|nan)\s+LUFS", summary)
+    peak = re.search(r"\bPeak:\s+(-?[\d.]+|-inf|nan)\s+dBFS", summary)
     if not integrated or not peak:
         return None
     return Loudness(float(integrated.group(1)), float(peak.group(1)))

@@ -4,6 +4,7 @@ results."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -215,6 +216,11 @@ def measure_loudness(
     measured = parse_loudness(said)
     if measured is None:
         raise RenderFailed("ffmpeg measured the sound's loudness but did not say it", argv, said)
+    if math.isnan(measured.integrated) or math.isnan(measured.true_peak):
+        raise BadInput(
+            "loudness: the source's sound in the cut holds samples that are not numbers (NaN), so its loudness "
+            "cannot be measured; render the clip without loudness (or a platform's preset)"
+        )
     log.info(
         "loudness measured in %.3f s: %.1f LUFS, true peak %.1f dBTP",
         time.perf_counter() - began,

@@ -43,6 +43,9 @@ def resolve_source(source: str, allow_local: bool) -> SourceRef:
     except ValueError:  # bad IPv6 brackets, and the like
         raise BadInput(f"source URL is malformed: {source[:200]!r}") from None
     if parts.scheme in {"http", "https"}:
+        if not source.startswith(parts.scheme):  # urlsplit lowers it: "HTTP://" is one clip spelled two ways
+            written = source.split(":", 1)[0]
+            raise BadInput(f"source URL scheme must be written in lower case ({parts.scheme}), got {written!r}")
         if not hostname:
             raise BadInput(f"source URL has no host: {source!r}")
         if not hostname.isascii():

@@ -94,6 +94,39 @@ def test_bad_uploads_are_refused(client, data: bytes, message: str) -> None:
     assert response.status_code == 422 and message in response.json()["detail"], response.text
 
 
+def png_with(kind: bytes, body: bytes) -> bytes:
+    """A sound 8×8 PNG with one more chunk, of ``kind`` and ``body``, after its pixels."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGBA", (8, 8), (1, 2, 3, 255)).save(out, "PNG")
+    png = out.getvalue()
+    chunk = struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return png[:-12] + chunk + png[-12:]  # before IEND
+
+
+def test_a_png_whose_text_inflates_past_the_renderers_limit_is_refused_at_upload(client) -> None:
+    """A zTXt (or compressed iTXt, or iCCP) chunk of 20 MB of zeros in 20 KB: the upload's check once passed it
+    (only checksums are verified) and every render using the logo then failed as an internal error."""
+    import zlib
+
+    bomb = zlib.compress(b"\0" * (20 * 1024**2), 9)
+    for kind, body in (
+        (b"zTXt", b"Comment\0\0" + bomb),
+        (b"iTXt", b"Comment\0\1\0en\0Kommentar\0" + bomb),
+        (b"iCCP", b"icc\0\0" + bomb),
+    ):
+        response = client.post("/assets", content=png_with(kind, body))
+        assert response.status_code == 422, (kind, response.text)
+        assert f"{kind.decode()} chunk inflates past 1 MB" in response.json()["detail"], response.text
+    small = client.post("/assets", content=png_with(b"zTXt", b"Comment\0\0" + zlib.compress(b"made with care")))
+    assert small.status_code == 201, small.text
+
+
 def test_uploads_are_capped(client, tmp_path) -> None:
     big = client.post("/assets", content=red_png(tmp_path / "big.png", (5000, 10)))
     assert big.status_code == 422 and "at most 4096 px a side" in big.json()["detail"]

@@ -445,3 +445,23 @@ def test_slow_receivers_do_not_hold_a_prompt_ones_delivery(workers, redis_url) -
     assert arrived < 3, out[-3000:]
     assert all(9 < h < 11.5 for h in held), held
     assert worker.returncode == 0, out[-3000:]
+
+
+def test_an_ipv6_64_is_one_client_for_the_rate_limit_and_the_caps(queue_env, source_url) -> None:
+    """A client has its whole /64 to pick addresses from: three addresses of one /64 share one rate limit (they once
+    counted one by one); another /64 has its own. The per-address caps read the same client."""
+    from api.caps import CapReached, ClientCaps, client_of
+
+    settings = Settings.from_env({**queue_env, "QUOTECLIP_RATE_LIMIT": "2"})
+    app = create_app(settings)
+    statuses = []
+    for n, host in enumerate(("2001:db8:0:1::a", "2001:db8:0:1::b", "2001:db8:0:1:ffff::c", "2001:db8:0:2::a")):
+        client = TestClient(app, client=(host, 50000 + n))
+        statuses.append(client.post("/clips", json={"source": source_url, "start": 1, "end": 2 + n / 10}).status_code)
+    assert statuses == [202, 202, 429, 202], statuses
+    assert client_of("2001:db8:0:1:ffff::c") == "2001:db8:0:1::/64"
+    assert client_of("::ffff:192.0.2.7") == "192.0.2.7" and client_of("192.0.2.7") == "192.0.2.7"
+    caps = ClientCaps(Settings.from_env({**queue_env, "QUOTECLIP_CLIENT_STREAMS": "1"}))
+    caps.take("streams", client_of("2001:db8:0:1::a"))
+    with pytest.raises(CapReached):
+        caps.take("streams", client_of("2001:db8:0:1::b"))

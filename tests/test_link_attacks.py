@@ -351,3 +351,53 @@ def test_a_revoked_link_is_410_before_its_scopes_are_refused(env: dict[str, str]
     env["QUOTECLIP_REDIS_URL"] = "redis://127.0.0.1:1/0"
     away = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
     assert away.head(links.path_of(links.sign(quote(end=4, caption="c"), "scoped", S1, key_id="k1"))).status_code == 503
+
+
+def test_a_revoked_clip_is_refused_under_every_spelling_of_its_source(env: dict[str, str]) -> None:
+    """``revoke --clip`` names what the clip is, as the store's key does: the same video as ``youtu.be/ID``,
+    ``m.youtube.com/…`` or with ``#t=1``, the same file with a ``#fragment`` or an upper-case host, are all refused
+    (they once served the revoked clip, same ETag); an upper-case scheme is refused as a source. Another clip
+    stays answered."""
+    env.update({"QUOTECLIP_SOURCE_HOSTS": "*", "QUOTECLIP_API_KEYS": "api-key-0123456789"})
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
+    video = "Dkm0sjuzgPU"
+    spellings = {
+        f"https://www.youtube.com/watch?v={video}": [
+            f"https://youtu.be/{video}",
+            f"https://m.youtube.com/watch?v={video}",
+            f"https://www.youtube.com/watch?v={video}#t=1",
+            f"https://www.youtube.com/shorts/{video}",
+        ],
+        SOURCE: [f"{SOURCE}#t=1", f"{SOURCE}#x"],
+        "http://clips.example/episode.mp4": ["http://CLIPS.Example/episode.mp4"],
+    }
+    for revoked, others in spellings.items():
+        link = links.sign(quote(source=revoked), "starzero", S1, key_id="k1")
+        assert app.head(link).status_code == 404, revoked  # verified, not stored: no render for a HEAD
+        answer = app.request(
+            "DELETE",
+            f"/links/{links.link_hash(links.path_of(link))}",
+            json={"link": link, "clip": True},
+            headers={"X-API-Key": "api-key-0123456789"},
+        )
+        assert answer.status_code == 200, answer.text
+        for spelled in others:
+            other = links.sign(quote(source=spelled), "starzero", S1, key_id="k1")
+            assert app.head(other).status_code == 410, spelled
+    upper = links.sign(quote(source="HTTP://clips.example/episode.mp4"), "starzero", S1, key_id="k1")
+    assert app.head(upper).status_code in (403, 410, 422)
+    assert app.get(upper).status_code != 200
+    kept = links.sign(quote(source=f"https://youtu.be/{video}", caption="another clip"), "starzero", S1, key_id="k1")
+    assert app.head(kept).status_code == 404
+
+
+def test_link_answers_say_nosniff(env: dict[str, str]) -> None:
+    """A link's answer is only what its type says (a browser never sniffs a caption file into a page): a captions
+    link made from its spec, and a clip not stored."""
+    app = started(TestClient(create_app(Settings.from_env(env)), follow_redirects=False))
+    captions = app.get(links.sign(quote(), "starzero", S1, key_id="k1", variant="captions"))
+    assert captions.status_code == 200 and captions.headers["content-type"].startswith("text/vtt"), captions.text
+    missing = app.head(links.sign(quote(), "starzero", S1, key_id="k1"))
+    assert missing.status_code == 404
+    for answer in (captions, missing):
+        assert answer.headers["x-content-type-options"] == "nosniff"

@@ -43,6 +43,7 @@ def assert_link_error(answer, status: int) -> None:
     assert answer.status_code == status, (answer.status_code, answer.text)
     assert answer.headers["cache-control"] == "no-store"
     assert answer.headers["access-control-allow-origin"] == "*"
+    assert answer.headers["x-content-type-options"] == "nosniff"
     exposed = {h.strip().lower() for h in answer.headers["access-control-expose-headers"].split(",")}
     assert {"retry-after", "content-range", "etag"} <= exposed, exposed
 

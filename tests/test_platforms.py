@@ -137,6 +137,25 @@ def test_a_platform_clip_has_its_shape_its_loudness_and_its_captions_clear_of_th
     assert (rgb_frame(clip, at=0.9).max(axis=2) > 100).sum() > 500  # (the captions are there)
 
 
+def test_sound_of_nan_samples_is_refused_for_loudness_naming_why(tmp_path, ffmpeg_bin) -> None:
+    """A source whose sound is 32-bit float samples that are NaN: ebur128 says ``Peak: nan dBFS``, which was read as
+    "ffmpeg measured the sound's loudness but did not say it" (a render failure); it is the input's, named."""
+    import struct
+
+    raw, source = tmp_path / "nan.f32", tmp_path / "nan.mov"
+    raw.write_bytes(struct.pack("<f", float("nan")) * 48000 * 3)
+    subprocess.run(
+        [ffmpeg_bin, "-hide_banner", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=s=160x90:r=25:d=3"]
+        + ["-f", "f32le", "-ar", "48000", "-ac", "1", "-i", str(raw), "-c:v", "libx264", "-preset", "ultrafast"]
+        + ["-c:a", "pcm_f32le", "-shortest", str(source)],
+        check=True,
+        timeout=60,
+    )
+    spec = build_spec({"source": str(source), "start": 0.5, "end": 2.5, "loudness": -14})
+    with pytest.raises(BadInput, match=r"samples that are not numbers \(NaN\)"):
+        render(spec, source, tmp_path / "out", ffmpeg_bin)
+
+
 def test_a_quote_longer_than_the_platform_takes_is_refused_with_the_limit(tmp_path) -> None:
     with pytest.raises(BadInput, match=r"platform x takes at most 140 s; this quote is 151 s"):
         build_spec({"source": "a.mp4", "start": 10, "end": 161, "platform": "x"})

@@ -197,3 +197,18 @@ def test_a_redis_url_is_shown_without_either_password() -> None:
 
     shown = _shown("redis+sentinel://:serverpw@h1:26379,h2:26379/mymaster/0?sentinel_password=sentinelpw")
     assert "serverpw" not in shown and "sentinelpw" not in shown and "h1:26379,h2:26379/mymaster/0" in shown
+
+
+def test_no_part_of_a_password_holding_a_slash_or_question_mark_is_shown() -> None:
+    """A password not percent-encoded (``/``, ``?``, ``#`` in it): redis-py once named its start as a bad port in an
+    "internal error"; now a bad input naming the variable and the fix, the password left out."""
+    from conftest import run_cli
+
+    from quoteclip.redis_url import shown
+
+    for url in ("redis://:sec/ret@127.0.0.1:6379/0", "redis://:sec?ret@127.0.0.1:6379/0", "redis://:se#cret@h:1/0"):
+        assert "sec" not in shown(url) and "ret" not in shown(url), url
+        done = run_cli("health", env={"QUOTECLIP_REDIS_URL": url})
+        assert done.returncode == 2, done.stderr
+        assert "QUOTECLIP_REDIS_URL" in done.stderr and "percent-encoded" in done.stderr, done.stderr
+        assert "sec" not in done.stderr and "internal error" not in done.stderr, done.stderr

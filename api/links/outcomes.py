@@ -30,6 +30,7 @@ CORS = {
         f"Accept-Ranges, Content-Length, Content-Range, ETag, Retry-After, {streams.CODECS}"
     ),
 }
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}  # a clip, poster or captions is only what its type says
 PREFLIGHT = {
     **CORS,
     "Access-Control-Allow-Methods": "GET, HEAD",
@@ -71,7 +72,9 @@ class Answer:
 def error_response(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """Every error answer to a link request: its one line, never cached, readable by any page."""
     return JSONResponse(
-        {"detail": detail}, status_code=status, headers={"Cache-Control": NO_STORE, **CORS, **(headers or {})}
+        {"detail": detail},
+        status_code=status,
+        headers={"Cache-Control": NO_STORE, **CORS, **NOSNIFF, **(headers or {})},
     )
 
 
@@ -112,7 +115,8 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message],
 
 class LinkHeaders:
     """The link headers on every answer under ``/l/``, whoever gave it (a route, a refusal, the app's Redis-away
-    503, a 404 or 405, an uncaught error): the links' CORS headers, and ``Cache-Control: no-store`` on any error;
+    503, a 404 or 405, an uncaught error): the links' CORS headers, ``X-Content-Type-Options: nosniff``, and
+    ``Cache-Control: no-store`` on any error;
     and a browser's CORS preflight (``OPTIONS``) answered here, 204, any origin. The app's outermost layer, so the
     API's own CORS settings (``QUOTECLIP_CORS_ORIGINS``) never narrow what signed links promise."""
 
@@ -133,7 +137,7 @@ class LinkHeaders:
             if message["type"] == "http.response.start":
                 started = True
                 headers = MutableHeaders(scope=message)
-                headers.update(CORS)
+                headers.update({**CORS, **NOSNIFF})
                 if message["status"] >= 400:
                     headers["Cache-Control"] = NO_STORE
             await send(message)

@@ -8,8 +8,10 @@ revoke LINK`` (cli/revoke.py) and ``DELETE /links/{hash}`` (with an API key).
   longest any expiring link may live (``links.MAX_LIFETIME``). A link without expiry is refused again after
   that: retire its key before then if it must stay refused.
 - A clip (``--clip``, ``"clip": true``) is named by its site and its fields apart from variant and expiry
-  (``links.clip_hash``), and apart from the watermark and logo for a key with a brand (``clip_of``): every
-  variant, every expiry, every key of the site; its entry lives ``DEFAULT_SECONDS``.
+  (``links.clip_hash``), its source by what it names (``source_identity``: ``youtu.be/ID``, ``m.youtube.com/…``,
+  a ``#t=1`` or an upper-case host are one clip, as in the store), and apart from the watermark and logo for a key
+  with a brand (``clip_of``): every variant, every expiry, every key of the site, every spelling of the source; its
+  entry lives ``DEFAULT_SECONDS``.
   A link past its expiry still names its clip (its signature holds): it revokes the clip's links that live on.
 - ``--delete-clip`` (``"delete_clip": true``) also removes the clip from the store, with its poster, captions and
   metadata, so a new render is needed for any other link to it.
@@ -22,6 +24,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import APIRouter, Body, HTTPException
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +34,7 @@ from redis.exceptions import RedisError
 from quoteclip import links
 from quoteclip.errors import BadInput, QuoteclipError, StorageFailed
 from quoteclip.settings import Settings, SiteKey
+from sources.identity import url_identity
 from storage import LocalStorage, Storage
 
 from ..deps import ServicesDep
@@ -62,22 +66,44 @@ def clip_entry(site: str, clip_hash: str) -> str:
     return f"{CLIP_KEY}{site}:{clip_hash}"
 
 
-def clip_of(data: dict[str, Any], site: SiteKey | None) -> str:
-    """The hash a clip is revoked under (short names, as ``links.decode`` answers): ``links.clip_hash``, without
-    the watermark and logo a key's brand replaces (links naming another mark render the same clip)."""
+def clip_of(data: dict[str, Any], site: SiteKey | None, literal: bool = False) -> str:
+    """The hash a clip is revoked under (short names, as ``links.decode`` answers): ``links.clip_hash`` of the
+    link's fields with its source as the store knows it (``source_identity``: every spelling of one video is one
+    clip), without the watermark and logo a key's brand replaces (links naming another mark render the same clip).
+    ``literal``: the source as the link spells it, as revocations were written before (still honoured)."""
     if site is not None and site.brand is not None:
         data = {short: value for short, value in data.items() if short not in ("w", "l")}
+    if not literal and isinstance(data.get("s"), str):
+        data = {**data, "s": source_identity(data["s"])}
     return links.clip_hash(data)
 
 
+def source_identity(source: str) -> str:
+    """What a link's source names, as the clip's store key does (``sources.identity.url_identity``: one YouTube
+    video whatever its spelling, any other URL less its ``#fragment``), its scheme and host in lower case; a source
+    that is no URL (a local path an operator allows) as it is."""
+    try:
+        parts = urlsplit(source)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            return source
+        identity = url_identity(source)
+    except (ValueError, BadInput):  # a malformed URL or a YouTube URL read two ways: never rendered, as it is
+        return source
+    if identity.startswith("url:"):
+        named = urlsplit(identity.removeprefix("url:"))
+        identity = "url:" + urlunsplit(named._replace(scheme=named.scheme.lower(), netloc=named.netloc.lower()))
+    return identity
+
+
 def entries(path: str, site: SiteKey | None = None) -> tuple[str, ...]:
-    """The deny list's entries that refuse a verified link's path (``/l/…``) of ``site``'s: its own, its clip's. A
-    link is revoked when one of them exists (one ``EXISTS``; api/links/verify.py asks it from the event loop: when
-    Redis cannot be asked, a revocation holds and the link is answered 503, not the clip)."""
+    """The deny list's entries that refuse a verified link's path (``/l/…``) of ``site``'s: its own, its clip's (by
+    what the clip is, and by the link's literal fields, as revocations were written before). A link is revoked when
+    one of them exists (one ``EXISTS``; api/links/verify.py asks it from the event loop: when Redis cannot be
+    asked, a revocation holds and the link is answered 503, not the clip)."""
     signer, payload, _, _ = links.parse(path)
     data, site_id = links.decode(payload), links.site_of(signer)
-    clips = {clip_entry(site_id, links.clip_hash(data)), clip_entry(site_id, clip_of(data, site))}
-    return (link_entry(links.link_hash(path)), *sorted(clips))
+    hashes = {links.clip_hash(data), clip_of(data, site, literal=True), clip_of(data, site)}
+    return (link_entry(links.link_hash(path)), *sorted(clip_entry(site_id, h) for h in hashes))
 
 
 def entry_seconds(expires: int | None, now: float) -> int:

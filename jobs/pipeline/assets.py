@@ -24,6 +24,44 @@ MAX_LOGO_SIDE = 4096
 CONTENT_TYPES = {"png": "image/png", "ttf": "font/ttf", "otf": "font/otf", "ttc": "font/collection"}
 
 
+# PNG chunks whose data is zlib-compressed, and where it starts: after a keyword (zTXt, iCCP: a name), its NUL and
+# a method byte; iTXt: a keyword, its NUL, a flag (compressed or not) and a method byte, a language and a
+# translated keyword, each ended by a NUL.
+COMPRESSED_CHUNKS = (b"zTXt", b"iCCP", b"iTXt")
+
+
+def _compressed_chunks_within(data: bytes) -> None:
+    """Refuse a PNG whose compressed ancillary chunks (text, ICC profile) inflate past what the renderer's Pillow
+    reads of one (``PngImagePlugin.MAX_TEXT_CHUNK``): ``verify`` only checks their checksums, and Pillow inflates
+    them when the logo is drawn, so such a logo (an 800 MB zTXt in 800 KB) failed every render that used it."""
+    import zlib
+
+    from PIL import PngImagePlugin
+
+    limit, at = PngImagePlugin.MAX_TEXT_CHUNK, 8
+    while at + 8 <= len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        at += 12 + length
+        if kind not in COMPRESSED_CHUNKS:
+            continue
+        start = body.find(b"\0") + 2  # the keyword, its NUL, the method (zTXt, iCCP)
+        if kind == b"iTXt":
+            if body[start - 1 : start] != b"\1":  # not compressed
+                continue
+            start = body.find(b"\0", body.find(b"\0", start + 1) + 1) + 1  # the language and translated keyword
+        inflater = zlib.decompressobj()
+        try:
+            inflater.decompress(body[start:], limit + 1)
+        except zlib.error:
+            raise BadInput(f"asset: the PNG's {kind.decode()} chunk is not readable") from None
+        if inflater.unconsumed_tail:
+            raise BadInput(
+                f"asset: the PNG's {kind.decode()} chunk inflates past {limit // 1024**2} MB, more than a logo's "
+                "text or colour profile may hold"
+            )
+
+
 def check_upload(data: bytes) -> str:
     """The kind of an uploaded brand file (png, ttf, otf, ttc), read from its bytes; BadInput otherwise."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -42,6 +80,7 @@ def check_upload(data: bytes) -> str:
             raise
         except Exception:  # noqa: BLE001  (any decoder error: the upload is not an image)
             raise BadInput("asset: not a readable PNG image") from None
+        _compressed_chunks_within(data)
         return "png"
     kind = {b"\x00\x01\x00\x00": "ttf", b"true": "ttf", b"OTTO": "otf", b"ttcf": "ttc"}.get(data[:4])
     if kind is None:
