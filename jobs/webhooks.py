@@ -36,7 +36,7 @@ from standardwebhooks.webhooks import Webhook
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput, DeliveryFailed, QuoteclipError
 from quoteclip.settings import Settings
-from sources.safety import check_url, connection_pool, host_header
+from sources.safety import check_url, connection_to, host_header
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,7 @@ def post(url: str, body: bytes, headers: dict[str, str], allowed_networks: tuple
         target = check_url(url, None, allowed_networks)
     except QuoteclipError as exc:
         raise DeliveryFailed(f"webhook receiver not allowed: {exc}") from None
-    pool = connection_pool(target, urllib3.Timeout(connect=min(CONNECT_TIMEOUT, deadline), read=deadline), maxsize=1)
-    conn = pool._new_conn()  # one connection of the vetted pool, held here so that the deadline can cut it
+    conn = connection_to(target, min(CONNECT_TIMEOUT, deadline))  # held here, so that the deadline can cut it
     limit = _Deadline(conn, deadline)
     try:
         conn.request(
@@ -162,7 +161,6 @@ def post(url: str, body: bytes, headers: dict[str, str], allowed_networks: tuple
     finally:
         limit.cancel()
         conn.close()
-        pool.close()
     return status
 
 

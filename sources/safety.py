@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
+import urllib3.connection
 
 from quoteclip.errors import BadInput, SourceRefused, SourceTransient
 
@@ -47,6 +48,22 @@ def connection_pool(
     if target.scheme == "https":
         return urllib3.HTTPSConnectionPool(target.address, target.port, timeout=timeout, maxsize=maxsize, **tls)
     return urllib3.HTTPConnectionPool(target.address, target.port, timeout=timeout, maxsize=maxsize)
+
+
+def connection_to(target: CheckedURL, timeout: float) -> urllib3.connection.HTTPConnection:
+    """One connection to the vetted address of ``target`` (TLS checked against its host name), made with urllib3's
+    public connection classes (``urllib3.connection``): connected on its first request; its caller holds it (a
+    webhook's deadline shuts its socket down)."""
+    if target.scheme == "https":
+        return urllib3.connection.HTTPSConnection(
+            target.address,
+            target.port,
+            timeout=timeout,
+            server_hostname=target.host,
+            assert_hostname=target.host,
+            cert_reqs="CERT_REQUIRED",
+        )
+    return urllib3.connection.HTTPConnection(target.address, target.port, timeout=timeout)
 
 
 def request_target(target: CheckedURL, proxy: str | None) -> str:
