@@ -264,9 +264,10 @@ class FontSet:
         return _length(self, text)
 
     def draw(
-        self, draw: ImageDraw.ImageDraw, x: float, baseline: float, text: str, fill: tuple[int, ...], stroke: int
+        self, image: Image.Image, x: float, baseline: float, text: str, fill: tuple[int, ...], stroke: int
     ) -> None:
-        """Draw ``text`` with its left end at ``x`` on ``baseline``."""
+        """Draw ``text`` on ``image`` with its left end at ``x`` on ``baseline`` (colour emoji composited on it)."""
+        draw = ImageDraw.Draw(image)
         if is_rtl(text):
             ref = self.whole(text)
             if ref is None:
@@ -283,8 +284,8 @@ class FontSet:
             return
         for run, ref in self.runs(text):
             if ref == _emoji_ref():
-                image, (left, top) = _emoji_image(run, self.size)
-                draw._image.alpha_composite(image, (round(x) + left, round(baseline) + top))
+                glyphs, (left, top) = _emoji_image(run, self.size)
+                image.alpha_composite(glyphs, (round(x) + left, round(baseline) + top))
                 x += _emoji_advance(run, self.size)
                 continue
             draw.text(

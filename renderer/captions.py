@@ -199,7 +199,7 @@ def _draw(
         shown = lit(line, text, current, style)
         if is_rtl(text) or current is None:
             # Right-to-left lines are shaped and ordered as a whole (raqm); they are not split into words.
-            font.draw(draw, left, baseline, text, accent if shown else color, stroke_px)
+            font.draw(img, left, baseline, text, accent if shown else color, stroke_px)
             continue
         for k, i in enumerate(line):
             word = _shown(words[i].text, style)
@@ -214,7 +214,7 @@ def _draw(
                     fill=accent,
                 )
                 fill = (0, 0, 0, 255)
-            font.draw(draw, x, baseline, word, fill, stroke_px)
+            font.draw(img, x, baseline, word, fill, stroke_px)
     return img
 
 

@@ -154,7 +154,7 @@ def test_rtl_lines_match_pillow_shaping() -> None:
     ref = fonts.whole(text)
     assert ref is not None
     ours = Image.new("RGBA", (600, 100))
-    fonts.draw(ImageDraw.Draw(ours), 10, 70, text, (255, 255, 255, 255), 0)
+    fonts.draw(ours, 10, 70, text, (255, 255, 255, 255), 0)
     shaped = Image.new("RGBA", (600, 100))
     ImageDraw.Draw(shaped).text((10, 70), text, font=fonts.font(ref), fill=(255, 255, 255, 255), anchor="ls")
     assert np.array_equal(np.asarray(ours), np.asarray(shaped))
