@@ -4,12 +4,17 @@ deadlines and a cap of its own.
 
 - A connection has ``QUOTECLIP_HEADER_TIMEOUT`` seconds to send a request's headers (from its connection, or from
   its first byte after a request), then ``QUOTECLIP_BODY_TIMEOUT`` seconds for its body; past either it is closed.
-  A request's headers are at most ``MAX_HEADER_BYTES`` (past it, 431 and the connection closed).
+  A request's head is at most ``MAX_HEADER_BYTES``, counted as its bytes arrive, before they are parsed, whether
+  they come a byte at a time or all in one read (past it, 431 and the connection closed).
+- An answer whose client takes none of it for ``QUOTECLIP_SEND_TIMEOUT`` seconds (its transport's buffer full,
+  asyncio's ``pause_writing`` not followed by ``resume_writing``) has its connection aborted: a stored file, a page
+  or a stream alike. A slow client that keeps reading is never cut.
 - An idle connection between requests is closed after ``QUOTECLIP_KEEP_ALIVE`` seconds (uvicorn's keep-alive).
-- One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections. One more takes the place of the
-  connection that has waited longest for a request's headers (closed at once): a flood of half-sent headers never
-  keeps a health check or a visitor out. When none waits for its headers, the newcomer is answered ``503`` with
-  ``Retry-After`` as it comes and closed, before anything of it is read.
+- One API process holds at most ``QUOTECLIP_MAX_CONNECTIONS`` connections. One more takes the place of the idle
+  connection that has waited longest (closed at once): one whose request's head or body is not all in, or one
+  kept alive between requests. A flood of half-sent heads, of heads without their bodies or of kept-alive
+  connections never keeps a health check or a visitor out. When none is idle, the newcomer is answered ``503``
+  with ``Retry-After`` as it comes and closed, before anything of it is read.
 - A connection buffers at most ``WRITE_BUFFER`` bytes of its answer before the answer waits for the client to read
   (asyncio's default is 64 KiB): a thousand viewers of a stream that stopped reading hold little.
 - A connection closed with bytes still buffered for it (a client that stopped reading) is aborted if it has not
@@ -81,6 +86,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     header_timeout = 10.0
     body_timeout = 60.0
+    send_timeout = 30.0
     max_connections = 1000
     close_grace = 10.0  # seconds a closed connection has to take what it was sent before it is aborted
     refused_at = 0.0  # when a refusal was last logged (class-wide)
@@ -89,9 +95,11 @@ class GuardedProtocol(HttpToolsProtocol):
     crowded: tuple[int, ...] | None = None  # the collector's thresholds while a crowd is connected (class-wide)
 
     _deadline: asyncio.TimerHandle | None = None
+    _stalled: asyncio.TimerHandle | None = None  # the answer's deadline while its client takes none of it
     _phase = ""
     _fd = -1  # the connection's socket (its file descriptor), while it is open
-    _head_bytes = 0  # bytes received while a request's headers are not all in
+    _head_bytes = 0  # bytes of a request's head received so far (while it is not all in)
+    _head_tail = b""  # the last bytes of the head so far (its end may come split between two reads)
     _writable: asyncio.Future[None] | None = None  # a chunk's writer waiting for the socket to take more
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -124,17 +132,20 @@ class GuardedProtocol(HttpToolsProtocol):
         self._arm("headers", self.header_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._phase in ("headers", "idle"):  # a request's head, counted before it is parsed, however it arrives
+            joined = self._head_tail + data
+            end = joined.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
+            if self._head_bytes > MAX_HEADER_BYTES:
+                self._too_large()
+                return
+            self._head_tail = joined[-3:] if end < 0 else b""
+            if end >= 0:
+                self._head_bytes = 0
         super().data_received(data)
-        if self._phase == "headers" and self.parser is not None:  # (a request begun, its headers not all in)
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEADER_BYTES and self.transport is not None:
-                self._disarm()
-                self.transport.write(TOO_LARGE)
-                self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_bytes = 0
         if self._phase != "headers":  # a request after an answer: its headers' deadline from its first byte
             self._arm("headers", self.header_timeout)
 
@@ -153,8 +164,40 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._disarm()  # the request is in: no deadline on it while it is answered
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport is not None and not self.transport.is_closing() and self.cycle is not None:
+            self._phase = "idle"  # kept alive for the next request (uvicorn's keep-alive ends it): evictable
+            GuardedProtocol.waiting[self] = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stalled is None:  # the client takes nothing: past the deadline its connection is cut
+            self._stalled = self.loop.call_later(self.send_timeout, self._send_expired)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:  # it took some: progress, the deadline starts again when it stops
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _send_expired(self) -> None:
+        self._stalled = None
+        if self.transport is not None and not self.transport.is_closing():
+            log.info("a client took none of its answer for %g s: its connection closed", self.send_timeout)
+            self.transport.abort()
+
+    def _too_large(self) -> None:
+        self._disarm()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(TOO_LARGE)
+            self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         self._stop_waiting()  # (before the transport closes the socket: its number may be another's next)
         self._fd = -1
         super().connection_lost(exc)
@@ -183,7 +226,8 @@ class GuardedProtocol(HttpToolsProtocol):
         give_back_memory()
 
     def _evict(self) -> bool:
-        """Room made by aborting the connection that has waited longest for a request's headers: whether one was."""
+        """Room made by aborting the idle connection (a request not all in, or kept alive between requests) that has
+        waited longest: whether one was."""
         waiting = GuardedProtocol.waiting
         while waiting:
             oldest, _ = waiting.popitem(last=False)
@@ -193,13 +237,14 @@ class GuardedProtocol(HttpToolsProtocol):
                 return True
         return False
 
-    # the connections waiting for a request's headers, the one waiting longest first (class-wide)
+    # the idle connections (a request's head or body not all in, or kept alive between requests), the one waiting
+    # longest first (class-wide)
     waiting: collections.OrderedDict[GuardedProtocol, None] = collections.OrderedDict()
 
     def _arm(self, phase: str, seconds: float) -> None:
         self._disarm()
         self._phase = phase
-        if phase == "headers":
+        if phase in ("headers", "body"):  # (a request not all in: its connection may make room for a newcomer)
             GuardedProtocol.waiting[self] = None
         self._deadline = self.loop.call_later(seconds, self._expired)
 
@@ -314,6 +359,7 @@ def protocol(settings: Settings) -> type[GuardedProtocol]:
         {
             "header_timeout": settings.header_timeout,
             "body_timeout": settings.body_timeout,
+            "send_timeout": settings.send_timeout,
             "max_connections": settings.max_connections,
             "close_grace": settings.stream_send_timeout,
         },

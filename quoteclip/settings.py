@@ -714,6 +714,14 @@ class Settings:
         group="API and security",
         parse=_Number(0.1),
     )
+    send_timeout: float = _setting(
+        "QUOTECLIP_SEND_TIMEOUT",
+        "seconds an answer may make no progress (its client taking none of its bytes: a stored clip, a page, a "
+        "stream alike) before its connection is closed; a slow client that keeps reading is never cut",
+        default=30.0,
+        group="API and security",
+        parse=_Number(0.1),
+    )
     max_connections: int = _setting(
         "QUOTECLIP_MAX_CONNECTIONS",
         "connections one API process holds at once; one more takes the place of the one waiting longest for a "

@@ -163,3 +163,89 @@ def test_the_front_door_runs_on_asyncios_loop_when_uvloop_is_installed(monkeypat
         got = answer(sock)
     assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"ok"), got[:200]
     assert loops and not issubclass(loops[0], Elsewhere), loops
+
+
+def test_a_head_past_its_cap_in_one_write_is_refused_431() -> None:
+    """A 17 KB head sent whole in one write (it once escaped the cap, counted only while a head was not all in):
+    431; a 12 KB head in one write is answered."""
+    with front_door(hello, Settings()) as port:
+        for size, status in ((17_000, b"431"), (12_000, b"200")):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * size + b"\r\nConnection: close\r\n\r\n")
+                got = answer(sock)
+            assert got.split(b" ", 2)[1] == status, (size, got[:100])
+
+
+async def big(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """A stored file's answer: 10 MB with its length, sent in 64 KB pieces as Starlette's FileResponse does."""
+    size, piece = 10 * 1024 * 1024, b"x" * 65536
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % size)]})
+    for _ in range(size // len(piece) - 1):
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": piece})
+
+
+def _open_files() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_clients_that_stop_reading_a_stored_file_are_cut_at_the_send_deadline() -> None:
+    """200 clients ask for a 10 MB answer and read none of it: each is cut once it has taken nothing for
+    ``QUOTECLIP_SEND_TIMEOUT`` (2 s here), so their connections leave the server (they once stayed as long as the
+    clients did: 400 file descriptors for 90 s and more); a slow client that keeps reading gets it all."""
+    settings = Settings.from_env({"QUOTECLIP_SEND_TIMEOUT": "2"})
+    with front_door(big, settings) as port:
+        before = _open_files()
+        stalled = []
+        for _ in range(200):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            stalled.append(sock)
+        assert until(lambda: _open_files() >= before + 300, 10), _open_files() - before  # both ends of each, here
+        began = time.monotonic()
+        assert until(lambda: _open_files() <= before + 200 + 10, 15), _open_files() - before  # the server's ends gone
+        cut = time.monotonic() - began
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got, slow_began = 0, time.monotonic()
+        slow.settimeout(10)
+        while chunk := slow.recv(256 * 1024):  # at most 2.5 MB a second, never 2 s without taking a byte
+            got += len(chunk)
+            time.sleep(0.1)
+        slow.close()
+        for sock in stalled:
+            sock.close()
+    print(f"\n200 stalled readers of a 10 MB answer: cut {cut:.1f} s after all were in (send deadline 2 s)")
+    assert got > 10 * 1024 * 1024, got
+    assert time.monotonic() - slow_began > 2
+
+
+def test_a_newcomer_takes_the_place_of_a_bodiless_post_or_an_idle_keep_alive() -> None:
+    """The cap full of connections that sent a POST's head and no body (their body deadline 60 s), then of kept-alive
+    connections between requests: a newcomer is answered, the oldest of them closed for it (they once kept every
+    newcomer at 503 for as long as they were renewed)."""
+    settings = Settings.from_env({"QUOTECLIP_MAX_CONNECTIONS": "20", "QUOTECLIP_KEEP_ALIVE": "60"})
+    with front_door(drained, settings) as port:
+        for kind in ("bodiless POST", "idle keep-alive"):
+            held = []
+            for _ in range(20):
+                sock = socket.create_connection(("127.0.0.1", port))
+                if kind == "bodiless POST":
+                    sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+                else:
+                    sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+                    sock.settimeout(5)
+                    assert sock.recv(4096).startswith(b"HTTP/1.1 200"), kind
+                held.append(sock)
+            time.sleep(0.3)
+            for n in range(5):  # newcomers, again and again
+                with socket.create_connection(("127.0.0.1", port)) as newcomer:
+                    newcomer.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                    got = answer(newcomer)
+                assert got.startswith(b"HTTP/1.1 200"), (kind, n, got[:80])
+            for sock in held:
+                sock.close()
+            time.sleep(0.3)

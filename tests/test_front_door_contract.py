@@ -34,6 +34,9 @@ OVERRIDDEN = {
     "on_headers_complete": f"{SERVER} (the extensions a stream's answer uses; HTTP/1.0's close-delimited answer)",
     "on_message_complete": f"{SERVER} (no deadline while a request is answered)",
     "connection_lost": f"{SERVER} (memory handed back once a crowd has left)",
+    "on_response_complete": f"{SERVER} (a kept-alive connection between requests may make room for a newcomer)",
+    "pause_writing": f"{SERVER} (the send deadline armed while a client takes none of its answer)",
+    "resume_writing": f"{SERVER} (the send deadline disarmed: the client took some)",
 }
 # attributes of the protocol read or written
 PROTOCOL_ATTRIBUTES = {

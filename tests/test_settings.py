@@ -117,6 +117,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_KEEP_ALIVE": ("2", 2.0),
     "QUOTECLIP_MAX_CONNECTIONS": ("500", 500),
     "QUOTECLIP_FINDERS": ("2", 2),
+    "QUOTECLIP_SEND_TIMEOUT": ("5", 5.0),
     "QUOTECLIP_API_REDIS_CONNECTIONS": ("2", 2),
     "QUOTECLIP_CLIENT_STREAMS": ("3", 3),
     "QUOTECLIP_CLIENT_HELD": ("5", 5),
