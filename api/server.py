@@ -49,6 +49,7 @@ import asyncio
 import collections
 import contextlib
 import gc
+import ipaddress
 import logging
 import os
 import socket
@@ -59,6 +60,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from quoteclip.settings import Settings
 
+from .caps import client_of
 from .fanout import give_back_memory
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ WRITE_CHUNK = "quoteclip.write_chunk"
 MAX_HEADER_BYTES = 16 * 1024
 HEADERS_TOO_LARGE = b"the request's headers are too large"
 FULL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+CROWDED = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
     b"Content-Length: %d\r\n\r\n%s" % (len(HEADERS_TOO_LARGE), HEADERS_TOO_LARGE)
@@ -88,6 +91,8 @@ class GuardedProtocol(HttpToolsProtocol):
     body_timeout = 60.0
     send_timeout = 30.0
     max_connections = 1000
+    client_connections = 256
+    trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()  # proxies: not capped per address
     close_grace = 10.0  # seconds a closed connection has to take what it was sent before it is aborted
     refused_at = 0.0  # when a refusal was last logged (class-wide)
     peak = 0  # the most connections held at once since memory was last handed back (class-wide)
@@ -98,6 +103,7 @@ class GuardedProtocol(HttpToolsProtocol):
     _stalled: asyncio.TimerHandle | None = None  # the answer's deadline while its client takes none of it
     _phase = ""
     _fd = -1  # the connection's socket (its file descriptor), while it is open
+    _client = ""  # the client address its connection is counted under (per_client), if capped
     _head_bytes = 0  # bytes of a request's head received so far (while it is not all in)
     _head_tail = b""  # the last bytes of the head so far (its end may come split between two reads)
     _writable: asyncio.Future[None] | None = None  # a chunk's writer waiting for the socket to take more
@@ -110,6 +116,10 @@ class GuardedProtocol(HttpToolsProtocol):
                 GuardedProtocol.refused_at = now
                 log.warning("the API holds %d connections already: new ones are answered 503", self.max_connections)
             transport.write(FULL)
+            transport.close()
+            return
+        if not self._counted(transport):
+            transport.write(CROWDED)
             transport.close()
             return
         GuardedProtocol.peak = max(GuardedProtocol.peak, len(self.connections))
@@ -193,7 +203,40 @@ class GuardedProtocol(HttpToolsProtocol):
             self.transport.write(TOO_LARGE)
             self.transport.close()
 
+    def _counted(self, transport: asyncio.Transport) -> bool:
+        """Count the connection under its client address (an IPv6 /64 is one client); False when that client holds
+        ``client_connections`` already. A trusted proxy's connections are not counted."""
+        peer = transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) and peer else ""
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return True  # (a Unix socket: the proxy in front of it)
+        if any(address in network for network in self.trusted):
+            return True
+        client = client_of(host)
+        held = GuardedProtocol.per_client.get(client, 0)
+        if held >= self.client_connections:
+            now = time.monotonic()
+            if now - GuardedProtocol.refused_at > WARN_EVERY:
+                GuardedProtocol.refused_at = now
+                log.warning("a client holds %d connections already: its new ones are answered 429", held)
+            return False
+        GuardedProtocol.per_client[client] = held + 1
+        self._client = client
+        return True
+
+    # connections held per client address (class-wide)
+    per_client: dict[str, int] = {}
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._client:
+            left = GuardedProtocol.per_client.get(self._client, 1) - 1
+            if left > 0:
+                GuardedProtocol.per_client[self._client] = left
+            else:
+                GuardedProtocol.per_client.pop(self._client, None)
+            self._client = ""
         self._disarm()
         if self._stalled is not None:
             self._stalled.cancel()
@@ -361,6 +404,8 @@ def protocol(settings: Settings) -> type[GuardedProtocol]:
             "body_timeout": settings.body_timeout,
             "send_timeout": settings.send_timeout,
             "max_connections": settings.max_connections,
+            "client_connections": settings.client_connections,
+            "trusted": tuple(ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies),
             "close_grace": settings.stream_send_timeout,
         },
     )

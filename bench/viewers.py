@@ -52,6 +52,7 @@ def caps(run: RunConfig) -> dict[str, str]:
     n = crowd(run)
     return {
         "QUOTECLIP_MAX_CONNECTIONS": str(n + 200),
+        "QUOTECLIP_CLIENT_CONNECTIONS": str(n + 200),
         "QUOTECLIP_CLIENT_STREAMS": str(n + 50),
         "QUOTECLIP_CLIENT_HELD": str(n + 50),
         "QUOTECLIP_CLIENT_PARTS": str(n * 10 + 200),

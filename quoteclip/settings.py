@@ -740,6 +740,15 @@ class Settings:
         group="API and security",
         parse=_Number(1, whole=True),
     )
+    client_connections: int = _setting(
+        "QUOTECLIP_CLIENT_CONNECTIONS",
+        "connections one API process holds from one client address (an IPv6 /64 is one client) at once; one more is "
+        "answered `429` with `Retry-After` and closed as it comes. The proxies of `QUOTECLIP_TRUSTED_PROXIES` are "
+        "not capped (they carry every viewer's connections: cap those at the proxy, `limit_conn`)",
+        default=256,
+        group="API and security",
+        parse=_Number(1, whole=True),
+    )
     redis_connections: int = _setting(
         "QUOTECLIP_API_REDIS_CONNECTIONS",
         "Redis connections one API process holds in all, whatever its viewers, clips and requests: one for job "

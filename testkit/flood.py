@@ -372,6 +372,7 @@ def run(
             "QUOTECLIP_REDIS_URL": redis_url,
             "QUOTECLIP_STORAGE_DIR": str(folder / "clips"),
             "QUOTECLIP_MAX_CONNECTIONS": str(cap),
+            "QUOTECLIP_CLIENT_CONNECTIONS": str(cap * 10),  # (every connection here comes from one address)
             "QUOTECLIP_HEADER_TIMEOUT": f"{header_timeout:g}",
             **(settings or {}),
         }

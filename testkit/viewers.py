@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             "QUOTECLIP_CLIENT_STREAMS": str(args.viewers + 10),  # (every viewer here comes from one address)
             "QUOTECLIP_CLIENT_HELD": str(args.viewers + 10),
             "QUOTECLIP_MAX_CONNECTIONS": str(args.viewers + 100),
+            "QUOTECLIP_CLIENT_CONNECTIONS": str(args.viewers + 100),
         }
         clip = {"source": source.url("lv.mp4"), "start": 1.0, "end": 8.0, "caption": "one two", "watermark": "W"}
         spec = build_spec({**clip, "watermark": {"text": "W"}})

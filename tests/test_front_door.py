@@ -249,3 +249,27 @@ def test_a_newcomer_takes_the_place_of_a_bodiless_post_or_an_idle_keep_alive() -
             for sock in held:
                 sock.close()
             time.sleep(0.3)
+
+
+def test_one_client_address_holds_at_most_its_connections_a_proxy_is_not_capped() -> None:
+    """``QUOTECLIP_CLIENT_CONNECTIONS`` (5 here) from one address: the sixth is answered 429 and closed as it comes,
+    another address is served; a proxy listed in ``QUOTECLIP_TRUSTED_PROXIES`` carries everyone's and is not
+    capped."""
+    for trusted, sixth in (("", b"429"), ("127.0.0.1/32", b"200")):
+        settings = Settings.from_env({"QUOTECLIP_CLIENT_CONNECTIONS": "5", "QUOTECLIP_TRUSTED_PROXIES": trusted})
+        with front_door(hello, settings) as port:
+            held = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", port)) as extra:
+                extra.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert answer(extra).split(b" ", 2)[1] == sixth, trusted
+            other = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+            with other:
+                other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert answer(other).startswith(b"HTTP/1.1 200"), trusted
+            for sock in held:
+                sock.close()
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", port)) as again:  # the count follows the connections
+                again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert answer(again).startswith(b"HTTP/1.1 200"), trusted
