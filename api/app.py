@@ -15,7 +15,7 @@ from jobs.pipeline.assets import MAX_FONT_BYTES
 from jobs.queue import bulk_queue_name
 from quoteclip.settings import Settings
 
-from . import assets, batches, clips, errors, links, ops, page, previews, quotes
+from . import assets, batches, clips, errors, links, mcp, ops, page, previews, quotes
 from .auth import BodyLimit, RequireKey
 from .batches import MAX_BATCH_BODY
 from .deps import open_services
@@ -28,10 +28,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     svc = open_services(settings)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         listening = asyncio.create_task(svc.events.listen())  # wakes status long-polls (api/events.py)
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                if app.state.mcp_sessions is not None:  # the assistants' tools at /mcp (api/mcp.py)
+                    await stack.enter_async_context(app.state.mcp_sessions())
+                yield
         finally:
             listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -69,4 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routers = (clips.router, previews.router, quotes.router, batches.router, assets.router, ops.router, page.router)
     for router in routers:
         app.include_router(router)
+    assistants, app.state.mcp_sessions = mcp.mounted(app)  # with the mcp extra installed
+    if assistants is not None:
+        app.mount("/mcp", assistants)
     return app

@@ -115,3 +115,33 @@ async def words_of_source(request: SourceWordsRequest, _: RateLimited, svc: Serv
     return SourceWords(
         words=[{"text": w.text, "start": w.start, "end": w.end} for w in words if w.end >= low and w.start <= high]
     )
+
+
+class FindRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
+    quote: str = Field(min_length=1, max_length=MAX_CAPTION_CHARS)
+
+
+class Found(BaseModel):
+    start: float  # the quote's first word's start, source seconds
+    end: float  # its last word's end
+    score: float  # how well its words matched the captions' (1.0: every word, in order)
+    words: list[dict[str, Any]]  # the quote's words as it reads, with the times of those they match
+
+
+@router.post("/quotes/find", response_model=Found, responses={422: {}, 429: {}, 503: {}})
+async def find_quote(request: FindRequest, _: RateLimited, svc: ServicesDep) -> Found:
+    """A quote found by its words in the page's own captions, as ``transcript: "source"`` finds it for a clip: its
+    start, end, words and score (counted as one clip against the caller's rate limit, before the page is read; found
+    in the API's finder threads). The page's extraction and captions are kept where the workers look, so a clip of
+    the quote asked next reads neither again."""
+
+    def found() -> Found:
+        try:
+            fields, score = quote_found(request.quote, SOURCE, request.source, svc.settings, _store(svc.connection))
+        except NoCaptions as exc:
+            raise BadInput(str(exc)) from None
+        return Found(start=fields["start"], end=fields["end"], score=score, words=fields["words"])
+
+    return await svc.finders.run(found)

@@ -50,6 +50,7 @@ COMMANDS = {
     "align": "align",
     "sign": "sign",
     "revoke": "revoke",
+    "mcp": "mcp",
 }
 
 # Commands that do one thing and end: once their answer is written, the process ends without the interpreter's

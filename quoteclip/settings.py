@@ -740,6 +740,23 @@ class Settings:
         group="API and security",
         parse=_Number(1, whole=True),
     )
+    mcp_api: str = _setting(
+        "QUOTECLIP_MCP_API",
+        "the API `quoteclip mcp` (an assistant's tools on stdio) sends its calls to: the address of `quoteclip up` or "
+        "`quoteclip serve`",
+        default="http://127.0.0.1:8000",
+        group="API and security",
+        parse=_service_url,
+    )
+    mcp_key: str | None = _setting(
+        "QUOTECLIP_MCP_KEY",
+        "the API key `quoteclip mcp` sends with its calls (one of the API's `QUOTECLIP_API_KEYS`): its rate limit and "
+        "its right to sign and revoke links are that key's",
+        group="API and security",
+        parse=_text,
+        shown="none",
+        secret=True,
+    )
     client_connections: int = _setting(
         "QUOTECLIP_CLIENT_CONNECTIONS",
         "connections one API process holds from one client address (an IPv6 /64 is one client) at once; one more is "

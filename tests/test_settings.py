@@ -119,6 +119,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_FINDERS": ("2", 2),
     "QUOTECLIP_SEND_TIMEOUT": ("5", 5.0),
     "QUOTECLIP_CLIENT_CONNECTIONS": ("10", 10),
+    "QUOTECLIP_MCP_API": ("http://clips.example:9000/", "http://clips.example:9000"),
+    "QUOTECLIP_MCP_KEY": ("k-123", "k-123"),
     "QUOTECLIP_API_REDIS_CONNECTIONS": ("2", 2),
     "QUOTECLIP_CLIENT_STREAMS": ("3", 3),
     "QUOTECLIP_CLIENT_HELD": ("5", 5),
@@ -145,6 +147,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
 
 # Declared variables that take any text (paths, names, lists): nothing to refuse.
 FREE_TEXT = {
+    "QUOTECLIP_MCP_KEY",
     "QUOTECLIP_SOURCE_CAPTION_LANGS",
     "QUOTECLIP_STORAGE_DIR",
     "QUOTECLIP_S3_ENDPOINT",

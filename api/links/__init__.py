@@ -12,7 +12,7 @@ One concern a module: ``routes`` (the routes; each answer counted once), ``verif
 link, or refuses it), ``outcomes`` (what an answer is counted as; the one error path), ``first`` (the answer up to
 a render), ``hold`` (a request held while the clip renders, or streamed), ``cache`` (ETag, 304, lifetimes),
 ``metrics`` (the counts per site key), ``revoke`` (the deny list: one link or one clip's links revoked, ``DELETE
-/links/{hash}``).
+/links/{hash}``), ``sign`` (``POST /links``: a link signed for a caller with an API key).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from quoteclip.settings import Settings
 
 from .. import streams
-from . import revoke
+from . import revoke, sign
 from .metrics import LinkCollector
 from .outcomes import Refused
 from .routes import refused, router
@@ -43,3 +43,4 @@ def install(app: FastAPI, settings: Settings) -> None:
     app.add_exception_handler(Refused, refused)
     app.include_router(router)
     app.include_router(revoke.router)
+    app.include_router(sign.router)
