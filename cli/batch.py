@@ -79,16 +79,28 @@ def _csv(text: str, path: str) -> list[Quote]:
     return [Quote(line, fields) for line, fields in csv_quotes(text, f"quotes file {path!r}")]
 
 
-def listed_quotes(path: str) -> list[dict[str, Any]]:
+def listed_quotes(
+    path: str, source: str | None = None, shared: ClipOptions | None = None, settings: Settings | None = None
+) -> list[dict[str, Any]]:
     """The quotes of a file as read, for ``--dry-run``: number (from 1), line, start, end, caption (None when not
-    given), and ``error`` for an item that is not a quote; nothing is built, rendered or stored."""
+    given), and ``error`` for an item that is not a quote, or (given the batch's ``source``, options and settings)
+    whose clip the batch would refuse: an end before its start, a quote longer than its platform takes, an unknown
+    field, as the batch builds each clip (a quote whose times a transcript gives is checked when it is found).
+    Nothing is rendered or stored, no page is read."""
     listed: list[dict[str, Any]] = []
     for number, quote in enumerate(read_quotes(path), 1):
         fields = quote.fields
         item: dict[str, Any] = {"number": number, "line": quote.line}
         item |= {k: None if fields.get(k) is None else str(fields[k]) for k in ("start", "end", "caption")}
         if "_bad" in fields:
-            item["error"] = str(fields["_bad"])
+            item["error"] = f"not a quote: {fields['_bad']}"
+        elif source is not None and shared is not None and settings is not None:
+            timed = fields.get("start") not in (None, "") and fields.get("end") not in (None, "")
+            if timed or not shared.transcript:
+                try:
+                    specs_from_options(options_for(quote, replace(shared, source=source, transcript=None)), settings)
+                except BadInput as exc:
+                    item["error"] = f"{exc.kind}: {exc}"
         listed.append(item)
     return listed
 

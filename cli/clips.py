@@ -167,7 +167,8 @@ def batch(
     transcript: opt.Transcript = None,
     queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="List the quotes as read from the file; render nothing.")
+        bool,
+        typer.Option("--dry-run", help="List the quotes as read, each checked as the batch would; render nothing."),
     ] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -175,8 +176,8 @@ def batch(
     """Render every quote of a file from one source, with shared options; a bad line does not stop the others.
 
     Exit 0 when every clip is there, 1 when any line failed, 2 when the file itself is unusable. With
-    --dry-run: the quotes as read (number, line, start, end, caption), no render, no Redis, no store; exit 1
-    when it lists a line that is not a quote."""
+    --dry-run: the quotes as read (number, line, start, end, caption), each checked as the batch would check it,
+    no render, no Redis, no store; exit 1 when it lists a quote the batch would refuse."""
     opts = ClipOptions.given(ctx.params)
     setup_cli_logging(verbose)
 
@@ -184,20 +185,20 @@ def batch(
         from .batch import listed_quotes, run_batch
 
         if dry_run:
-            listed = listed_quotes(quotes_file)
+            listed = listed_quotes(quotes_file, source, opts, Settings.from_env())
             emit(
                 {"quotes": listed, "count": len(listed)},
                 as_json,
                 "\n".join(
                     f"{q['number']}\tline {q['line']}\t{q['start'] or '-'}\t{q['end'] or '-'}\t"
                     + (json.dumps(q["caption"], ensure_ascii=False) if q["caption"] is not None else "-")
-                    + (f"\tnot a quote: {q['error']}" if "error" in q else "")
+                    + (f"\t{q['error']}" if "error" in q else "")
                     for q in listed
                 ),
             )
             refused = sum(1 for q in listed if "error" in q)
             if refused:  # a line a render would refuse: exit 1, as the render would
-                typer.echo(f"quoteclip: {refused} of {len(listed)} quotes will be refused (not a quote)", err=True)
+                typer.echo(f"quoteclip: {refused} of {len(listed)} quotes will be refused", err=True)
                 raise typer.Exit(1)
             return
 

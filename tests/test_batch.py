@@ -220,3 +220,20 @@ def test_dry_run_lists_the_quotes_as_read_and_renders_nothing(episode, tmp_path,
     ]
     assert runs(log) == 0 and not (tmp_path / "clips").exists()
     assert not list(tmp_path.glob("**/*.mp4"))
+
+
+def test_dry_run_refuses_what_the_batch_would_refuse(episode, tmp_path, ffmpeg_counter) -> None:
+    """A quote whose end is before its start, and one longer than its platform takes: the dry run once listed both
+    and exited 0, and the batch then refused them. Now it says each one's refusal and exits 1, rendering nothing."""
+    wrapper, log = ffmpeg_counter
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text("start,end,caption\n1,2.5,fine\n5,3,backwards\n1,200,too long for x\n")
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": wrapper}
+    done = run_cli("batch", episode, str(quotes), "--dry-run", "--platform", "x", "--json", env=env)
+    assert done.returncode == 1, done.stderr
+    listed = json.loads(done.stdout)["quotes"]
+    assert "error" not in listed[0], listed
+    assert "end must be after start" in listed[1]["error"], listed
+    assert "platform x takes at most 140 s" in listed[2]["error"], listed
+    assert "2 of 3 quotes will be refused" in done.stderr
+    assert runs(log) == 0 and not (tmp_path / "clips").exists()

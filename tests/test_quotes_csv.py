@@ -35,6 +35,7 @@ def test_the_command_line_and_the_api_read_a_caption_with_commas_alike(tmp_path,
 def test_batch_dry_run_lists_the_whole_caption(tmp_path) -> None:
     path = tmp_path / "quotes.csv"
     path.write_text(f"start,end,caption\n{COMMAS}\n")
+    (tmp_path / "ep.mp4").write_bytes(b"")  # (a dry run reads no source: it is there, as the batch needs)
     done = run_cli("batch", str(tmp_path / "ep.mp4"), str(path), "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["quotes"][0]["caption"] == "This weird scheduling, which I am sure, is odd"
@@ -43,6 +44,7 @@ def test_batch_dry_run_lists_the_whole_caption(tmp_path) -> None:
 def test_a_dry_run_listing_a_quote_it_will_refuse_exits_1(tmp_path) -> None:
     path = tmp_path / "quotes.jsonl"
     path.write_text('{"start": 1, "end": 2, "caption": "fine"}\nnot json at all\n')
+    (tmp_path / "ep.mp4").write_bytes(b"")
     done = run_cli("batch", str(tmp_path / "ep.mp4"), str(path), "--dry-run")
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "2\tline 2\t-\t-\t-\tnot a quote: " in done.stdout, done.stdout
