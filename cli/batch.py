@@ -135,6 +135,7 @@ def run_batch(
 
         load_transcript(shared.transcript)
     groups: list[tuple[Quote, list[ClipSpec] | None, str | None]] = []
+    refusals = Refusals(quotes_file)
     for quote in quotes:
         try:
             opts = options_for(quote, replace(shared, source=source))
@@ -143,7 +144,7 @@ def run_batch(
                 print(f"quoteclip: {quotes_file}: line {quote.line}: warning: {warning}", file=sys.stderr)
             groups.append((quote, built, None))
         except BadInput as exc:
-            print(f"quoteclip: {quotes_file}: line {quote.line}: {exc.kind}: {exc}", file=sys.stderr)
+            refusals.say(quote.line, f"{exc.kind}: {exc}")
             groups.append((quote, None, f"{exc.kind}: {exc}"))
     todo = [g for _, g, _ in groups if g is not None]
     results = _through_queue(todo, settings, say) if queue else _inline(todo, settings, say)
@@ -154,7 +155,7 @@ def run_batch(
             continue
         for spec, got in zip(specs, results.pop(0), strict=True):
             if "error" in got:
-                print(f"quoteclip: {quotes_file}: line {quote.line}: {got['error']}", file=sys.stderr)
+                refusals.say(quote.line, str(got["error"]))
                 outcomes.append(
                     {"line": quote.line, "profile": spec.profile, "platform": spec.platform, "error": got["error"]}
                 )
@@ -168,7 +169,36 @@ def run_batch(
                         "warnings": list(spec.warnings),
                     }
                 )
+    refusals.close()
     return outcomes
+
+
+class Refusals:
+    """A batch's refusals said once each on stderr, with the line of the first clip it refused; the same refusal of
+    more clips is said once more at the end, naming their lines (a source refused for 3 quotes × 4 platforms is
+    two lines, not twelve)."""
+
+    def __init__(self, quotes_file: str) -> None:
+        self.quotes_file = quotes_file
+        self.again: dict[str, list[int]] = {}
+
+    def say(self, line: int, error: str) -> None:
+        if error in self.again:
+            self.again[error].append(line)
+            return
+        self.again[error] = []
+        print(f"quoteclip: {self.quotes_file}: line {line}: {error}", file=sys.stderr)
+
+    def close(self) -> None:
+        for error, lines in self.again.items():
+            if lines:
+                shown = ", ".join(str(n) for n in dict.fromkeys(lines))
+                first = error if len(error) <= 80 else error[:77] + "…"
+                print(
+                    f"quoteclip: {self.quotes_file}: {len(lines)} more clip{'s' if len(lines) > 1 else ''} refused "
+                    f"alike (lines {shown}): {first}",
+                    file=sys.stderr,
+                )
 
 
 def _inline(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str], None]) -> list[list[Outcome]]:

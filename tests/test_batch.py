@@ -237,3 +237,19 @@ def test_dry_run_refuses_what_the_batch_would_refuse(episode, tmp_path, ffmpeg_c
     assert "platform x takes at most 140 s" in listed[2]["error"], listed
     assert "2 of 3 quotes will be refused" in done.stderr
     assert runs(log) == 0 and not (tmp_path / "clips").exists()
+
+
+def test_the_same_refusal_of_many_clips_is_said_once(tmp_path) -> None:
+    """3 quotes × 4 platforms of a local source the service refuses (QUOTECLIP_ALLOW_LOCAL_SOURCES=false): the
+    refusal was said 12 times; now once, then one line naming the lines of the 11 others."""
+    source = tmp_path / "ep.mp4"
+    source.write_bytes(b"")
+    quotes = tmp_path / "quotes.csv"
+    quotes.write_text("start,end,caption\n1,2,one\n3,4,two\n5,6,three\n")
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "QUOTECLIP_ALLOW_LOCAL_SOURCES": "false"}
+    done = run_cli("batch", str(source), str(quotes), "--platform", "shorts,reels,tiktok,x", env=env)
+    assert done.returncode == 1, done.stderr
+    refused = [line for line in done.stderr.splitlines() if "local paths are not allowed" in line]
+    assert len(refused) == 2, done.stderr
+    assert refused[0].startswith(f"quoteclip: {quotes}: line 2: bad input: source: local paths are not allowed")
+    assert "11 more clips refused alike (lines 2, 3, 4)" in refused[1], refused
