@@ -233,6 +233,9 @@ def demo(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
 
         settings = Settings.from_env()
         source = demo_source(settings)
+        size = source.stat().st_size / 1024**2
+        typer.echo(f"quoteclip: demo: the sample source ({size:.0f} MB) is kept at {source}", err=True)
+        typer.echo(f"quoteclip: demo: the clip is written under {settings.storage_dir.resolve()}", err=True)
         spec = build_spec(
             {
                 "source": str(source),

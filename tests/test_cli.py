@@ -175,6 +175,11 @@ def test_demo_renders_offline(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     assert (body["width"], body["height"], body["duration"]) == (1280, 720, 7.0)
+    # where it wrote what, said on stderr (--json keeps stdout one object)
+    assert re.search(
+        rf"the sample source \(\d+ MB\) is kept at {re.escape(str(tmp_path))}/cache/quoteclip/", done.stderr
+    )
+    assert f"the clip is written under {tmp_path / 'clips'}" in done.stderr, done.stderr
 
 
 def test_cli_takes_any_public_host_but_queue_only_allowed_ones(media, tmp_path, http_source, redis_url) -> None:

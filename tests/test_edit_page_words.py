@@ -60,3 +60,34 @@ def test_edit_page_loads_the_pages_captions_as_its_words_and_nudges_by_them(
             browser.close()
     # the first preview read the page without its captions; the click read both, kept for the nudges' previews
     assert site.page_loads["ep1"] == 2 and site.caption_loads == {"ep1/0": 1}
+
+
+def test_a_media_file_is_offered_no_page_captions(chromium, media, http_source, workers) -> None:
+    """A plain media file has no captions of its own (POST /previews/words can only answer 422): once previewed,
+    the edit page does not offer them (it once did)."""
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=30))
+    query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"), "start": "1", "end": "2"})
+    with workers.serve() as served, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{served}/edit?{query}")
+            page.click("#preview")
+            page.wait_for_function("() => window.previews >= 1", timeout=60_000)
+            assert not page.is_visible("#pagewords")
+        finally:
+            browser.close()
+
+
+def test_the_pages_media_suffixes_are_the_services() -> None:
+    """The edit page tells a media file from a page by its suffix, as sources.is_direct_media does."""
+    import re
+    from pathlib import Path
+
+    from sources import MEDIA_SUFFIXES
+
+    page = (Path(__file__).resolve().parent.parent / "api" / "edit.html").read_text()
+    listed = re.search(r"const MEDIA_SUFFIXES = \[(.*?)\];", page)
+    assert listed is not None and set(re.findall(r'"([^"]+)"', listed.group(1))) == MEDIA_SUFFIXES
