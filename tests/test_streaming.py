@@ -811,3 +811,50 @@ def test_a_worker_told_to_stop_cuts_the_stream_and_another_renders_the_clip(
         assert decoded(again.body) == decoded(stored_clip(workers, clip_key(workers, clip)))
     finally:
         second.close()
+
+
+APPLE = {
+    "User-Agent": "AppleCoreMedia/1.0.0.21E236 (iPhone; U; CPU OS 17_4 like Mac OS X; en_us)",
+    "X-Playback-Session-Id": "8C3E5A0B-1F2D-4C6A-9E7B-5D4C3B2A1908",
+}
+
+
+@pytest.mark.slow
+def test_apples_player_is_sent_to_the_hls_playlist_then_gets_ranges_once_stored(
+    stream_api, worker, workers, media, http_source
+) -> None:
+    """Apple's player, as an iPhone's browser asks a ``<video src>``: ``Range: bytes=0-1`` with its
+    ``X-Playback-Session-Id``. For a clip being rendered it once got 200 chunked, the whole stream, no length (it
+    plays no such answer); now a 302 to the link's HLS event playlist, whose map and segments load. Once the clip
+    is stored, its probe gets ``206 bytes 0-1/N``, N the stored clip's size. WebKitGTK, which says "Safari" but
+    sends neither, still gets the stream."""
+    import httpx2 as httpx
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=24, gop=45, pattern="levels")
+    )
+    clip = quote(http_source.url("lv.mp4"), 1.068, 21.0)
+    link = links.sign(clip, SITE, SECRET)
+    probe = httpx.get(f"{stream_api}{link}", headers={**APPLE, "Range": "bytes=0-1"}, timeout=60)
+    assert probe.status_code == 302, (probe.status_code, probe.headers)
+    assert probe.headers["location"] == f"{link}/index.m3u8" and probe.headers["cache-control"] == "no-store"
+    playlist = httpx.get(f"{stream_api}{probe.headers['location']}", headers=APPLE, timeout=120)
+    assert playlist.status_code == 200 and playlist.headers["content-type"] == "application/vnd.apple.mpegurl"
+    lines = playlist.text.splitlines()
+    assert '#EXT-X-MAP:URI="init.mp4"' in lines and "1.m4s" in lines, lines
+    for part in ("init.mp4", "1.m4s"):
+        got = httpx.get(f"{stream_api}{link}/{part}", headers=APPLE, timeout=60)
+        assert got.status_code == 200 and len(got.content) > 0, (part, got.status_code)
+    # only the session header (its later requests carry other ranges): the playlist too
+    session = httpx.get(f"{stream_api}{link}", headers={**APPLE, "Range": "bytes=0-65535"}, timeout=60)
+    assert session.status_code in (302, 206), session.status_code
+    key = clip_key(workers, clip)
+    wait_for((Path(workers.env["QUOTECLIP_STORAGE_DIR"]) / f"{key}.mp4").exists, 120, "the clip stored")
+    size = len(stored_clip(workers, key))
+    stored = httpx.get(f"{stream_api}{link}", headers={**APPLE, "Range": "bytes=0-1"}, timeout=60)
+    assert stored.status_code == 206 and stored.headers["content-range"] == f"bytes 0-1/{size}", stored.headers
+    # WebKitGTK's <video src> of a new clip: no session header, no two-byte probe: the stream, as before
+    other = links.sign(quote(http_source.url("lv.mp4"), 2.002, 6.0), SITE, SECRET)
+    webkit = {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/605.1.15 (KHTML, like Gecko) Safari/605.1.15"}
+    with httpx.stream("GET", f"{stream_api}{other}", headers=webkit, timeout=60) as streamed:
+        assert streamed.status_code == 200 and "location" not in streamed.headers

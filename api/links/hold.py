@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
 
 from jobs.pipeline.stages import Stage
 from jobs.queue import RenderState, render_state
@@ -35,6 +36,10 @@ async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer
     first = await first_look(request, svc, linked)
     if isinstance(first, Answer):
         return first
+    if apples_player(request, svc, linked):  # (the render started or joined: its playlist follows it)
+        playlist = f"{request.url.path}/{streams.PLAYLIST_NAME}"
+        headers = {**CORS, "Location": playlist, "Cache-Control": "no-store"}
+        return linked.answer(Response(status_code=302, headers=headers), Outcome.STREAMED)
     with capped(svc, linked, "held", request):  # (per client address: api/caps.py)
         deadline = time.monotonic() + svc.settings.link_hold
         early = await answer_while_rendering(request, svc, first, deadline)
@@ -42,6 +47,18 @@ async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer
             return early
         found = await hold(svc, first, deadline)
     return await run_in_threadpool(after_hold, request, svc, first, found)
+
+
+def apples_player(request: Request, svc: Services, linked: Linked) -> bool:
+    """Whether a clip link's ``GET`` comes from Apple's media player (every browser and in-app browser of an iPhone
+    plays a ``<video src>`` with it), known by what only it sends: its ``X-Playback-Session-Id`` header, or the
+    two-byte range probe it opens with (``Range: bytes=0-1``). It plays only answers that honour ranges with a
+    known length, which a clip being rendered has not: it is sent to the link's HLS event playlist instead
+    (docs/streaming.md). A user agent alone decides nothing (WebKitGTK says "Safari" and plays the stream)."""
+    if linked.variant != "clip" or request.method != "GET" or not svc.settings.stream:
+        return False
+    headers = request.headers
+    return "x-playback-session-id" in headers or headers.get("range", "").replace(" ", "") == "bytes=0-1"
 
 
 @contextmanager
