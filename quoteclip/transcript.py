@@ -313,17 +313,16 @@ class _Near:
         self.chosen: dict[str, str] = {}
 
     def window(self, lo: int, hi: int) -> list[str]:
-        out = []
-        for t in self.tokens[lo:hi]:
-            if t in self.vocabulary:
-                out.append(t)
-                continue
-            if t not in self.chosen:
-                if self.budget is not None and len(self.chosen) % 64 == 0:
-                    self.budget.spend()
-                self.chosen[t] = next((q for q in self.unique if _close(t, q)), t)
-            out.append(self.chosen[t])
-        return out
+        return [self.of(t) for t in self.tokens[lo:hi]]
+
+    def of(self, t: str) -> str:
+        if t in self.vocabulary:
+            return t
+        if t not in self.chosen:
+            if self.budget is not None and len(self.chosen) % 64 == 0:
+                self.budget.spend()
+            self.chosen[t] = next((q for q in self.unique if _close(t, q)), t)
+        return self.chosen[t]
 
 
 # Finding a quote compares a window of about its words with it at each place its first or last three words occur.
@@ -332,6 +331,7 @@ class _Near:
 # near misses looked for included), it stops and names the quote.
 MAX_COMPARISONS = 4000
 MAX_SEARCH_SECONDS = 2.0
+CEILING_PAIRS = 200_000  # distinct transcript words × distinct quote words looked up for the search's ceiling
 
 
 def align(
@@ -359,6 +359,13 @@ def align(
     width = n + max(2, n // 5)
     best = (0.0, 0, 0)
     compared = 0
+    # no window scores above the share of the quote's words the whole transcript holds: reached, the search ends.
+    # Known when the transcript's distinct words are few enough to look each up (else only a perfect match ends it)
+    ceiling = 1.0
+    distinct = set(tokens)
+    if len(distinct) * len(set(wanted)) <= CEILING_PAIRS:
+        total = Counter(near.of(t) for t in tokens)
+        ceiling = min(1.0, sum(min(c, total[t]) for t, c in want.items()) / n)
     for i, token in enumerate(tokens):
         if token not in anchors:
             continue
@@ -386,8 +393,8 @@ def align(
             score = matched / max(n, span)  # words found, less words in between that the quote lacks
             if score > best[0]:
                 best = (score, lo + first.b, lo + last.b + last.size - 1)
-        if best[0] >= 1.0:
-            break  # a perfect match: nothing scores above it
+        if best[0] >= ceiling:
+            break  # nothing scores above it (a perfect match, or all of the quote the transcript holds)
     score, a, b = best
     score = min(1.0, round(score, 3))
     if tokens:

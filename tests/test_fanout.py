@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -426,8 +427,9 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
 @pytest.mark.integration
 def test_the_api_closes_half_sent_requests_and_refuses_connections_past_its_cap(fan_env) -> None:
     """A connection that sends half a header, or nothing, or headers and half a body, is closed within its
-    deadline (1 s here); a connection past QUOTECLIP_MAX_CONNECTIONS takes the place of the one that has waited
-    longest for its headers, and is answered 503 and closed at once when none waits."""
+    deadline (1 s here); a connection past QUOTECLIP_MAX_CONNECTIONS takes the place of the idle one (a request
+    not all in, or kept alive between requests) that has waited longest, and is answered 503 and closed at once
+    when every connection is being answered."""
     with api(fan_env, QUOTECLIP_HEADER_TIMEOUT="1", QUOTECLIP_BODY_TIMEOUT="1", QUOTECLIP_MAX_CONNECTIONS="8") as s:
         half = raw(s.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         silent = raw(s.port, b"")
@@ -455,14 +457,19 @@ def test_the_api_closes_half_sent_requests_and_refuses_connections_past_its_cap(
         answered = raw(s.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # (in a silent one's place)
         assert answered.recv(4096).startswith(b"HTTP/1.1 200")
         answered.close()
-        busy = [raw(s.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") for _ in range(7)]
-        time.sleep(0.3)  # (8 connections between requests now, the kept one too: none waits for its headers)
+        kept.close()
+        posted = json.loads(
+            _post(s.port, "/clips", {"source": fan_env["SOURCE_URL"], "start": 1, "end": 2}).split(b"\r\n\r\n", 1)[1]
+        )
+        polling = f"GET /clips/{posted['id']}?wait=10 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        busy = [raw(s.port, polling) for _ in range(8)]  # long-polls of a clip no worker renders: being answered
+        time.sleep(0.5)  # (8 connections being answered: none is idle)
         late = raw(s.port, b"")
         late.settimeout(2.0)
         assert late.recv(4096).startswith(b"HTTP/1.1 503"), "a connection past the cap was not refused"
         for sock in [*busy, late]:
             sock.close()
-        for sock in [*socks, kept]:
+        for sock in socks:
             sock.close()
 
 
@@ -607,3 +614,20 @@ def test_the_api_runs_on_the_system_allocator_unless_told_otherwise(fan_env) -> 
         assert psutil.Process(served.process.pid).cmdline()[-3:] == ["serve", "--port", str(served.port)]
     with api(fan_env, PYTHONMALLOC="pymalloc") as served:
         assert allocator(served) == "pymalloc"
+
+
+def _post(port: int, path: str, body: dict[str, Any]) -> bytes:
+    """A POST on a connection of its own, its whole answer (the connection closed after it)."""
+    data = json.dumps(body).encode()
+    sock = raw(
+        port,
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        f"Connection: close\r\n\r\n".encode()
+        + data,
+    )
+    got = b""
+    sock.settimeout(10)
+    with sock:
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got

@@ -13,6 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import started
 from fastapi.testclient import TestClient
 
 from api import create_app
@@ -453,10 +454,9 @@ def test_an_ipv6_64_is_one_client_for_the_rate_limit_and_the_caps(queue_env, sou
     from api.caps import CapReached, ClientCaps, client_of
 
     settings = Settings.from_env({**queue_env, "QUOTECLIP_RATE_LIMIT": "2"})
-    app = create_app(settings)
     statuses = []
     for n, host in enumerate(("2001:db8:0:1::a", "2001:db8:0:1::b", "2001:db8:0:1:ffff::c", "2001:db8:0:2::a")):
-        client = TestClient(app, client=(host, 50000 + n))
+        client = started(TestClient(create_app(settings), client=(host, 50000 + n)))  # (the limit is in Redis)
         statuses.append(client.post("/clips", json={"source": source_url, "start": 1, "end": 2 + n / 10}).status_code)
     assert statuses == [202, 202, 429, 202], statuses
     assert client_of("2001:db8:0:1:ffff::c") == "2001:db8:0:1::/64"

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import started
 from fastapi.testclient import TestClient
 from test_sites import episode_files, site  # noqa: F401  (the site's episode and its fixture)
 from test_source_captions import rolling_json3
@@ -42,7 +43,7 @@ def env(queue_env: dict[str, str]) -> dict[str, str]:
 
 
 def client_of(env: dict[str, str]) -> TestClient:
-    return TestClient(create_app(Settings.from_env(env)), raise_server_exceptions=False)
+    return started(TestClient(create_app(Settings.from_env(env)), raise_server_exceptions=False))
 
 
 def json3(words: list[tuple[str, float]], per_event: int = 1) -> str:
