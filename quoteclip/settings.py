@@ -839,6 +839,16 @@ class Settings:
         group="signed links",
         parse=_Number(0.0),
     )
+    download_hold: float = _setting(
+        "QUOTECLIP_DOWNLOAD_HOLD",
+        "seconds a signed link's download (`.download.mp4`, a browser's `<a href>`, which cannot stream nor act on "
+        "`Retry-After`) waits for its clip to be stored, when that is longer than `QUOTECLIP_LINK_HOLD`: a long "
+        "render still becomes a saved file (keep it under a CDN's origin timeout, and the proxy's read timeout "
+        "above it)",
+        default=90.0,
+        group="signed links",
+        parse=_Number(0.0),
+    )
     link_renders_per_minute: int = _setting(
         "QUOTECLIP_LINK_RENDERS",
         "renders a minute each site key's links may start (a clip or a poster counts one; a stored one answered "

@@ -528,3 +528,25 @@ def test_the_poster_alone_is_the_full_renders_poster(kind: str, media, settings,
     assert produce_poster(spec, settings.for_cli(), store).cached  # found, not rendered again
     clip = produce_clip(spec, settings.for_cli(), store)
     assert clip.key == alone.key and (settings.storage_dir / f"{clip.key}.jpg").read_bytes() == picture
+
+
+@pytest.mark.slow
+def test_a_download_waits_for_a_render_longer_than_the_links_hold(link_env, source_url, workers) -> None:
+    """A browser's download (``<a href>``) saves nothing of a 503 and acts on no ``Retry-After``: it is held up to
+    ``QUOTECLIP_DOWNLOAD_HOLD`` (once ``QUOTECLIP_LINK_HOLD``, 0.5 s here, which a render outlasts: it got 503),
+    and saves the clip; the poster's link, not a download, is still answered 503 past the link's hold."""
+    env = {**link_env, "QUOTECLIP_LINK_HOLD": "0.5", "QUOTECLIP_DOWNLOAD_HOLD": "90"}
+    app = client_for(env)
+    workers.env = env
+    worker = workers.start(burst=False)
+    try:
+        poster = app.get(link(quote(source_url, 1, 5), "poster"))
+        download = app.get(link(quote(source_url, 1, 5), "download"))
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        if worker.stdout:
+            worker.stdout.close()
+    assert poster.status_code == 503 and "still rendering after 0.5 s" in poster.json()["detail"], poster.text
+    assert download.status_code == 200 and download.content[4:8] == b"ftyp", download.status_code
+    assert download.headers["content-disposition"].startswith("attachment;")

@@ -119,6 +119,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_FINDERS": ("2", 2),
     "QUOTECLIP_SEND_TIMEOUT": ("5", 5.0),
     "QUOTECLIP_CLIENT_CONNECTIONS": ("10", 10),
+    "QUOTECLIP_DOWNLOAD_HOLD": ("120", 120.0),
     "QUOTECLIP_MCP_API": ("http://clips.example:9000/", "http://clips.example:9000"),
     "QUOTECLIP_MCP_KEY": ("k-123", "k-123"),
     "QUOTECLIP_API_REDIS_CONNECTIONS": ("2", 2),

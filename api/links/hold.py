@@ -41,12 +41,20 @@ async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer
         headers = {**CORS, "Location": playlist, "Cache-Control": "no-store"}
         return linked.answer(Response(status_code=302, headers=headers), Outcome.STREAMED)
     with capped(svc, linked, "held", request):  # (per client address: api/caps.py)
-        deadline = time.monotonic() + svc.settings.link_hold
+        deadline = time.monotonic() + held_for(svc, linked)
         early = await answer_while_rendering(request, svc, first, deadline)
         if early is not None:
             return early
         found = await hold(svc, first, deadline)
     return await run_in_threadpool(after_hold, request, svc, first, found)
+
+
+def held_for(svc: Services, linked: Linked) -> float:
+    """Seconds a link's request waits for its clip: ``QUOTECLIP_LINK_HOLD``, longer for a download (a browser's
+    ``<a href>`` saves nothing of a 503, and acts on no ``Retry-After``)."""
+    if linked.variant == "download":
+        return max(svc.settings.link_hold, svc.settings.download_hold)
+    return svc.settings.link_hold
 
 
 def apples_player(request: Request, svc: Services, linked: Linked) -> bool:
@@ -162,7 +170,7 @@ def after_hold(request: Request, svc: Services, pending: Pending, found: Stored 
     if isinstance(found, RenderState) and found.state == "failed" and found.permanent:
         return linked.answer(error_response(422, str(found.error)), Outcome.FAILED)
     if found is None:
-        detail = f"still rendering after {svc.settings.link_hold:g} s; try again"
+        detail = f"still rendering after {held_for(svc, linked):g} s; try again"
     else:
         detail = f"the render did not finish ({found.error or found.state}); try again"
     return linked.answer(error_response(503, detail, {"Retry-After": RETRY_AFTER}), Outcome.UNAVAILABLE)
