@@ -1,5 +1,7 @@
 """A Redis primary, its replica and three sentinels watching them, as real processes on loopback: the set a
-``redis+sentinel://`` URL names, for the failover tests. Test launcher: not part of the installed package."""
+``redis+sentinel://`` URL names, for the failover tests, started from the configs shipped in deploy/redis/ (their
+addresses, ports and folders moved; a sentinel's timings shortened). Test launcher: not part of the installed
+package."""
 
 from __future__ import annotations
 
@@ -83,25 +85,51 @@ class SentinelSet:
                 proc.wait()
 
 
-def _server(binary: str, folder: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+SHIPPED = Path(__file__).resolve().parent.parent / "deploy" / "redis"  # the configs docs/scaling.md walks through
+
+
+def shipped(name: str, changes: list[tuple[str, str]]) -> str:
+    """A shipped config (deploy/redis/NAME) with its addresses, ports, folders (and, for the tests, timings) moved:
+    each line replaced must be found once, so the shipped file cannot drift from what the tests start."""
+    text = (SHIPPED / name).read_text()
+    for old, new in changes:
+        assert text.count(old) == 1, f"deploy/redis/{name} no longer holds {old!r}: update testkit/sentinel.py"
+        text = text.replace(old, new)
+    return text
+
+
+def _server(binary: str, folder: Path, port: int, primary: int | None = None) -> subprocess.Popen[bytes]:
+    """The primary (deploy/redis/primary.conf), or a replica of ``primary`` (replica.conf), on loopback."""
     data = folder / f"redis-{port}"
     data.mkdir()
-    return subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(data)]
-        + list(extra),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    name = "primary.conf" if primary is None else "replica.conf"
+    changes = [
+        (f"bind 127.0.0.1 192.0.2.{11 if primary is None else 12}", "bind 127.0.0.1"),
+        ("port 6379", f"port {port}"),
+        ("dir /var/lib/redis", f"dir {data}"),
+    ]
+    if primary is not None:
+        changes.append(("replicaof 192.0.2.11 6379", f"replicaof 127.0.0.1 {primary}"))
+    conf = folder / f"redis-{port}.conf"
+    conf.write_text(shipped(name, changes))
+    return subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _sentinel(binary: str, folder: Path, port: int, service: str, primary: int) -> subprocess.Popen[bytes]:
     conf = folder / f"sentinel-{port}.conf"  # a sentinel rewrites its file with what it learns
     conf.write_text(
-        f"bind 127.0.0.1\nport {port}\ndir {folder}\n"
-        f"sentinel monitor {service} 127.0.0.1 {primary} 2\n"
-        f"sentinel down-after-milliseconds {service} {DOWN_AFTER_MS}\n"
-        f"sentinel failover-timeout {service} {FAILOVER_TIMEOUT_MS}\n"
-        f"sentinel parallel-syncs {service} 1\n"
+        shipped(
+            "sentinel.conf",
+            [
+                ("bind 127.0.0.1 192.0.2.21", "bind 127.0.0.1"),
+                ("port 26379", f"port {port}"),
+                ("dir /var/lib/redis-sentinel", f"dir {folder}"),
+                ("sentinel monitor quoteclip 192.0.2.11 6379 2", f"sentinel monitor {service} 127.0.0.1 {primary} 2"),
+                ("down-after-milliseconds quoteclip 5000", f"down-after-milliseconds {service} {DOWN_AFTER_MS}"),
+                ("failover-timeout quoteclip 60000", f"failover-timeout {service} {FAILOVER_TIMEOUT_MS}"),
+                ("parallel-syncs quoteclip 1", f"parallel-syncs {service} 1"),
+            ],
+        )
     )
     return subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -132,7 +160,7 @@ def start_sentinel_set(folder: Path, service: str = SERVICE, timeout: float = 60
         primary, replica = free_port(), free_port()
         made.servers[primary] = _server(binary, folder, primary)
         wait_for(lambda: _answers(primary), 10, "the primary")
-        made.servers[replica] = _server(binary, folder, replica, "--replicaof", "127.0.0.1", str(primary))
+        made.servers[replica] = _server(binary, folder, replica, primary)
 
         def in_sync() -> bool:
             with contextlib.suppress(redis.RedisError), redis.Redis("127.0.0.1", replica) as server:
