@@ -13,7 +13,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from jobs.pipeline.assets import check_allowed
 from jobs.queue import JOB_ID, Enqueued, enqueue_clip, enqueue_profiles, job_status
 from quoteclip.errors import SourceRefused
-from quoteclip.settings import Settings
+from quoteclip.settings import Settings, loopback_hint
 from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 from sources import allowed_hosts, resolve_source
 from sources.safety import host_allowed
@@ -43,7 +43,8 @@ def clip_spec(fields: dict[str, Any], settings: Settings) -> ClipSpec:
     hosts = allowed_hosts(settings)
     parts = urlsplit(spec.source)
     if hosts is not None and parts.scheme in ("http", "https") and not host_allowed(parts.hostname or "", hosts):
-        raise SourceRefused(f"source host not allowed: {parts.hostname} (see QUOTECLIP_SOURCE_HOSTS)")
+        host = parts.hostname or ""
+        raise SourceRefused(f"source host not allowed: {host} (see QUOTECLIP_SOURCE_HOSTS{loopback_hint(host)})")
     return spec
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from quoteclip import embedded, redis_url
 from quoteclip.errors import BadInput
-from quoteclip.settings import Settings, configured_redis_url
+from quoteclip.settings import LOOPBACK_HOSTS, Settings, configured_redis_url
 
 from .queue import _shown
 
@@ -66,22 +66,13 @@ def choose_redis(env: Mapping[str, str], settings: Settings, choice: RedisChoice
     return "", True, "embedded (nothing configured: set QUOTECLIP_REDIS_URL or --redis URL to use another)"
 
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
 def dev_env(env: Mapping[str, str], settings: Settings, host: str) -> dict[str, str]:
     """What ``up --dev`` adds for trying quoteclip on this machine's own files and servers: local paths and
     loopback sources allowed (the hosts and networks added to whatever is configured). Refused on a bind other
     than loopback, where a visitor could make the workers read this machine's disk and local services."""
     if host not in LOOPBACK_HOSTS:
         raise BadInput(f"--dev allows local files and loopback sources, so it binds to loopback only, got {host}")
-    hosts = settings.for_queue().source_hosts or ()
-    networks = (*settings.allow_addresses, "127.0.0.0/8", "::1/128")
-    return {
-        "QUOTECLIP_ALLOW_LOCAL_SOURCES": "true",
-        "QUOTECLIP_SOURCE_HOSTS": ",".join(dict.fromkeys((*hosts, "127.0.0.1", "localhost"))),
-        "QUOTECLIP_ALLOW_ADDRESSES": ",".join(dict.fromkeys(networks)),
-    }
+    return {"QUOTECLIP_ALLOW_LOCAL_SOURCES": "true", "QUOTECLIP_ALLOW_LOOPBACK": "true"}
 
 
 def start(settings: Settings, host: str, port: int, workers: int, choice: RedisChoice, dev: bool = False) -> Running:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from quoteclip.errors import BadInput
-from quoteclip.settings import Settings, SiteKey
+from quoteclip.settings import Settings, SiteKey, loopback_hint
 
 
 def make_link(
@@ -132,5 +132,6 @@ def _check_source(clip: dict[str, object], settings: Settings) -> None:
     parts = urlsplit(source)
     if hosts is not None and parts.scheme in ("http", "https") and not host_allowed(parts.hostname or "", hosts):
         raise BadInput(
-            f"source: the service does not clip {parts.hostname} (QUOTECLIP_SOURCE_HOSTS allows {', '.join(hosts)})"
+            f"source: the service does not clip {parts.hostname} (QUOTECLIP_SOURCE_HOSTS allows {', '.join(hosts)}"
+            f"{loopback_hint(parts.hostname or '')})"
         )

@@ -101,6 +101,23 @@ def _redis_url(text: str, name: str) -> str:
     return check_redis_url(text, name)
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+
+
+def loopback_hint(host: str) -> str:
+    """What to set for a refused loopback source (a local web server), else nothing."""
+    return (
+        "; for a server on this machine: QUOTECLIP_ALLOW_LOOPBACK=true"
+        if host.lower().strip("[]") in LOOPBACK_HOSTS
+        else ""
+    )
+
+
+def _joined(first: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*first, *more)))
+
+
 def parse_networks(text: str, name: str = "QUOTECLIP_ALLOW_ADDRESSES") -> tuple[str, ...]:
     nets = []
     for item in (t.strip() for t in text.split(",")):
@@ -445,6 +462,7 @@ class Settings:
         also=("REDIS_URL",),
     )
     queue_name: str = _fixed("quoteclip", "the queues' names (tests use their own)")
+    loopback_hosts: bool = _fixed(False, "the queue's default hosts take loopback's too (QUOTECLIP_ALLOW_LOOPBACK)")
     # Hosts remote sources may come from ("*": any public host). None: any for the CLI, the defaults for the queue.
     source_hosts: tuple[str, ...] | None = _setting(
         "QUOTECLIP_SOURCE_HOSTS",
@@ -468,6 +486,17 @@ class Settings:
         default=(),
         group="sources and fetching",
         parse=parse_networks,
+    )
+    allow_loopback: bool = _setting(
+        "QUOTECLIP_ALLOW_LOOPBACK",
+        "`true`: sources on this machine's loopback (127.0.0.1, localhost, ::1) are allowed, their hosts and their "
+        "addresses alike (what `QUOTECLIP_SOURCE_HOSTS` and `QUOTECLIP_ALLOW_ADDRESSES` would each need), for "
+        "trying quoteclip against a local web server; `quoteclip up --dev` sets it, and `quoteclip sign --check` "
+        "honours it. Never on a public service",
+        default=False,
+        group="sources and fetching",
+        parse=_flag,
+        shown="false",
     )
     cache_dir: Path = _setting(
         "QUOTECLIP_CACHE_DIR",
@@ -1005,7 +1034,20 @@ class Settings:
         if "redis_url" not in values:  # else the embedded server a running ``quoteclip up`` recorded, else the default
             values["redis_url"] = embedded.recorded_url(storage_dir) or cls.redis_url
         values.setdefault("cache_dir", default_cache_dir(env) / "sources")
-        return cls(**values)
+        made = cls(**values)
+        return made.with_loopback() if made.allow_loopback else made
+
+    def with_loopback(self) -> Settings:
+        """Loopback sources allowed (``QUOTECLIP_ALLOW_LOOPBACK``): their addresses, and their hosts where hosts are
+        listed (the queue's default list included)."""
+        hosts = self.source_hosts
+        if hosts is None:  # (the command line takes any host; the queue its default list, given loopback here)
+            return replace(self, allow_addresses=_joined(self.allow_addresses, LOOPBACK_NETWORKS), loopback_hosts=True)
+        return replace(
+            self,
+            allow_addresses=_joined(self.allow_addresses, LOOPBACK_NETWORKS),
+            source_hosts=_joined(hosts, LOOPBACK_HOSTS),
+        )
 
     def sites(self) -> dict[str, SiteKey]:
         """Every site key by its id (listed and scoped ones together; an id named in both is refused)."""
@@ -1027,10 +1069,11 @@ class Settings:
 
     def for_queue(self) -> Settings:
         """Queued jobs come from websites: no local paths and only the default hosts, unless configured."""
+        default = _joined(DEFAULT_SOURCE_HOSTS, LOOPBACK_HOSTS) if self.loopback_hosts else DEFAULT_SOURCE_HOSTS
         return replace(
             self,
             allow_local_sources=self.allow_local_sources is True,
-            source_hosts=self.source_hosts if self.source_hosts is not None else DEFAULT_SOURCE_HOSTS,
+            source_hosts=self.source_hosts if self.source_hosts is not None else default,
         )
 
     def render_timeout(self, clip_seconds: float) -> float:

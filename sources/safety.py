@@ -17,6 +17,7 @@ import urllib3
 import urllib3.connection
 
 from quoteclip.errors import BadInput, SourceRefused, SourceTransient
+from quoteclip.settings import loopback_hint
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -204,7 +205,7 @@ def check_url(
     if parts.username or parts.password:
         raise SourceRefused(f"source URLs with credentials are not allowed: {host}")
     if allowed_hosts is not None and not host_allowed(host, allowed_hosts):
-        raise SourceRefused(f"source host not allowed: {host} (see QUOTECLIP_SOURCE_HOSTS)")
+        raise SourceRefused(f"source host not allowed: {host} (see QUOTECLIP_SOURCE_HOSTS{loopback_hint(host)})")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:

@@ -201,8 +201,34 @@ def test_cli_takes_any_public_host_but_queue_only_allowed_ones(media, tmp_path, 
     assert done.returncode == 0, done.stderr
     queued = run_cli("enqueue", url, "--start", "1", "--end", "3", env=env)
     assert queued.returncode == 2
-    assert "source host not allowed: 127.0.0.1 (see QUOTECLIP_SOURCE_HOSTS)" in queued.stderr
+    assert "source host not allowed: 127.0.0.1 (see QUOTECLIP_SOURCE_HOSTS; for a server on this machine: " in (
+        queued.stderr
+    )
     assert http_source.requests["ep.mp4"] >= 1
+
+
+def test_one_switch_allows_loopback_sources_everywhere(media, tmp_path, http_source, redis_url) -> None:
+    """A local web server as a source needed two settings learned by failing (its host and its address), and
+    sign --check refused what up --dev allowed. QUOTECLIP_ALLOW_LOOPBACK=true alone opens both, for the queue and
+    for sign --check alike; without it, the refusal names it."""
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=4, gop=60))
+    url = http_source.url("ep.mp4")
+    env = {
+        "QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"),
+        "QUOTECLIP_CACHE_DIR": str(tmp_path / "cache"),
+        "QUOTECLIP_REDIS_URL": redis_url,
+        "QUOTECLIP_SITE_KEYS": "site:site-secret-0123456789",
+    }
+    signing = ("sign", url, "--start", "1", "--end", "2", "--site", "site", "--check")
+    refused = run_cli(*signing, env=env)
+    assert refused.returncode == 2 and "QUOTECLIP_ALLOW_LOOPBACK=true" in refused.stderr, refused.stderr
+    env["QUOTECLIP_ALLOW_LOOPBACK"] = "true"
+    signed = run_cli(*signing, env=env)
+    assert signed.returncode == 0 and "/l/site/" in signed.stdout, signed.stderr
+    queued = run_cli("enqueue", url, "--start", "1", "--end", "2", "--json", env=env)
+    assert queued.returncode == 0, queued.stderr
+    rendered = run_cli("render", url, "--start", "1", "--end", "2", "--json", env=env)
+    assert rendered.returncode == 0, rendered.stderr
 
 
 def _options(help_text: str) -> list[str]:

@@ -136,11 +136,13 @@ def test_up_dev_allows_local_sources_on_a_loopback_bind_only(tmp_path) -> None:
 
     settings = Settings(storage_dir=tmp_path / "clips")
     env = dev_env({}, settings, "127.0.0.1")
-    assert env["QUOTECLIP_ALLOW_LOCAL_SOURCES"] == "true"
-    hosts = env["QUOTECLIP_SOURCE_HOSTS"].split(",")
-    assert {"127.0.0.1", "localhost", *DEFAULT_SOURCE_HOSTS} <= set(hosts)
-    assert "127.0.0.0/8" in env["QUOTECLIP_ALLOW_ADDRESSES"].split(",")
-    assert Settings.from_env(env).for_queue().allow_local_sources is True  # what the children read back
+    assert env == {"QUOTECLIP_ALLOW_LOCAL_SOURCES": "true", "QUOTECLIP_ALLOW_LOOPBACK": "true"}  # one switch
+    queued = Settings.from_env(env).for_queue()  # what the children read back
+    assert queued.allow_local_sources is True
+    assert {"127.0.0.1", "localhost", *DEFAULT_SOURCE_HOSTS} <= set(queued.source_hosts or ())
+    assert {"127.0.0.0/8", "::1/128"} <= set(queued.allow_addresses)
+    listed = Settings.from_env({**env, "QUOTECLIP_SOURCE_HOSTS": "example.com"})  # hosts listed: loopback's added
+    assert set(listed.source_hosts or ()) == {"example.com", "127.0.0.1", "localhost", "::1"}
     with pytest.raises(BadInput, match="loopback only, got 0.0.0.0"):
         dev_env({}, settings, "0.0.0.0")
     done = run_cli("up", "--dev", "--host", "0.0.0.0", env={"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips")})
