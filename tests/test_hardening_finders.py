@@ -267,3 +267,35 @@ def _asks(base: str, key: str, source: str) -> dict[str, object]:
 
 def _ms(took: dict[str, float]) -> str:
     return ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in took.items())
+
+
+def _kib(pid: int, field: str) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith(field + ":")).split()[1]) * 1024
+
+
+@pytest.mark.slow
+def test_the_largest_caption_track_the_caps_allow_costs_the_api_a_bounded_amount(site, env) -> None:  # noqa: F811
+    """A json3 track of 60,000 words of 30 letters, just under 4 MiB, read through ``POST /previews/words`` of a running
+    ``quoteclip serve`` (a 4 MB track once took the API from 142 to 773 MB): its memory at its peak (VmHWM, reset
+    before the request), and once the request is over, against docs/security.md's bound of 256 MB."""
+    from testkit.faces import serving, user_env
+
+    words = [(f"w{n % 997:03d}" + "x" * 26, 0.25 * n) for n in range(MAX_TRANSCRIPT_WORDS)]  # words of 30 letters
+    track = json3(words, per_event=10)
+    assert 0.8 * MAX_TRACK_BYTES < len(track) < MAX_TRACK_BYTES
+    site.episodes["ep1"].captions = [SiteCaption("en", "json3", track)]
+    with serving(user_env(env)) as (server, _, base):
+        warm = _post(f"{base}/previews/words", {"source": f"{base}/healthz-is-no-page"})  # the route's imports
+        assert warm[0] in (422, 503), warm
+        Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
+        before = _kib(server.pid, "VmRSS")
+        status, text = _post(f"{base}/previews/words", {"source": site.url("ep1"), "start": 0, "end": 600})
+        peak, after = _kib(server.pid, "VmHWM"), _kib(server.pid, "VmRSS")
+    print(
+        f"\nPOST /previews/words of a {len(track) / 1024**2:.1f} MB track of {len(words)} words: the API's memory "
+        f"{before / 1024**2:.0f} MB before, {peak / 1024**2:.0f} MB at its peak (+{(peak - before) / 1024**2:.0f} MB), "
+        f"{after / 1024**2:.0f} MB after"
+    )  # docs/security.md and RELIABILITY.md quote it
+    assert status == 200 and len(json.loads(text)["words"]) == 2521, text[:200]  # 0 s to 630 s, a word a 0.25 s
+    assert peak - before < 256 * 1024**2
