@@ -51,12 +51,13 @@ COMMANDS = {
     "sign": "sign",
     "revoke": "revoke",
     "mcp": "mcp",
+    "check": "check",
 }
 
 # Commands that do one thing and end: once their answer is written, the process ends without the interpreter's
 # teardown (freeing every module and object the render loaded, some 40 ms of a cold render; BENCHMARKS.md 8a).
 # Everything they write is closed before they return (files, the store's fsynced writes, worker threads joined).
-ONE_SHOT = {"render", "enqueue", "batch", "status", "align", "health", "sign", "revoke"}
+ONE_SHOT = {"render", "enqueue", "batch", "status", "align", "health", "sign", "revoke", "check"}
 
 
 def load_commands(args: Sequence[str]) -> None:

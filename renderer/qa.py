@@ -1,0 +1,140 @@
+"""A clip's quality report (``quoteclip check CLIP``): what a viewer would notice, read from the clip itself in one
+ffmpeg pass (black stretches, frozen frames, long silences, loudness and true peak), and from its cut and words
+(an end that falls inside a word). Each finding names what it is, where, and by how much.
+
+- black: 0.5 s or more of black picture (``blackdetect``'s defaults);
+- frozen: 2 s or more of a picture that does not change (``freezedetect``);
+- silence: 1.5 s or more under -50 dB (``silencedetect``);
+- loudness: the integrated loudness more than 1 LU from the platform's target, a true peak over its limit
+  (``ebur128``), for a clip made for a platform;
+- a cut inside a word: the clip's start more than 40 ms after a word's start and before its end (its first word
+  cut into), or its end more than 40 ms before a word's end and after its start (its last word cut off).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quoteclip.spec import Word
+
+from .plan import parse_loudness
+
+BLACK_SECONDS = 0.5
+FROZEN_SECONDS = 2.0
+SILENCE_SECONDS = 1.5
+SILENCE_DB = -50
+INSIDE_WORD = 0.04  # seconds a cut may fall inside a word before it is said
+LOUDNESS_TOLERANCE = 1.0  # LU from a platform's target
+
+_BLACK = re.compile(r"black_start:(-?[\d.]+) black_end:(-?[\d.]+)")
+_FREEZE = re.compile(r"freeze_(start|end): (-?[\d.]+)")
+_SILENCE = re.compile(r"silence_(start|end): (-?[\d.]+)")
+
+
+@dataclass
+class Report:
+    """What a clip's check found: ``findings`` (each a dict: ``kind``, ``said`` and where), and what was measured."""
+
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    measured: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "findings": self.findings, "measured": self.measured}
+
+
+def check_argv(ffmpeg: str, clip: str, sound: bool) -> list[str]:
+    """The one pass that reads the clip: its picture through blackdetect and freezedetect, its sound (when it has
+    one) through silencedetect and ebur128; nothing written."""
+    argv = [ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-i", clip]
+    argv += ["-vf", f"blackdetect=d={BLACK_SECONDS}:pix_th=0.10,freezedetect=n=-60dB:d={FROZEN_SECONDS}"]
+    if sound:
+        argv += ["-af", f"silencedetect=noise={SILENCE_DB}dB:d={SILENCE_SECONDS},ebur128=peak=true"]
+    return [*argv, "-f", "null", "-"]
+
+
+def spans(text: str, pattern: re.Pattern[str], duration: float) -> list[tuple[float, float]]:
+    """(start, end) pairs of a detector's ``…_start``/``…_end`` lines (one still open at the end closes there)."""
+    out, began = [], None
+    for kind, value in pattern.findall(text):
+        if kind == "start":
+            began = float(value)
+        elif began is not None:
+            out.append((round(began, 3), round(float(value), 3)))
+            began = None
+    if began is not None:
+        out.append((round(began, 3), round(duration, 3)))
+    return out
+
+
+def read(said: str, duration: float, report: Report, target: float | None, peak_limit: float | None) -> None:
+    """The findings of one pass's log ``said`` (``check_argv``) in ``report``."""
+    for start, end in ((float(a), float(b)) for a, b in _BLACK.findall(said)):
+        report.findings.append(
+            {"kind": "black", "said": f"black from {start:.2f} s to {end:.2f} s", "at": [start, end]}
+        )
+    for start, end in spans(said, _FREEZE, duration):
+        report.findings.append(
+            {"kind": "frozen", "said": f"frozen from {start:.2f} s to {end:.2f} s", "at": [start, end]}
+        )
+    for start, end in spans(said, _SILENCE, duration):
+        if end - start >= SILENCE_SECONDS:
+            silent = f"silent (under {SILENCE_DB} dB) from {start:.2f} s to {end:.2f} s"
+            report.findings.append({"kind": "silence", "said": silent, "at": [start, end]})
+    loudness = parse_loudness(said)
+    if loudness is None:
+        return
+    report.measured["loudness"] = {"integrated": loudness.integrated, "true_peak": loudness.true_peak}
+    if target is not None and abs(loudness.integrated - target) > LOUDNESS_TOLERANCE:
+        said_l = f"integrated loudness {loudness.integrated:.1f} LUFS, the platform's target is {target:g}"
+        report.findings.append({"kind": "loudness", "said": said_l, "by": round(loudness.integrated - target, 1)})
+    if peak_limit is not None and loudness.true_peak > peak_limit:
+        said_p = f"true peak {loudness.true_peak:.1f} dBTP, over the platform's limit of {peak_limit:g} dBTP"
+        report.findings.append({"kind": "true peak", "said": said_p, "by": round(loudness.true_peak - peak_limit, 1)})
+
+
+def cut_words(words: Sequence[Word], start: float, end: float, report: Report) -> None:
+    """Findings for a cut whose start or end falls inside a word (source times), by more than INSIDE_WORD."""
+    for word in words:
+        if word.start + INSIDE_WORD < start < word.end:
+            by = round(start - word.start, 3)
+            said = f"the clip starts {by * 1000:.0f} ms into the word {word.text!r} ({word.start:g}-{word.end:g} s)"
+            report.findings.append(
+                {"kind": "cut inside a word", "said": said, "end": "start", "word": word.text, "by": by}
+            )
+        if word.start < end < word.end - INSIDE_WORD:
+            by = round(word.end - end, 3)
+            span = f"({word.start:g}-{word.end:g} s)"
+            said = f"the clip ends {by * 1000:.0f} ms before the end of the word {word.text!r} {span}"
+            report.findings.append(
+                {"kind": "cut inside a word", "said": said, "end": "end", "word": word.text, "by": by}
+            )
+
+
+def check(
+    clip: str,
+    ffmpeg: str,
+    duration: float,
+    sound: bool,
+    words: Sequence[Word] = (),
+    cut: tuple[float, float] | None = None,
+    target: float | None = None,
+    peak_limit: float | None = None,
+    timeout: float = 300,
+) -> Report:
+    """The report of ``clip`` (a file): its pass read, and its cut (source ``start``, ``end``) against ``words``."""
+    report = Report()
+    done = subprocess.run(check_argv(ffmpeg, clip, sound), capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "ffmpeg failed")
+    read(done.stderr, duration, report, target, peak_limit)
+    if cut is not None and words:
+        cut_words(words, cut[0], cut[1], report)
+    return report
