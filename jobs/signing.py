@@ -27,7 +27,7 @@ def make_link(
     from quoteclip import links
 
     if variant not in links.VARIANTS:
-        raise BadInput(f"variant (--as) must be one of {', '.join(links.VARIANTS)}, got {variant!r}")
+        raise BadInput(f"--as must be one of {', '.join(links.VARIANTS)}, got {variant!r}")
     key = settings.sites().get(site)
     if key is None:
         raise BadInput(f"site: no key {site!r} in QUOTECLIP_SITE_KEYS or QUOTECLIP_SITE_KEYS_FILE")

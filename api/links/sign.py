@@ -12,6 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.signing import make_link
+from quoteclip import links
+from quoteclip.errors import BadInput
 from quoteclip.spec import MAX_CAPTION_CHARS, MAX_SOURCE_CHARS
 
 from ..deps import ServicesDep
@@ -45,6 +47,8 @@ async def sign_link(request: LinkRequest, svc: ServicesDep) -> dict[str, Any]:
     would refuse of it. Needs the API's keys (QUOTECLIP_API_KEYS)."""
     if not svc.settings.api_keys:
         raise HTTPException(403, "signing a link needs the API's keys (QUOTECLIP_API_KEYS): or use quoteclip sign")
+    if request.variant not in links.VARIANTS:
+        raise BadInput(f"variant must be one of {', '.join(links.VARIANTS)}, got {request.variant!r}")
     fields = request.model_dump(exclude={"site", "variant", "expires", "key_id", "base_url"}, exclude_none=True)
     if isinstance(fields.get("watermark"), str) and fields["watermark"].lower().endswith(".png"):
         fields["logo"] = fields.pop("watermark")  # a logo is an uploaded asset or a brand file, as sign takes it
