@@ -122,6 +122,7 @@ def run_ffmpeg(
     RenderFailed carries the command and the tail of stderr. Returns the tail of stderr (errors ffmpeg logged
     but went on after, such as frames its decoder refused)."""
     log.debug("ffmpeg: %s", subprocess.list2cmdline(argv))
+    kills_before = oom_kills()  # (read before ffmpeg starts: a kill as it starts counts too)
     with tempfile.TemporaryFile(mode="w+b") as err:
         try:
             proc = subprocess.Popen(
@@ -138,7 +139,6 @@ def run_ffmpeg(
             raise MachineFault(
                 f"ffmpeg could not be started ({exc.strerror or type(exc).__name__})", _start_reason(exc.errno)
             ) from None
-        kills_before = oom_kills()
         reader = threading.Thread(target=_read_progress, args=(proc, on_progress), daemon=True)
         reader.start()
         # a blocking wait returns the moment ffmpeg exits (a wait with a timeout polls, up to 50 ms late);
