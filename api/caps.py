@@ -10,16 +10,17 @@ from __future__ import annotations
 import ipaddress
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from fastapi import Request
+from limits import RateLimitItemPerSecond
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 
 from quoteclip.settings import Settings
 
 RETRY_HELD = 2  # seconds a client over its streams or held requests is told to wait
-WINDOW = 1.0  # seconds of the part requests' window
 
 
 class CapReached(Exception):
@@ -59,7 +60,9 @@ class ClientCaps:
         self.limits = {"streams": settings.client_streams, "held": settings.client_held}
         self.parts_limit = settings.client_parts
         self.open: dict[tuple[str, str], int] = {}
-        self._parts: dict[str, deque[float]] = {}
+        # the part requests' rate: the ``limits`` library's moving window, in this process's memory
+        self._parts = RateLimitItemPerSecond(settings.client_parts, namespace="parts")
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
     def take(self, kind: str, who: str) -> Callable[[], None]:
         """One of ``who``'s ``kind`` (streams, held), and the call that gives it back (once), or CapReached when
@@ -94,17 +97,11 @@ class ClientCaps:
         finally:
             release()
 
-    def part(self, who: str, now: float | None = None) -> None:
+    def part(self, who: str) -> None:
         """Count one HLS part request of ``who``; CapReached when it has made its cap's worth in the last second."""
-        now = time.monotonic() if now is None else now
-        seen = self._parts.setdefault(who, deque())
-        while seen and seen[0] <= now - WINDOW:
-            seen.popleft()
-        if len(seen) >= self.parts_limit:
-            wait = max(1, math.ceil(seen[0] + WINDOW - now))
-            detail = f"too many stream part requests from this address (at most {self.parts_limit} a second)"
-            raise CapReached(detail, wait)
-        seen.append(now)
-        if len(self._parts) > 10_000:  # forget the addresses that have not asked for a second
-            for other in [k for k, v in self._parts.items() if not v or v[-1] <= now - WINDOW]:
-                del self._parts[other]
+        if self._limiter.hit(self._parts, who):
+            return
+        reset = self._limiter.get_window_stats(self._parts, who).reset_time
+        wait = max(1, math.ceil(reset - time.time()))
+        detail = f"too many stream part requests from this address (at most {self.parts_limit} a second)"
+        raise CapReached(detail, wait)
