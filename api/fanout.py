@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
 from typing import Any, TypeVar, cast
 
+from cachetools import LRUCache
 from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
@@ -434,7 +435,8 @@ class Hub:
         self.rendering = rendering  # whether a job is rendering still (read through the threads' pool)
         self.clips: dict[str, Clip] = {}
         self.parts = Parts()
-        self.playlists: OrderedDict[tuple[Any, ...], tuple[str, str]] = OrderedDict()
+        # the playlists built, the least recently asked for going first (cachetools' LRU: a hit is recent again)
+        self.playlists: LRUCache[tuple[Any, ...], tuple[str, str]] = LRUCache(PLAYLISTS)
         self.builds: dict[str, int] = {"playlist": 0, "part": 0}  # what was made rather than found kept
         self.index_reads = 0  # the streams' indexes read from Redis
         self._indexes: OrderedDict[str, tuple[relay.Index, float]] = OrderedDict()  # ended streams' indexes
@@ -549,6 +551,4 @@ class Hub:
             text = build()
             self.builds["playlist"] += 1
             found = self.playlists[key] = (text, etag(text))
-            while len(self.playlists) > PLAYLISTS:
-                self.playlists.popitem(last=False)
         return found
