@@ -10,13 +10,13 @@ import hashlib
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from cachetools import LRUCache
 from fastapi import Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
@@ -65,7 +65,7 @@ def stored_response(request: Request, settings: Settings, linked: Linked, stored
 
 MADE_KEPT = 1024  # links whose made answers (captions) an API process keeps
 BUILDS = {"captions": 0}  # made answers made, not found kept (a test counts them)
-_made: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
+_made: LRUCache[str, tuple[bytes, str]] = LRUCache(MADE_KEPT)  # (cachetools': a hit is recent again)
 _made_lock = threading.Lock()
 
 
@@ -76,15 +76,12 @@ def made_once(link: str, make: Callable[[], bytes]) -> tuple[bytes, str]:
     with _made_lock:
         found = _made.get(link)
         if found is not None:
-            _made.move_to_end(link)
             return found
     body = make()
     made = body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
     with _made_lock:
         BUILDS["captions"] += 1
         _made[link] = made
-        while len(_made) > MADE_KEPT:
-            _made.popitem(last=False)
     return made
 
 

@@ -19,11 +19,11 @@ import asyncio
 import dataclasses
 import math
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from cachetools import TTLCache
 from fastapi import HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
@@ -91,21 +91,15 @@ class Kept:
     under way when it came (a revocation made during that look is read by the requests after it)."""
 
     def __init__(self) -> None:
-        self.links: OrderedDict[str, tuple[Linked, float]] = OrderedDict()
+        # (cachetools': the least recently asked dropped past KEPT, each gone KEPT_SECONDS after it was kept)
+        self.links: TTLCache[str, Linked] = TTLCache(KEPT, KEPT_SECONDS, timer=time.monotonic)
         self.looks: dict[str, asyncio.Future[int]] = {}
 
     def get(self, path: str) -> Linked | None:
-        found = self.links.get(path)
-        if found is None or time.monotonic() - found[1] > KEPT_SECONDS:
-            return None
-        self.links.move_to_end(path)
-        return found[0]
+        return self.links.get(path)
 
     def keep(self, path: str, linked: Linked) -> None:
-        self.links[path] = (linked, time.monotonic())
-        self.links.move_to_end(path)
-        while len(self.links) > KEPT:
-            self.links.popitem(last=False)
+        self.links[path] = linked
 
     async def revoked(self, svc: Services, path: str, denied: tuple[str, ...]) -> bool:
         """Whether one of the link's deny-list entries exists: one ``EXISTS``, shared by the requests asking it
