@@ -24,6 +24,7 @@ from storage import open_storage
 from .connection import bulk_queue_name
 from .maintenance import PENDING, Fault, machine_health, mark_pending, pause_worker
 from .metrics import record_cache_hit, record_failure, record_handback, record_render
+from .pieces import current_fleet
 from .pipeline.produce import Stage, produce_clips, produce_poster
 from .pipeline.tempdirs import clip_bytes, hide_paths
 from .relay import relaying
@@ -84,7 +85,8 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]] | Retry:
             if fault is not None:
                 raise MachineFault(fault.detail, fault.reason)
         with relaying(settings, job, specs) as relay:  # a click's clip, streamed while it renders (jobs/relay.py)
-            results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay)
+            fleet = current_fleet() if len(specs) == 1 else None  # a long clip's pieces offered to the fleet
+            results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay, fleet=fleet)
     except Exception as raised:  # noqa: BLE001  (every failure is classified and said: _failed)
         keep = [s.source for s in specs] + [str(d.get("source", "")) for d in spec_data if isinstance(d, dict)]
         return _failed(job, raised, keep, settings)

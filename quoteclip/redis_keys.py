@@ -121,3 +121,18 @@ def taken(name: str) -> str:
 
 # Set: the names of the render workers that have a ``taken`` list (the reconciler's index of them).
 TAKERS = f"{PREFIX}:takers"
+
+
+def piece_claim(key: str, index: int) -> str:
+    """String: which worker renders piece ``index`` of clip ``key`` (a lease its holder renews; jobs/pieces.py)."""
+    return f"{PREFIX}:piece:{key}:{index}:claim"
+
+
+def piece_done(key: str, index: int) -> str:
+    """String: piece ``index`` of clip ``key`` is in the object store (``pieces/<key>/<index>.mp4``)."""
+    return f"{PREFIX}:piece:{key}:{index}:done"
+
+
+def piece_failed(key: str) -> str:
+    """String: why a piece of clip ``key`` failed for good (the clip fails with it)."""
+    return f"{PREFIX}:piece:{key}:failed"

@@ -644,6 +644,21 @@ class Settings:
         group="rendering",
         parse=_Number(0.1),
     )
+    split_seconds: float = _setting(
+        "QUOTECLIP_SPLIT_SECONDS",
+        "a queued clip longer than this many seconds renders in pieces on several workers, joined into the one clip "
+        "(`0`: every clip renders whole on one worker; docs/scaling.md)",
+        default=60.0,
+        group="rendering",
+        parse=_Number(0),
+    )
+    piece_seconds: float = _setting(
+        "QUOTECLIP_PIECE_SECONDS",
+        "length of each piece of a clip rendered in pieces, seconds (the pieces are of equal length, to a frame)",
+        default=15.0,
+        group="rendering",
+        parse=_Number(2),
+    )
     encoder_preset: EncoderPreset | None = _setting(
         "QUOTECLIP_ENCODER_PRESET",
         f"x264 preset of final renders whose request names none: {_PRESETS}",

@@ -27,7 +27,7 @@ from .errors import BadInput
 from .links import MAX_SECONDS
 from .platforms import PLATFORMS, PlatformName
 
-DEFAULT_MAX_SECONDS = 180.0
+DEFAULT_MAX_SECONDS = 600.0  # a long cut renders in pieces across the workers (jobs/pieces.py)
 MAX_CAPTION_CHARS = 1000
 READING_CHARS_PER_SECOND = 25  # above this a caption is rendered, with a warning: too fast to read
 MAX_SOURCE_CHARS = 4096

@@ -527,3 +527,105 @@ def _contain(
 
 def _seconds(value: float) -> str:
     return f"{value:.3f}"
+
+
+def build_piece(
+    target: Target,
+    info: MediaInfo,
+    source: str,
+    ffmpeg_bin: str,
+    cut: tuple[float, float],
+    first: int,
+    count: int,
+    max_pixels: int | None = None,
+) -> list[str]:
+    """The picture of output frames ``first`` … ``first + count − 1`` of ``target``'s clip alone (no sound), for a
+    clip rendered in pieces (``renderer/split.py``): the source decoded from the keyframe before the piece's first
+    frame, the frames timed on the whole clip's clock while the picture is made (captions, watermark and fades fall
+    where a one-piece render puts them), then on the piece's own. The piece's first frame is the source frame the
+    frame rule gives the one-piece render's frame ``first``; its poster, when ``target`` has one, is taken from it."""
+    start, duration = cut
+    srate, rate = source_rate(info), output_rate(info)
+    span = frame_span(start, start + duration, srate)
+    begins = float(Fraction(span.first + first) / srate)  # the piece's first frame, on the spec's timeline
+    whole, piece = float(seek_time(start - info.timeline_offset)), float(seek_time(begins - info.timeline_offset))
+    shift = round(piece - whole, 6)  # the piece's clock behind the clip's
+    length = float(Fraction(count) / rate)
+    threads = 1 if info.width * info.height <= SINGLE_THREAD_DECODE_PIXELS else None
+    src = source_input(source, begins - info.timeline_offset, length, False, max_pixels, threads)
+    video = src.video.filter("setpts", f"PTS+{shift:.6f}/TB")
+    video = _picture(target, info, video, duration).filter("setpts", f"PTS-{shift:.6f}/TB")
+    nodes = []
+    if target.poster is not None:
+        branches = video.filter_multi_output("split")
+        video = branches[0]
+        nodes.append(_still(target, info, branches[1]))
+    spec = target.spec
+    out = ffmpeg.output(
+        video,
+        target.output,
+        vcodec="libx264",
+        preset=spec.encoder_preset or PRESET,
+        crf=CRF,
+        force_key_frames=KEYFRAMES,
+        r=str(rate),
+        fps_mode="cfr",
+        vframes=count,
+        map_metadata=-1,
+        an=None,
+        f="mp4",
+        **_rate_cap(spec),
+    )
+    merged = ffmpeg.merge_outputs(out, *nodes) if nodes else out
+    merged = merged.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
+    return list(merged.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def build_sound(
+    target: Target,
+    info: MediaInfo,
+    source: str,
+    ffmpeg_bin: str,
+    cut: tuple[float, float],
+    audio_source: str | None = None,
+    length: float | None = None,
+) -> list[str]:
+    """The sound of ``target``'s whole clip alone (AAC in MP4), for a clip rendered in pieces: the chain of a
+    one-piece render (levelled, faded), encoded once, so the joined clip's sound has no seam. ``length``: where it
+    ends (the clip's frames' length: a one-piece render's sound ends with its last frame)."""
+    start, duration = cut
+    if audio_source is not None:
+        audio = source_input(audio_source, start - info.audio_offset, duration).audio
+    elif info.has_audio:
+        audio = source_input(source, start - info.timeline_offset, duration, threads=1).audio
+    else:
+        audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
+    spec = target.spec
+    if spec.loudness is not None and target.loudness is not None:
+        audio = _level(audio, spec.loudness, target.loudness)
+    if spec.fades:
+        fade, tail = _fade(duration)
+        audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
+    out = ffmpeg.output(
+        audio,
+        target.output,
+        acodec="aac",
+        audio_bitrate=AUDIO_BITRATE,
+        ar=AUDIO_RATE,
+        t=_seconds(length if length is not None else duration),
+        map_metadata=-1,
+        vn=None,
+        f="mp4",
+    )
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
+    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))
+
+
+def build_join(pieces: str, sound: str, output: str, ffmpeg_bin: str) -> list[str]:
+    """A clip's pieces joined without encoding: ``pieces`` (a concat demuxer's list of the pictures, in order) and
+    ``sound`` (the whole clip's sound) copied into one faststart MP4."""
+    picture = ffmpeg.input(pieces, f="concat", safe=0, protocol_whitelist="file", format_whitelist="concat,mov,mp4")
+    audio = ffmpeg.input(sound, protocol_whitelist="file", format_whitelist="mov,mp4,m4a")
+    out = ffmpeg.output(picture.video, audio.audio, output, c="copy", movflags="+faststart", map_metadata=-1, f="mp4")
+    out = out.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error")
+    return list(out.overwrite_output().compile(cmd=ffmpeg_bin))

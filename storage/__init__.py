@@ -35,6 +35,15 @@ class Storage(Protocol):
     def get_asset(self, name: str) -> bytes | None:
         """An uploaded brand file's bytes, or None when there is none by that name."""
 
+    def put_piece(self, name: str, path: Path) -> None:
+        """Store a piece of a clip rendered in pieces (``pieces/<name>``), for the worker that joins them."""
+
+    def get_piece(self, name: str, path: Path) -> bool:
+        """Write the piece ``name`` to ``path``; False when it is not stored."""
+
+    def delete_pieces(self, prefix: str) -> int:
+        """Remove every piece whose name starts with ``prefix`` (a clip's, once joined or failed); how many."""
+
     def read(self, key: str) -> BinaryIO:
         """The stored clip as a readable stream (for archives): a file, or the object's body."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import shutil
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from quoteclip.errors import StorageFailed
+
+PIECES = "pieces"  # the pieces of clips rendered in pieces, until they are joined
 
 
 class LocalStorage:
@@ -53,6 +56,27 @@ class LocalStorage:
             return None
         except OSError as exc:
             raise StorageFailed(f"could not read asset {name} in {self.root}: {exc}") from exc
+
+    def put_piece(self, name: str, path: Path) -> None:
+        folder = self.root / PIECES
+        folder.mkdir(parents=True, exist_ok=True)
+        self._write(folder / name, source=path)
+
+    def get_piece(self, name: str, path: Path) -> bool:
+        try:
+            shutil.copyfile(self.root / PIECES / name, path)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageFailed(f"could not read piece {name} in {self.root}: {exc}") from exc
+        return True
+
+    def delete_pieces(self, prefix: str) -> int:
+        gone = 0
+        for found in (self.root / PIECES).glob(f"{glob.escape(prefix)}*"):
+            found.unlink(missing_ok=True)
+            gone += 1
+        return gone
 
     def _write(self, final: Path, data: bytes | None = None, source: Path | None = None, once: bool = False) -> bool:
         """Atomically: a temp file in the same folder, synced, then renamed over ``final``; with ``once``, linked

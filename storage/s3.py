@@ -38,6 +38,7 @@ CONFLICT = {"ConditionalRequestConflict", "409"}  # a write of the key under way
 UNSUPPORTED = {"NotImplemented", "501", "InvalidArgument", "InvalidRequest"}  # a store refusing the header itself
 NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 ASSETS = "assets/"  # uploaded brand files (logos, fonts), by content hash
+PIECES = "pieces/"  # the pieces of clips rendered in pieces, until they are joined
 CACHE_CONTROL = "public, max-age=31536000, immutable"  # content-addressed: a key's bytes never change
 
 
@@ -217,6 +218,29 @@ class S3Storage:
         with _store_errors(f"could not read asset {name} from bucket {self.bucket}", absent=True):
             return bytes(self.client.get_object(Bucket=self.bucket, Key=f"{ASSETS}{name}")["Body"].read())
         return None
+
+    def put_piece(self, name: str, path: Path) -> None:
+        with _store_errors(f"upload of piece {name} to bucket {self.bucket} failed"):
+            self.client.upload_file(str(path), self.bucket, f"{PIECES}{name}")
+
+    def get_piece(self, name: str, path: Path) -> bool:
+        with _store_errors(f"could not read piece {name} from bucket {self.bucket}", absent=True):
+            self.client.download_file(self.bucket, f"{PIECES}{name}", str(path))
+            return True
+        return False
+
+    def delete_pieces(self, prefix: str) -> int:
+        gone = 0
+        with _store_errors(f"could not remove pieces {prefix}* from bucket {self.bucket}"):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{PIECES}{prefix}"
+            )
+            for page in pages:
+                names = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+                if names:
+                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": names, "Quiet": True})
+                    gone += len(names)
+        return gone
 
     def read(self, key: str) -> BinaryIO:
         with _store_errors(f"could not read {self.object_key(key)} from bucket {self.bucket}"):

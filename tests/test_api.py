@@ -74,7 +74,7 @@ def test_clip_lifecycle_and_download_redirects(client, workers, source_url, api_
         ({"source": "x.mp4", "start": 1, "end": 3, "profile": "tiktok"}, "profile"),
         ({"source": "x.mp4", "start": 1, "end": 3, "bogus": 1}, "bogus"),
         ({"source": "x.mp4", "start": 1, "end": 3, "encoder_preset": "placebo"}, "encoder_preset"),
-        ({"source": "http://127.0.0.1/x.mp4", "start": 1, "end": 300}, "over the 180 s limit"),
+        ({"source": "http://127.0.0.1/x.mp4", "start": 1, "end": 700}, "over the 600 s limit"),
         ({"source": "/etc/passwd", "start": 1, "end": 3}, "local paths are not allowed"),
         ({"source": "https://evil.example/x.mp4", "start": 1, "end": 3}, "source host not allowed"),
     ],
@@ -89,12 +89,12 @@ def test_bad_clip_requests_are_422_naming_the_field(client, body, field, api_env
 
 def test_api_reads_specs_as_the_cli_does(api_env, source_url) -> None:
     """The operator's length cap, a brand name as the watermark, and the CLI's wording of errors."""
-    api_env["QUOTECLIP_MAX_CLIP_SECONDS"] = "300"
+    api_env["QUOTECLIP_MAX_CLIP_SECONDS"] = "900"
     app = TestClient(create_app(Settings.from_env(api_env)))
-    long = app.post("/clips", json={"source": source_url, "start": 1, "end": 201})
-    assert long.status_code == 202, long.text  # over the default 180 s, under the configured 300 s
-    too_long = app.post("/clips", json={"source": source_url, "start": 1, "end": 302})
-    assert too_long.status_code == 422 and "over the 300 s limit" in too_long.json()["detail"]
+    long = app.post("/clips", json={"source": source_url, "start": 1, "end": 701})
+    assert long.status_code == 202, long.text  # over the default 600 s, under the configured 900 s
+    too_long = app.post("/clips", json={"source": source_url, "start": 1, "end": 902})
+    assert too_long.status_code == 422 and "over the 900 s limit" in too_long.json()["detail"]
     named = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "watermark": "StarZero"})
     assert named.status_code == 202, named.text
     same = app.post("/clips", json={"source": source_url, "start": 1, "end": 2, "watermark": {"text": "StarZero"}})

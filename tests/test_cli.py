@@ -61,7 +61,7 @@ def test_default_storage_dir_is_clips_in_cwd(media, tmp_path) -> None:
     [
         (["--start", "10", "--end", "5"], "end must be after start, got start=10.0 end=5.0"),
         (["--start", "ten", "--end", "5"], "start: start must be seconds, MM:SS(.fff) or HH:MM:SS(.fff), got 'ten'"),
-        (["--start", "0", "--end", "181"], "over the 180 s limit"),
+        (["--start", "0", "--end", "601"], "over the 600 s limit"),
         (["--start", "0", "--end", "1", "--profile", "tiktok"], "profile: Input should be"),
         (["--start", "0", "--end", "1", "--caption", "x" * 1001], "caption: String should have at most 1000"),
         (["--start", "0", "--end", "1", "--font", "/no/such.ttf"], "font file not found"),

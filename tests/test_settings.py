@@ -87,6 +87,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_AVAILABLE_WAIT": ("5", 5.0),
     "QUOTECLIP_MAX_CLIP_SECONDS": ("30", 30.0),
     "QUOTECLIP_ENCODER_PRESET": ("ultrafast", "ultrafast"),
+    "QUOTECLIP_SPLIT_SECONDS": ("90", 90.0),
+    "QUOTECLIP_PIECE_SECONDS": ("20", 20.0),
     "QUOTECLIP_BRAND_DIR": ("/brand", Path("/brand")),
     "FFMPEG_BINARY": ("/opt/ffmpeg/bin/ffmpeg", "/opt/ffmpeg/bin/ffmpeg"),
     "QUOTECLIP_API_KEYS": ("k1, k2", ("k1", "k2")),

@@ -70,7 +70,7 @@ def test_spec_is_frozen_and_normalised() -> None:
     [
         ({"end": 5}, "end must be after start, got start=10.0 end=5.0"),
         ({"end": 10}, "end must be after start"),
-        ({"end": 200}, "over the 180 s limit"),
+        ({"end": 700}, "over the 600 s limit"),
         ({"start": -1}, "start: start must not be negative"),
         ({"start": "ten"}, "start: start must be seconds"),
         ({"caption": "x" * 1001}, "caption: String should have at most 1000 characters"),

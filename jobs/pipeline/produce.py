@@ -7,6 +7,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
@@ -40,6 +41,9 @@ from .steps import (
 )
 from .tempdirs import clip_bytes, sweep_temp
 
+if TYPE_CHECKING:
+    from jobs.pieces import Fleet
+
 __all__ = [  # what other modules import from here
     "ClipResult",
     "PosterStored",
@@ -72,6 +76,7 @@ def produce_clips(
     storage: Storage,
     report: Reporter | None = None,
     stream: ClipStream | None = None,
+    fleet: Fleet | None = None,
 ) -> list[ClipResult]:
     """The stored clips of one quote in several profiles (specs that differ only in profile), in order. Each is
     looked up on its own; the missing ones are rendered together, from one read and one decode of the source
@@ -92,7 +97,7 @@ def produce_clips(
         raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
     streaming = stream if len(missing) == 1 and spec.quality != "instant" else None
     try:
-        return _produce(specs, settings, storage, say, looked, results, missing, streaming)
+        return _produce(specs, settings, storage, say, looked, results, missing, streaming, fleet)
     except BaseException as exc:
         if streaming is not None:
             streaming.failed(f"{exc}".splitlines()[0] if f"{exc}" else type(exc).__name__)
@@ -108,6 +113,7 @@ def _produce(
     results: list[ClipResult | None],
     missing: list[int],
     streaming: ClipStream | None,
+    fleet: Fleet | None = None,
 ) -> list[ClipResult]:
     """The render and store of ``produce_clips`` (the clips ``missing`` from the store), step by step."""
     need = clip_bytes(specs[missing[0]].duration, len(missing))
@@ -121,6 +127,7 @@ def _produce(
             say=say,
             tmp=tmp,
             stream=streaming,
+            fleet=fleet,
         )
         announce(ctx, Stage.FETCHING)
         found = look_up_ffmpeg(ctx, ahead)
@@ -149,6 +156,15 @@ def _clip_timings(ctx: Production) -> dict[str, float]:
     """The clips' timings: the render's, the store's, and a streamed render's first fragment."""
     first = ctx.rendered[0]
     timed = {**render_timings(ctx, first.ffmpeg_s), "store_s": round(time.perf_counter() - ctx.rendered_at, 3)}
+    if ctx.joined is not None:  # a clip rendered in pieces: how many, how many here, what the sound and join took
+        joined = ctx.joined
+        timed.update(
+            pieces=joined.pieces,
+            pieces_here=joined.here,
+            pieces_ffmpeg_s=round(sum(joined.piece_s.values()), 3),
+            sound_s=joined.sound_s,
+            join_s=joined.join_s,
+        )
     if first.streamed is not None:  # when ffmpeg started and its first fragment came (the epoch's seconds)
         timed["ffmpeg_started_at"], timed["first_fragment_at"] = first.streamed
     return timed

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable, machine_fault
 from quoteclip.machine import available_memory
@@ -29,11 +30,15 @@ from renderer.interleave import Interleaver
 from renderer.plan import output_frames, output_rate, source_rate
 from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
 from renderer.render import Drawn, PosterResult, RenderResult, cut_for, draw_overlays, render_clips, render_poster
+from renderer.split import plan_split
 from sources import SourceRef
 from sources.opener import OpenedSource, open_source
 from storage import Storage
 
 from .assets import localize
+
+if TYPE_CHECKING:
+    from jobs.pieces import Fleet, Joined
 from .keys import download_name
 from .lookup import POSTER
 from .manifest import sidecar_files
@@ -57,6 +62,7 @@ class Production:
     say: Reporter
     tmp: Path  # this production's temp folder
     stream: ClipStream | None = None  # where one clip's render sends its fragmented copy while it encodes
+    fleet: Fleet | None = None  # the workers a long clip's pieces are offered to (jobs/pieces.py); None: whole
     binary: str = ""  # the ffmpeg every run uses
     drawn: list[ClipSpec] = field(default_factory=list)  # the specs with brand files as local paths
     overlays: Future[Drawn] | None = None  # the captions and watermarks, drawn while the source is opened
@@ -72,6 +78,7 @@ class Production:
     source_format: str | None = None  # a page's format family read (https, hls, dash), for the manifest
     began: dict[str, float] = field(default_factory=dict)  # when each stage was announced (perf_counter)
     rendered_at: float = 0.0  # when the render was over (perf_counter)
+    joined: Joined | None = None  # a clip rendered in pieces: what they cost
 
     @property
     def spec(self) -> ClipSpec:
@@ -233,6 +240,34 @@ def encode(ctx: Production) -> None:
     opened, info = ctx.source_open()
     start = STAGE_START[Stage.RENDERING]
     span = STAGE_START[Stage.UPLOADING] - start
+    if ctx.fleet is not None and len(ctx.drawn) == 1:
+        from jobs.pieces import render_in_pieces, splits
+
+        if splits(ctx.drawn[0], clip_length(ctx.spec, info), ctx.settings, info):
+            plan = plan_split(
+                ctx.drawn[0],
+                opened.video,
+                info,
+                ctx.tmp,
+                ctx.settings.piece_seconds,
+                opened.probe_video,
+                ctx.overlays.result() if ctx.overlays is not None else None,
+            )
+            ctx.joined = render_in_pieces(
+                plan,
+                ctx.spec,
+                ctx.keys[0],
+                opened.video,
+                opened.audio,
+                ctx.tmp,
+                ctx.binary,
+                ctx.settings,
+                ctx.storage,
+                ctx.fleet,
+                lambda f: ctx.say(Stage.RENDERING, start + int(f * span)),
+            )
+            ctx.rendered = [ctx.joined.result]
+            return
     ctx.rendered = render_clips(
         ctx.drawn,
         opened.video,

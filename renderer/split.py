@@ -1,0 +1,210 @@
+"""A long clip rendered in pieces: its frames split on the output's frame grid, each piece's picture encoded on its
+own (by any worker), the whole clip's sound encoded once, then the pieces joined without encoding (the concat
+demuxer, stream copy) into the one faststart MP4 a one-piece render would store.
+
+What makes the join exact: every piece decodes the source from the keyframe before its first frame and encodes
+exactly its frames (``build_piece``), timed on the whole clip's clock while its picture is made, so captions, the
+word highlight, the watermark and fades fall where they fall in one piece; the sound never splits, so it has no
+seam (no gap, overlap or click at a join) and is the one-piece render's sound, packet for packet."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from quoteclip.errors import QuoteclipError, RenderFailed
+from quoteclip.spec import ClipSpec
+
+from .ffmpeg import run_ffmpeg
+from .plan import (
+    Target,
+    build_join,
+    build_piece,
+    build_sound,
+    output_frames,
+    output_rate,
+    source_rate,
+)
+from .probe import MediaInfo, Readable, probe
+from .render import (
+    OVERSIZE_FRAME,
+    Drawn,
+    RenderResult,
+    _check_platform,
+    _targets,
+    check_span,
+    cut_for,
+    draw_overlays,
+    measure_loudness,
+)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Output frames ``first`` … ``first + count − 1`` of a clip rendered in pieces."""
+
+    index: int
+    first: int
+    count: int
+
+
+def plan_pieces(frames: int, rate: float, piece_seconds: float) -> list[Piece]:
+    """A clip of ``frames`` frames at ``rate`` cut into pieces of about ``piece_seconds`` each, of equal lengths to
+    a frame (the longest piece is the plan's critical path); a piece may be up to 5 % longer than asked rather
+    than leave a sliver of a piece at the end."""
+    count = max(1, math.ceil(frames / max(1.0, piece_seconds * rate) - 0.05))
+    base, extra = divmod(frames, count)
+    pieces, first = [], 0
+    for index in range(count):
+        size = base + (1 if index < extra else 0)
+        pieces.append(Piece(index, first, size))
+        first += size
+    return pieces
+
+
+def why_whole(spec: ClipSpec, info: MediaInfo) -> str | None:
+    """Why ``spec``'s clip renders in one piece whatever its length (None: it may split). The pieces are cut on the
+    source's frames, so the output must hold the source's frames one for one; an audiogram, the speaker fit (one
+    face track over the whole clip) and tightened pauses (spans that decide which frames are kept) stay whole."""
+    if spec.quality != "final":
+        return "a preview"
+    if info.audio_only:
+        return "an audiogram"
+    if spec.fit == "speaker":
+        return "the speaker fit"
+    if spec.tighten:
+        return "tightened pauses"
+    if source_rate(info) != output_rate(info):
+        return "a source whose frame rate the clip does not keep"
+    return None
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """What every piece's render shares: the clip's spec, cut, overlays and targets, and its pieces."""
+
+    spec: ClipSpec
+    info: MediaInfo
+    cut: tuple[float, float]
+    drawn: Drawn
+    target: Target
+    pieces: list[Piece]
+
+    @property
+    def frames(self) -> int:
+        return sum(p.count for p in self.pieces)
+
+    @property
+    def length(self) -> float:
+        """The clip's length: its frames at the output's rate."""
+        return self.frames / float(output_rate(self.info))
+
+
+def plan_split(
+    spec: ClipSpec,
+    source: str,
+    info: MediaInfo,
+    workdir: Path,
+    piece_seconds: float,
+    probe_source: Readable | None = None,
+    drawn: Drawn | None = None,
+) -> SplitPlan:
+    """The pieces of ``spec``'s clip and what they share (the overlays drawn in ``workdir``)."""
+    check_span(spec, info)
+    cut = cut_for(spec, info)
+    if drawn is None or drawn.cut != cut:
+        drawn = draw_overlays([spec], workdir, cut)
+    target = _targets([spec], drawn, info, source, workdir, probe_source)[0]
+    frames = output_frames(info, *cut)
+    return SplitPlan(spec, info, cut, drawn, target, plan_pieces(frames, float(output_rate(info)), piece_seconds))
+
+
+def render_piece(
+    plan: SplitPlan, piece: Piece, source: str, output: Path, ffmpeg_bin: str, timeout: float, max_pixels: int | None
+) -> tuple[Path, Path | None, float]:
+    """Encode ``piece``'s picture to ``output``; (the file, the clip's poster when this piece holds it, ffmpeg's
+    seconds). The first piece writes the poster (it is at most a second in)."""
+    poster = plan.target.poster if piece.index == 0 else None
+    target = replace(plan.target, output=str(output), poster=poster)
+    argv = build_piece(target, plan.info, source, ffmpeg_bin, plan.cut, piece.first, piece.count, max_pixels)
+    began = time.perf_counter()
+    said = run_ffmpeg(argv, timeout=timeout)
+    seconds = round(time.perf_counter() - began, 3)
+    refused = OVERSIZE_FRAME.search(said)
+    if refused:
+        raise RenderFailed(f"a source frame of {refused.group(1)} is over the frame size limit", argv, said)
+    if not output.is_file() or output.stat().st_size == 0:
+        raise RenderFailed(f"ffmpeg finished but wrote no piece {piece.index}", argv, said)
+    try:
+        got = probe(str(output), first_frame=False)
+    except QuoteclipError as exc:
+        raise RenderFailed(f"ffmpeg wrote an unreadable piece {piece.index} ({exc})", argv) from None
+    rate = float(output_rate(plan.info))
+    if abs(got.duration - piece.count / rate) > 1.5 / rate:
+        raise RenderFailed(
+            f"piece {piece.index} came out {got.duration:.3f} s long instead of {piece.count / rate:.3f} s", argv, said
+        )
+    still = Path(poster[0]) if poster is not None else None
+    return output, still if still is not None and still.is_file() and still.stat().st_size > 0 else None, seconds
+
+
+def render_sound(
+    plan: SplitPlan, source: str, output: Path, ffmpeg_bin: str, timeout: float, audio_source: str | None
+) -> Path:
+    """Encode the whole clip's sound to ``output`` (measuring its loudness first when the spec levels it)."""
+    target = replace(plan.target, output=str(output), poster=None)
+    if plan.spec.loudness is not None:
+        measured = measure_loudness(plan.info, source, plan.cut, ffmpeg_bin, timeout, audio_source)
+        target = replace(target, loudness=measured)
+    argv = build_sound(target, plan.info, source, ffmpeg_bin, plan.cut, audio_source, plan.length)
+    said = run_ffmpeg(argv, timeout=timeout)
+    if not output.is_file() or output.stat().st_size == 0:
+        raise RenderFailed("ffmpeg finished but wrote no sound", argv, said)
+    return output
+
+
+def join_pieces(
+    plan: SplitPlan,
+    pieces: list[Path],
+    sound: Path,
+    poster: Path | None,
+    workdir: Path,
+    ffmpeg_bin: str,
+    timeout: float,
+) -> RenderResult:
+    """The pieces and the sound copied into the clip (``workdir/clip.mp4``), checked as a one-piece render is."""
+    listing = workdir / "pieces.txt"
+    listing.write_text("ffconcat version 1.0\n" + "".join(f"file '{p.name}'\n" for p in pieces))
+    for path in pieces:
+        if path.parent != workdir:
+            raise ValueError(f"piece {path} is not in {workdir}")
+    output = workdir / "clip.mp4"
+    argv = build_join(str(listing), str(sound), str(output), ffmpeg_bin)
+    began = time.perf_counter()
+    said = run_ffmpeg(argv, timeout=timeout)
+    seconds = round(time.perf_counter() - began, 3)
+    if not output.is_file() or output.stat().st_size == 0:
+        raise RenderFailed("ffmpeg joined the pieces but wrote no clip", argv, said)
+    try:
+        out = probe(str(output), first_frame=False)
+    except QuoteclipError as exc:
+        raise RenderFailed(f"the joined clip is unreadable ({exc})", argv) from None
+    duration = plan.length
+    if abs(out.duration - duration) > 0.1 + 1 / float(output_rate(plan.info)):
+        raise RenderFailed(f"the joined clip came out {out.duration:.3f} s long instead of {duration:.3f} s", argv)
+    _check_platform(plan.spec, output, argv)
+    logging.getLogger(__name__).info("joined %d pieces in %.3f s: %.3f s", len(pieces), seconds, out.duration)
+    return RenderResult(
+        output,
+        out.width,
+        out.height,
+        round(out.duration, 3),
+        tuple(argv),
+        plan.cut[0],
+        plan.drawn.tracks[0],
+        poster,
+        seconds,
+    )

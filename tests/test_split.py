@@ -1,0 +1,224 @@
+"""A long clip rendered in pieces (renderer/split.py, jobs/pieces.py): the same frames and sound as one piece, the
+same key and link, pieces shared out to real workers, a worker killed mid-piece costing that piece only, and no
+piece left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import redis
+from conftest import Workers
+from mediacheck import frame_index, frame_means
+
+from jobs.pieces import splits
+from jobs.pipeline.produce import produce_clip
+from jobs.queue import enqueue_clip, job_status
+from quoteclip.settings import Settings
+from quoteclip.spec import build_spec
+from renderer.frames import frame_span
+from renderer.plan import source_rate
+from renderer.probe import probe
+from renderer.render import render_clips
+from renderer.split import join_pieces, plan_pieces, plan_split, render_piece, render_sound
+from storage import LocalStorage
+
+WORDS = " ".join(f"word{n}" for n in range(40))
+
+
+def _spec(src: Path, start: float, end: float, **more: object):
+    return build_spec(
+        {"source": str(src), "start": start, "end": end, "caption": WORDS, "encoder_preset": "ultrafast", **more}
+    )
+
+
+def _pcm(path: Path) -> np.ndarray:
+    with av.open(str(path)) as c:
+        return np.concatenate([f.to_ndarray() for f in c.decode(audio=0)], axis=1)
+
+
+def _frames(path: Path, wanted: set[int]) -> dict[int, tuple[float, np.ndarray]]:
+    out = {}
+    with av.open(str(path)) as c:
+        for n, frame in enumerate(c.decode(video=0)):
+            if n in wanted:
+                out[n] = (float(frame.pts * frame.time_base), frame.to_ndarray(format="rgb24").astype(float))
+    return out
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(((a - b) ** 2).mean())
+    return 99.0 if mse == 0 else 10 * float(np.log10(255**2 / mse))
+
+
+def _starts(path: Path) -> dict[str, float]:
+    with av.open(str(path)) as c:
+        return {s.type: float((s.start_time or 0) * s.time_base) for s in c.streams}
+
+
+def test_pieces_are_planned_on_the_frame_grid_in_equal_lengths() -> None:
+    pieces = plan_pieces(5394, 29.97, 15.0)
+    assert len(pieces) == 12 and sum(p.count for p in pieces) == 5394
+    assert {p.count for p in pieces} <= {449, 450}
+    assert all(b.first == a.first + a.count for a, b in zip(pieces, pieces[1:], strict=False))
+    assert plan_pieces(100, 30, 15.0) == plan_pieces(100, 30, 60.0)[:1]  # one piece when it is short
+
+
+def test_a_clip_split_in_pieces_has_the_frames_and_sound_of_one_piece(media, tmp_path, ffmpeg_bin) -> None:
+    """Frame for frame (by the source frame each shows), the captions and watermark alike at every join, the sound
+    the one-piece render's sample for sample but for its last AAC frame, no transient at a join, A/V aligned."""
+    src = media(size="320x180", fps="30000/1001", duration=16, gop=45, pattern="levels", bframes=True)
+    info = probe(str(src))
+    spec = _spec(src, 1.4, 13.4)
+    whole_dir, split_dir = tmp_path / "whole", tmp_path / "split"
+    whole_dir.mkdir()
+    split_dir.mkdir()
+    whole = render_clips([spec], str(src), info, whole_dir, ffmpeg_bin, 120)[0]
+    plan = plan_split(spec, str(src), info, split_dir, 4.0)
+    assert len(plan.pieces) == 3
+    files, poster = [], None
+    for piece in plan.pieces:
+        out, still, _ = render_piece(
+            plan, piece, str(src), split_dir / f"piece-{piece.index}.mp4", ffmpeg_bin, 120, None
+        )
+        files.append(out)
+        poster = poster or still
+    sound = render_sound(plan, str(src), split_dir / "sound.m4a", ffmpeg_bin, 120, None)
+    joined = join_pieces(plan, files, sound, poster, split_dir, ffmpeg_bin, 120).path
+    assert poster is not None and poster.stat().st_size > 0
+
+    # the same source frames, each in its place
+    a, b = frame_means(whole.path, corner=0.2), frame_means(joined, corner=0.2)
+    assert len(a) == len(b) == plan.frames
+    span = frame_span(*spec_cut(spec), source_rate(info))
+    for n, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert frame_index(x, span.first + n) == frame_index(y, span.first + n) == span.first + n, n
+    # each join's two frames: the one-piece render's pictures (captions and watermark drawn alike), same times
+    joins = {p.first for p in plan.pieces[1:]} | {p.first - 1 for p in plan.pieces[1:]} | {0, plan.frames - 1}
+    fa, fb = _frames(whole.path, joins), _frames(joined, joins)
+    for n in sorted(joins):
+        assert abs(fa[n][0] - fb[n][0]) < 1e-6, n
+        assert _psnr(fa[n][1], fb[n][1]) > 38, n
+    # the sound: one encode, the one-piece render's but for its last AAC frame (where the one-piece mux stopped)
+    x, y = _pcm(whole.path), _pcm(joined)
+    common = min(x.shape[1], y.shape[1]) - 2048
+    assert np.abs(x[:, :common] - y[:, :common]).max() < 1e-4
+    rate = 48000
+    for piece in plan.pieces[1:]:  # no transient at a join: the sample-to-sample step there is an ordinary one
+        at = round(piece.first / float(info.fps) * rate)
+        steps = np.abs(np.diff(y[0, at - 480 : at + 480]))
+        assert steps.max() <= 1.5 * np.abs(np.diff(y[0, at - 4800 : at - 480])).max() + 1e-6
+    starts = _starts(joined)
+    assert abs(starts["video"] - starts["audio"]) < 0.02 and _starts(whole.path) == starts
+
+
+def spec_cut(spec) -> tuple[float, float]:
+    return spec.cut_start, spec.cut_end
+
+
+def test_what_renders_whole_whatever_its_length(media) -> None:
+    src = media(size="320x180", duration=4)
+    info = probe(str(src))
+    settings = Settings(split_seconds=60, piece_seconds=15)
+    assert splits(_spec(src, 0, 3), 120, settings, info)
+    assert not splits(_spec(src, 0, 3), 59, settings, info)
+    assert not splits(_spec(src, 0, 3, fit="speaker"), 120, settings, info)
+    assert not splits(_spec(src, 0, 3, tighten=0.5), 120, settings, info)
+    assert not splits(_spec(src, 0, 3), 120, Settings(split_seconds=0), info)
+
+
+def _no_pieces_left(env: dict[str, str], clips: Path) -> None:
+    assert not list((clips / "pieces").glob("**/*")) if (clips / "pieces").exists() else True
+    connection = redis.Redis.from_url(env["QUOTECLIP_REDIS_URL"])
+    assert connection.keys("quoteclip:piece:*") == []
+    assert connection.keys("rq:job:piece-*") == [] or all(
+        connection.hget(k, "status") in (b"finished", None) for k in connection.keys("rq:job:piece-*")
+    )
+
+
+@pytest.mark.slow
+def test_a_long_clip_is_rendered_by_two_workers_under_the_one_piece_key(
+    media, queue_env, workers, tmp_path, ffmpeg_bin
+) -> None:
+    src = media(size="320x180", fps=30, duration=16, gop=60, pattern="levels")
+    queue_env.update(QUOTECLIP_SPLIT_SECONDS="5", QUOTECLIP_PIECE_SECONDS="3")
+    settings = Settings.from_env(queue_env)
+    spec = _spec(src, 1.0, 13.0)
+    job = enqueue_clip(spec, settings).job_id
+    logs = workers.burst(2)
+    body = job_status(job, settings)
+    assert body["status"] == "finished", body
+    joined = Path(str(body["link"]).removeprefix("file://"))
+    # the same clip (key and frames) as a render in one piece
+    whole = produce_clip(
+        spec, Settings(storage_dir=tmp_path / "whole", allow_local_sources=True), LocalStorage(tmp_path / "whole")
+    )
+    assert whole.key == joined.stem
+    a, b = frame_means(Path(whole.link.removeprefix("file://")), corner=0.2), frame_means(joined, corner=0.2)
+    assert len(a) == len(b) == 360
+    assert [frame_index(x, 30 + n) for n, x in enumerate(a)] == [frame_index(y, 30 + n) for n, y in enumerate(b)]
+    # both workers rendered pieces; the one that joined said how many were its own
+    assert sum("stored piece" in log for log in logs) >= 1, logs
+    said = [line for log in logs for line in log.splitlines() if "rendered in 4 pieces" in line]
+    assert len(said) == 1, logs
+    _no_pieces_left(queue_env, Path(queue_env["QUOTECLIP_STORAGE_DIR"]))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_piece_costs_that_piece_only(media, queue_env, tmp_path, ffmpeg_bin) -> None:
+    """Worker B takes a piece and is SIGKILLed (with its horse and ffmpeg) while rendering it; the clip's worker
+    takes the piece once B's claim lapses, and the clip is stored once, with nothing of the pieces left."""
+    src = media(size="320x180", fps=30, duration=16, gop=60, pattern="levels")
+    queue_env.update(QUOTECLIP_SPLIT_SECONDS="5", QUOTECLIP_PIECE_SECONDS="4")
+    settings = Settings.from_env(queue_env)
+    marker = tmp_path / "b-took-a-piece"
+    stuck = tmp_path / "ffmpeg-stuck"
+    stuck.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -an "*) touch "{marker}"; sleep 120 ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+    )
+    stuck.chmod(0o755)
+    a = Workers(queue_env, tmp_path)
+    b = Workers({**queue_env, "FFMPEG_BINARY": str(stuck)}, tmp_path)
+    spec = _spec(src, 1.0, 13.0)
+    job = enqueue_clip(spec, settings).job_id
+    worker_a = a.start(burst=False, name=f"a-{os.getpid()}")
+    try:
+        deadline = time.monotonic() + 60
+        while job_status(job, settings)["status"] != "started" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker_b = subprocess.Popen(
+            [sys.executable, "-m", "cli", "worker", "--name", f"b-{os.getpid()}"],
+            env=b.full_env(),
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "worker B never took a piece"
+        os.killpg(worker_b.pid, signal.SIGKILL)  # the worker, its work-horse and the stuck ffmpeg
+        worker_b.wait(timeout=10)
+        deadline = time.monotonic() + 90
+        while job_status(job, settings)["status"] not in ("finished", "failed") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        body = job_status(job, settings)
+        assert body["status"] == "finished", body
+    finally:
+        worker_a.terminate()
+        out, _ = worker_a.communicate(timeout=30)
+    clips = Path(queue_env["QUOTECLIP_STORAGE_DIR"])
+    assert len(list(clips.glob("*.mp4"))) == 1
+    joined = next(clips.glob("*.mp4"))
+    assert len(frame_means(joined, corner=0.2)) == 360
+    _no_pieces_left(queue_env, clips)
+    meta = json.loads(joined.with_suffix(".json").read_text())
+    assert meta["duration"] == "12.000"
