@@ -11,7 +11,7 @@ from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary
 
-from . import cli, creators, firstframe, links, previews, queue, render, viewers
+from . import cli, creators, firstframe, links, previews, queue, render, split, viewers
 from .config import RunConfig
 from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
@@ -33,6 +33,7 @@ GROUPS = (
     "loudness",
     "hls",
     "viewers",
+    "split",
 )
 
 
@@ -80,6 +81,8 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
             stack.start_api()
             stack.start_worker()
             done(viewers.figures(run, stack))
+    if "split" in only:  # (a stack of its own: its workers each held to one core)
+        done(split.figures(run, ffmpeg, work))
     return rows
 
 

@@ -42,6 +42,9 @@ class RunConfig:
     first_frame_lengths: tuple[float, ...]  # figure 13's clip lengths, seconds
     first_frames: int  # figure 13's clicks per length (the source's bytes cached)
     cold_first_frames: int  # figure 13's clicks per length from a cold source cache
+    split_length: float = 180.0  # figure 16's long clip, seconds
+    split_seconds: float = 60.0  # figure 16: clips longer than this split
+    piece_seconds: float = 15.0  # figure 16's pieces
 
     @classmethod
     def full(cls) -> RunConfig:
@@ -97,6 +100,9 @@ class RunConfig:
             first_frame_lengths=(2.0, 7.0),
             first_frames=2,
             cold_first_frames=1,
+            split_length=6.0,
+            split_seconds=3.0,
+            piece_seconds=2.0,
         )
 
     def describe(self) -> str:

@@ -15,6 +15,23 @@ def source_1080p(ffmpeg: str, minutes: float) -> Path:
     return episode(ffmpeg, minutes, 1080, "4M")
 
 
+def continuous_1080p(ffmpeg: str, seconds: float) -> Path:
+    """A 1920×1080 30 fps source of ``seconds`` made in one piece (not looped: its frames evenly timed from end to
+    end, as figure 16's split clips need), otherwise as the episode."""
+    return source(
+        CACHE,
+        ffmpeg,
+        name=f"continuous-1080p-{seconds:g}s.mp4",
+        size="1920x1080",
+        duration=seconds,
+        tone=330,
+        preset="veryfast",
+        bitrate="4M",
+        gop=240,
+        strict_gop=False,
+    )
+
+
 def source_1080p_gop5(ffmpeg: str, minutes: float) -> Path:
     """The 1080p episode with a keyframe every 5 s (figure 13: a stream's first frame waits on the decode from the
     keyframe before the quote's start)."""

@@ -68,7 +68,9 @@ def plan_pieces(frames: int, rate: float, piece_seconds: float) -> list[Piece]:
 def why_whole(spec: ClipSpec, info: MediaInfo) -> str | None:
     """Why ``spec``'s clip renders in one piece whatever its length (None: it may split). The pieces are cut on the
     source's frames, so the output must hold the source's frames one for one; an audiogram, the speaker fit (one
-    face track over the whole clip) and tightened pauses (spans that decide which frames are kept) stay whole."""
+    face track over the whole clip), tightened pauses (spans that decide which frames are kept) and a source whose
+    average frame rate is not its frame rate (gaps in its timing: the output drops frames at them, and a piece
+    would drop them elsewhere) stay whole."""
     if spec.quality != "final":
         return "a preview"
     if info.audio_only:
@@ -77,8 +79,8 @@ def why_whole(spec: ClipSpec, info: MediaInfo) -> str | None:
         return "the speaker fit"
     if spec.tighten:
         return "tightened pauses"
-    if source_rate(info) != output_rate(info):
-        return "a source whose frame rate the clip does not keep"
+    if source_rate(info) != output_rate(info):  # (a source with gaps in its timing: its average rate is lower)
+        return "a source whose frames are not on the clip's frame grid"
     return None
 
 

@@ -222,3 +222,17 @@ def test_a_worker_killed_mid_piece_costs_that_piece_only(media, queue_env, tmp_p
     _no_pieces_left(queue_env, clips)
     meta = json.loads(joined.with_suffix(".json").read_text())
     assert meta["duration"] == "12.000"
+
+
+def test_a_source_with_gaps_in_its_timing_renders_whole(media, tmp_path, ffmpeg_bin) -> None:
+    """A source looped by stream copy has gaps at its joins, so its average rate is under its frame rate and a
+    render drops frames there: pieces would drop others, so such a clip is not split."""
+    from testkit.media import ffmpeg as run_ffmpeg
+
+    base = media(size="320x180", fps=30, duration=4, gop=240, pattern="testsrc", preset="veryfast")
+    src = tmp_path / "looped.mp4"
+    run_ffmpeg(ffmpeg_bin, "-stream_loop", "3", "-i", str(base), "-c", "copy", str(src))
+    info = probe(str(src))
+    assert info.frame_rate != "30"  # (the gaps pull the average rate down)
+    assert not splits(_spec(src, 1.0, 15.0), 120, Settings(split_seconds=60, piece_seconds=15), info)
+    assert splits(_spec(base, 0, 3), 120, Settings(split_seconds=60, piece_seconds=15), probe(str(base)))

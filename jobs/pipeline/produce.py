@@ -164,6 +164,7 @@ def _clip_timings(ctx: Production) -> dict[str, float]:
             pieces_ffmpeg_s=round(sum(joined.piece_s.values()), 3),
             sound_s=joined.sound_s,
             join_s=joined.join_s,
+            **{f"piece_{n}_s": seconds for n, seconds in joined.piece_s.items()},
         )
     if first.streamed is not None:  # when ffmpeg started and its first fragment came (the epoch's seconds)
         timed["ffmpeg_started_at"], timed["first_fragment_at"] = first.streamed
