@@ -10,9 +10,10 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
+from jobs.cancel import cancel_clip
 from jobs.pipeline.assets import check_allowed
 from jobs.queue import JOB_ID, Enqueued, enqueue_clip, enqueue_profiles, job_status
-from quoteclip.errors import SourceRefused
+from quoteclip.errors import BadInput, SourceRefused
 from quoteclip.settings import Settings, loopback_hint
 from quoteclip.spec import ClipSpec, build_spec, in_profiles, parse_profiles
 from sources import allowed_hosts, resolve_source
@@ -147,6 +148,23 @@ async def get_clip(
         link=svc.link_for(clip_id, body["link"]),
         error=body["error"],
     )
+
+
+@router.delete("/clips/{clip_id}", responses={404: {}, 409: {}})
+def cancel(clip_id: str, svc: ServicesDep) -> JSONResponse:
+    """Cancel a clip not yet stored: a queued one never renders, a rendering one is stopped on its worker, and a
+    clip rendered in pieces leaves none behind. 200 with the job's status after it; 409 for a stored clip (revoke its
+    links instead) or one that had failed already; 404 for an unknown one."""
+    if not JOB_ID.match(clip_id):
+        raise APIError(404, f"no such clip: {clip_id[:80]!r}")
+    try:
+        done = cancel_clip(clip_id, svc.settings, svc.connection, svc.storage)
+    except BadInput:
+        raise APIError(404, "no such clip (or it expired)") from None
+    if not done["canceled"]:
+        said = "is stored: revoke its links instead" if done["status"] == "finished" else f"had {done['status']}"
+        raise APIError(409, f"nothing to cancel: the clip {said}")
+    return JSONResponse({"id": clip_id, "status": done["status"], "canceled": True})
 
 
 @router.get("/clips/{clip_id}/download", responses={302: {}, 202: {}, 404: {}, 410: {}})

@@ -129,6 +129,12 @@ def server(call: Call) -> Any:
         return await _waited(call, {"id": clip_id}, wait_seconds)
 
     @mcp.tool()
+    async def cancel_clip(clip_id: str) -> dict[str, Any]:
+        """Cancel a clip job not yet stored: a queued one never renders, a rendering one is stopped. Refused (409)
+        for a stored clip (revoke its links instead) or one that had failed."""
+        return await call("DELETE", f"/clips/{quoted(clip_id, safe='')}", None, None)
+
+    @mcp.tool()
     async def batch_clips(
         source: str,
         quotes: list[dict[str, Any]] | str,

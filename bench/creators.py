@@ -393,14 +393,16 @@ def hls_fallback_figure(run: RunConfig, source: Path, work: Path, playlist: Path
 
 def loudness_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Comparison:
     """14a. A clip levelled to -14 LUFS (its cut's sound measured by a pass of its own, then one gain) against the
-    same clip unlevelled: the same warm-up and repetitions, alternating, each run a new quote (nothing stored).
-    The measuring pass is also timed alone, as many times, for its share of the difference."""
+    same clip unlevelled: the same warm-up and repetitions, alternating, each pair a new quote (nothing stored), the
+    same quote on both sides of a pair. The measuring pass is also timed alone, as many times, for its share of the
+    difference."""
     q = run.quote
     settings = _settings(work, "loudness")
     storage = LocalStorage(settings.storage_dir)
-    counter = iter(range(10_000))
 
     def clip(loudness: float | None) -> Callable[[], None]:
+        counter = iter(range(10_000))  # (each side its own count: the n-th run of each is the same quote)
+
         def go() -> None:
             start = round(0.4 * run.minutes * 60) + 9 * next(counter)  # (a new quote each run, in the source)
             level = {} if loudness is None else {"loudness": loudness}
@@ -428,8 +430,9 @@ def loudness_figure(run: RunConfig, ffmpeg: str, source: Path, work: Path) -> Co
         measure_loudness(info, str(source), (round(0.4 * run.minutes * 60) + 9 * n, q), ffmpeg, 60)
         passes.append(time.perf_counter() - t)
     return Comparison.of(
-        f"14a. {q:g} s clip levelled to -14 LUFS (measured, then one gain) vs the same clip unlevelled, from the "
-        f"1080p episode; the measuring pass alone: {statistics.median(passes):.3f} s median",
+        f"14a. {q:g} s clip levelled to -14 LUFS (measured, then one gain) vs the same clip unlevelled (the same "
+        "quote in each pair, a new one each pair), from the 1080p episode;"
+        f" the measuring pass alone: {statistics.median(passes):.3f} s median",
         levelled,
         plain,
         ratio,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from rq.job import Job
 from jobs.connection import connect
 from jobs.queue import enqueue_clip, job_status
 from quoteclip.spec import build_spec
+from renderer.plan import CRF, KEYFRAMES, PRESET
 
 from .config import RunConfig
 from .media import continuous_1080p
@@ -76,6 +78,33 @@ def _one(
     return wall, cpu, timings
 
 
+def _bare(ffmpeg: str, source: Path, core: int, start: float, length: float, out: Path) -> subprocess.Popen[bytes]:
+    """A bare transcode of the span (the clip's encode: renderer/plan.py's preset, CRF, keyframes) held to ``core``."""
+    taskset = shutil.which("taskset")
+    pin = [taskset, "-c", str(core % (os.cpu_count() or 1))] if taskset else []
+    argv = [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-ss", f"{start:.3f}", "-i", str(source)]
+    argv += ["-t", f"{length:.3f}", "-vf", "scale=-2:720", "-c:v", "libx264", "-preset", PRESET, "-crf", str(CRF)]
+    argv += ["-force_key_frames", KEYFRAMES, "-c:a", "aac", str(out)]
+    return subprocess.Popen([*pin, *argv])
+
+
+def two_cores(ffmpeg: str, source: Path, length: float, work: Path) -> float:
+    """What this machine's two cores do together: the work of how many of one (a bare transcode of ``length``
+    seconds alone on one core, then two at once, one a core; the bound of figure 16a's two workers)."""
+    t = time.perf_counter()
+    _bare(ffmpeg, source, 0, 5.0, length, work / "bare-0.mp4").wait()
+    alone = time.perf_counter() - t
+    t = time.perf_counter()
+    both = [_bare(ffmpeg, source, n, 5.0 + n * length, length, work / f"bare-{n}.mp4") for n in (0, 1)]
+    for proc in both:
+        proc.wait()
+    return 2 * alone / (time.perf_counter() - t)
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
 def _empty(stack: Stack) -> None:
     client = stack.s3.client()
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=stack.s3.bucket):
@@ -99,8 +128,10 @@ def figures(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
         whole, whole_cpu, _ = _one(stack, run, [0], False, 5.0)
         one, one_cpu, timed = _one(stack, run, [0], True, 5.0)
         two, two_cpu, timed2 = _one(stack, run, [0, 1], True, 5.0)
+    bound = two_cores(ffmpeg, source, min(30.0, run.split_length), work)
     pieces = [float(timed[f"piece_{n}_s"]) for n in range(int(timed.get("pieces", 0))) if f"piece_{n}_s" in timed]
     sound, join = float(timed.get("sound_s", 0.0)), float(timed.get("join_s", 0.0))
+    beside = [float(v) for k, v in timed2.items() if k.startswith("piece_") and k.endswith("_s") and k[6:-2].isdigit()]
     eight = critical_path(pieces, sound, join, 8)
     ffmpeg_whole = sum(pieces) + sound  # (the piece times of the run where one worker rendered them all)
     label = (
@@ -113,7 +144,10 @@ def figures(run: RunConfig, ffmpeg: str, work: Path) -> list[Row]:
             f"16a. {label}: enqueued → stored",
             f"whole on 1 worker {whole:.1f} s; in {int(timed.get('pieces', 0))} pieces on 1 worker {one:.1f} s; "
             f"on 2 workers {two:.1f} s (**{two / whole:.2f}×** the whole render; "
-            f"{int(timed2.get('pieces_here', 0))} pieces by the clip's own worker)",
+            f"{int(timed2.get('pieces_here', 0))} pieces by the clip's own worker); this machine's two cores do "
+            f"the work of {bound:.2f} of one (two bare transcodes at once, one a core, against one alone), so its "
+            f"floor for k = 2 is {1 / bound:.2f}×; a piece's ffmpeg took {_median(pieces):.1f} s (median) on one "
+            f"worker alone and {_median(beside):.1f} s on the clip's own worker beside the other",
             "≤ 0.60× (1.2/k, k = 2)",
             two / whole <= 0.6,
         ),

@@ -1,4 +1,4 @@
-"""Commands of the queue: ``status`` of a queued clip, and ``worker`` (also what ``python worker.py`` runs)."""
+"""Commands of the queue: ``status`` of a queued clip, ``cancel`` it, ``worker`` (what ``python worker.py`` runs)."""
 
 from typing import Annotated
 
@@ -32,6 +32,33 @@ def status(
         human += f" error: {body['error']}" if body.get("error") else ""
         emit(body, as_json, human)
         if body["status"] == "unknown":
+            raise typer.Exit(1)
+
+    run_guarded(go, as_json)
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The id printed by enqueue.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a queued clip not yet stored: a waiting one never renders, a rendering one is stopped on its worker,
+    and a clip rendered in pieces leaves none behind. Exit 1 when there was nothing to cancel (the clip is stored:
+    revoke its links instead; or it had failed)."""
+    setup_cli_logging(False)
+
+    def go() -> None:
+        from jobs.cancel import cancel_clip
+
+        body = cancel_clip(job_id, Settings.from_env())
+        if body["canceled"]:
+            human = f"{job_id} canceled ({body['status']})"
+        elif body["status"] == "finished":
+            human = f"{job_id}: nothing to cancel: the clip is stored (revoke its links instead: quoteclip revoke)"
+        else:
+            human = f"{job_id}: nothing to cancel: the job had {body['status']}"
+        emit(body, as_json, human)
+        if not body["canceled"]:
             raise typer.Exit(1)
 
     run_guarded(go, as_json)

@@ -165,6 +165,8 @@ def render_in_pieces(
     piece_s: dict[int, float] = {}
     timeout = settings.render_timeout(settings.piece_seconds)
     try:
+        connection.delete(redis_keys.piece_failed(key))  # (a canceled earlier run's: this run starts afresh)
+        connection.set(redis_keys.piece_count(key), len(pieces), ex=MARKER_TTL)
         _offer(spec, plan, key, settings, fleet)
         with claims(connection, key) as held:
             sound_s = 0.0
@@ -202,7 +204,8 @@ def render_in_pieces(
             result = join_pieces(plan, ordered, sound, poster, workdir, ffmpeg_bin, timeout)
             join_s = round(time.perf_counter() - began, 3)
     finally:
-        _clean(connection, storage, key, len(pieces), fleet)
+        clean_pieces(connection, storage, key, len(pieces))
+        connection.delete(redis_keys.piece_failed(key))
     log.info(
         "clip %s rendered in %d pieces (%d here, %s s of ffmpeg), sound %.2f s, join %.2f s",
         key,
@@ -279,11 +282,15 @@ def _fetch(storage: Storage, key: str, index: int, workdir: Path) -> tuple[Path,
     return out, still
 
 
-def _clean(connection: Redis, storage: Storage, key: str, count: int, fleet: Fleet) -> None:
-    """The clip's pieces gone: stored pieces, markers, and piece jobs still waiting in the queue."""
+def clean_pieces(connection: Redis, storage: Storage, key: str, count: int | None = None) -> int:
+    """Clip ``key``'s pieces gone: its stored pieces, its markers, and its piece jobs still waiting in the queue
+    (``count``: how many pieces; else as many as its job offered). How many stored pieces were removed."""
     from rq.exceptions import NoSuchJobError
     from rq.job import Job, JobStatus
 
+    if count is None:
+        offered = connection.get(redis_keys.piece_count(key))
+        count = int(offered) if offered is not None else 0
     for index in range(1, count):  # (a piece job a worker took ends at once: its clip is stored or failed)
         try:
             job = Job.fetch(piece_job_id(key, index), connection=connection)
@@ -293,14 +300,16 @@ def _clean(connection: Redis, storage: Storage, key: str, count: int, fleet: Fle
             pass
         except Exception as exc:  # noqa: BLE001
             log.info("piece job %d not removed from the queue: %s", index, exc)
-    names = [redis_keys.piece_done(key, i) for i in range(count)] + [redis_keys.piece_failed(key)]
+    names = [redis_keys.piece_done(key, i) for i in range(count)] + [redis_keys.piece_count(key)]
     try:
         removed = storage.delete_pieces(f"{key}/")
         connection.delete(*names)
     except Exception as exc:  # noqa: BLE001  (the markers expire; the bucket's lifecycle rule takes stray pieces)
         log.warning("the pieces of clip %s were not all removed: %s", key, exc)
-        return
-    log.info("removed %d stored pieces of clip %s", removed, key)
+        return 0
+    if removed:
+        log.info("removed %d stored pieces of clip %s", removed, key)
+    return removed
 
 
 def render_piece_job(spec_data: dict[str, Any], key: str, index: int, piece_seconds: float) -> dict[str, object]:
@@ -318,9 +327,11 @@ def render_piece_job(spec_data: dict[str, Any], key: str, index: int, piece_seco
         connection.exists(redis_keys.piece_done(key, index), redis_keys.piece_failed(key))
         or storage.stat(key) is not None
     ):
+        log.info("piece %d of clip %s: done, or its clip is stored or failed", index, key)
         return {"piece": index, "rendered": False}
     with claims(connection, key) as held:
         if not held.take(index):
+            log.info("piece %d of clip %s: taken by another worker", index, key)
             return {"piece": index, "rendered": False}
         try:
             seconds = _render_stored_piece(spec_data, key, index, piece_seconds, settings, storage)
@@ -330,6 +341,10 @@ def render_piece_job(spec_data: dict[str, Any], key: str, index: int, piece_seco
                 connection.set(redis_keys.piece_failed(key), said, ex=MARKER_TTL)
             raise
         connection.set(redis_keys.piece_done(key, index), "1", ex=MARKER_TTL)
+        if connection.exists(redis_keys.piece_failed(key)):  # the clip failed or was canceled meanwhile
+            clean_pieces(connection, storage, key)
+            connection.delete(redis_keys.piece_done(key, index))
+            return {"piece": index, "rendered": False}
     return {"piece": index, "rendered": True, "ffmpeg_s": seconds}
 
 

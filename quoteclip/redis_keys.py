@@ -136,3 +136,8 @@ def piece_done(key: str, index: int) -> str:
 def piece_failed(key: str) -> str:
     """String: why a piece of clip ``key`` failed for good (the clip fails with it)."""
     return f"{PREFIX}:piece:{key}:failed"
+
+
+def piece_count(key: str) -> str:
+    """String: how many pieces clip ``key``'s job offered (for removing them when the clip is canceled)."""
+    return f"{PREFIX}:piece:{key}:count"

@@ -58,9 +58,9 @@ class LocalStorage:
             raise StorageFailed(f"could not read asset {name} in {self.root}: {exc}") from exc
 
     def put_piece(self, name: str, path: Path) -> None:
-        folder = self.root / PIECES
-        folder.mkdir(parents=True, exist_ok=True)
-        self._write(folder / name, source=path)
+        final = self.root / PIECES / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        self._write(final, source=path)
 
     def get_piece(self, name: str, path: Path) -> bool:
         try:
@@ -72,10 +72,16 @@ class LocalStorage:
         return True
 
     def delete_pieces(self, prefix: str) -> int:
+        root = self.root / PIECES
+        folder, _, start = prefix.rpartition("/")
+        where = root / folder if folder else root
         gone = 0
-        for found in (self.root / PIECES).glob(f"{glob.escape(prefix)}*"):
-            found.unlink(missing_ok=True)
-            gone += 1
+        for found in where.glob(f"{glob.escape(start)}*"):
+            if found.is_file():
+                found.unlink(missing_ok=True)
+                gone += 1
+        if folder and where.is_dir() and not any(where.iterdir()):
+            where.rmdir()  # (a clip's folder, emptied)
         return gone
 
     def _write(self, final: Path, data: bytes | None = None, source: Path | None = None, once: bool = False) -> bool:

@@ -29,7 +29,16 @@ from testkit.videosite import SiteCaption
 KEY = "mcp-key-0123456789"
 SITE, SECRET = "starzero", "site-secret-0123456789"
 QUOTE = "Charlie, delta echo!"  # in the json3 track: "charlie" from 300.9, "echo" to 303.9
-TOOLS = {"find_quote", "render_clip", "clip_status", "batch_clips", "batch_status", "sign_link", "revoke_link"}
+TOOLS = {
+    "find_quote",
+    "render_clip",
+    "clip_status",
+    "cancel_clip",
+    "batch_clips",
+    "batch_status",
+    "sign_link",
+    "revoke_link",
+}
 
 
 @pytest.fixture
@@ -158,6 +167,8 @@ def test_an_assistant_over_http_renders_a_quote_and_strangers_are_refused(
                                 "sign_link", {"site": "nobody", "source": site.url("ep1"), "start": 1, "end": 2}
                             ),
                             "not a link": await client.call_tool("revoke_link", {"link": "https://example.com/x"}),
+                            "cancel stored": await client.call_tool("cancel_clip", {"clip_id": clip["id"]}),
+                            "cancel unknown": await client.call_tool("cancel_clip", {"clip_id": "clip-" + "0" * 32}),
                         }
                         return clip, hostile
 
@@ -187,6 +198,8 @@ def test_an_assistant_over_http_renders_a_quote_and_strangers_are_refused(
     assert "422" in said["backwards"] and "end must be after start" in said["backwards"], said
     assert "422" in said["unsigned site"] and "no key 'nobody'" in said["unsigned site"], said
     assert "422" in said["not a link"], said
+    assert "409" in said["cancel stored"] and "revoke its links" in said["cancel stored"], said
+    assert "404" in said["cancel unknown"], said
 
 
 def test_without_the_extra_the_command_names_it(tmp_path: Path) -> None:

@@ -152,8 +152,20 @@ def test_a_long_clip_is_rendered_by_two_workers_under_the_one_piece_key(
     queue_env.update(QUOTECLIP_SPLIT_SECONDS="5", QUOTECLIP_PIECE_SECONDS="3")
     settings = Settings.from_env(queue_env)
     spec = _spec(src, 1.0, 13.0)
+    slow = tmp_path / "ffmpeg-slow"  # (each piece a second longer: both workers surely take some)
+    slow.write_text(f'#!/bin/sh\ncase " $* " in *" -an "*) sleep 1 ;; esac\nexec "{ffmpeg_bin}" "$@"\n')
+    slow.chmod(0o755)
+    workers.env = {**queue_env, "FFMPEG_BINARY": str(slow)}
+    procs = [workers.start(burst=False, name=f"split-{n}-{time.monotonic_ns()}") for n in range(2)]
     job = enqueue_clip(spec, settings).job_id
-    logs = workers.burst(2)
+    try:
+        deadline = time.monotonic() + 120
+        while job_status(job, settings)["status"] not in ("finished", "failed") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        logs = [proc.communicate(timeout=30)[0] for proc in procs]
     body = job_status(job, settings)
     assert body["status"] == "finished", body
     joined = Path(str(body["link"]).removeprefix("file://"))
@@ -236,3 +248,27 @@ def test_a_source_with_gaps_in_its_timing_renders_whole(media, tmp_path, ffmpeg_
     assert info.frame_rate != "30"  # (the gaps pull the average rate down)
     assert not splits(_spec(src, 1.0, 15.0), 120, Settings(split_seconds=60, piece_seconds=15), info)
     assert splits(_spec(base, 0, 3), 120, Settings(split_seconds=60, piece_seconds=15), probe(str(base)))
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_pieces_wait_in_the_store_and_are_removed_by_clip(where, request, tmp_path) -> None:
+    from storage import open_storage
+
+    if where == "s3":
+        s3 = request.getfixturevalue("s3")
+        settings = Settings.from_env(s3.env())
+    else:
+        settings = Settings(storage_dir=tmp_path / "clips")
+    storage = open_storage(settings)
+    piece = tmp_path / "piece.mp4"
+    piece.write_bytes(b"piece bytes")
+    for key in ("a" * 32, "b" * 32):
+        storage.put_piece(f"{key}/0.mp4", piece)
+        storage.put_piece(f"{key}/1.mp4", piece)
+    got = tmp_path / "got.mp4"
+    assert storage.get_piece(f"{'a' * 32}/1.mp4", got) and got.read_bytes() == b"piece bytes"
+    assert not storage.get_piece(f"{'a' * 32}/7.mp4", got)
+    assert storage.delete_pieces(f"{'a' * 32}/") == 2
+    assert not storage.get_piece(f"{'a' * 32}/0.mp4", got)
+    assert storage.get_piece(f"{'b' * 32}/0.mp4", got)  # (another clip's pieces stay)
+    assert storage.delete_pieces(f"{'b' * 32}/") == 2 and storage.delete_pieces(f"{'b' * 32}/") == 0
