@@ -24,7 +24,7 @@ deadlines and a cap of its own.
   peak of its viewers for good. The API runs on the C library's allocator (``PYTHONMALLOC=malloc``, set by
   cli/service.py ``system_allocator`` before the server starts): Python's own keeps a 1 MiB arena for as long as
   one object in it lives, and a thousand connections' objects, freed among the few that outlive them, left a
-  third of the crowd's peak held (figure 15c in BENCHMARKS.md).
+  third of the crowd's peak held for good.
 - The objects the API made as it started are frozen (``settle``: the cyclic collector never walks them again), and
   while a crowd is connected (``CROWD`` connections or more) the collector's oldest generation waits: a full
   collection walks every object a thousand connections made, all its viewers waiting, and several came in a

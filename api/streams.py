@@ -56,7 +56,7 @@ SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 PLAYER_BLOCK = 32 * 1024
 PADDED_FRAGMENTS = 10  # fragments after the head that end on a block's end too (3 s at 0.3 s a fragment)
 # A viewer's chunks are written from the clip's own bytes, one ``writev`` at a time as its socket takes them
-# (api/server.py ``WRITE_CHUNK``): a thousand viewers hold no copy each (figure 15c, a connected viewer's memory).
+# (api/server.py ``WRITE_CHUNK``): a thousand viewers hold no copy each (a viewer costs the API tens of KB, not MBs).
 # Each viewer takes one chunk in turn, then lets the clip's other viewers take theirs: the clip's first chunk
 # reaches every viewer before any is sent its second (when each wrote what its socket took before the next
 # viewer's turn, the last viewers waited on the first ones' megabytes). Where the server cannot (HTTP/1.0, another

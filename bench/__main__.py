@@ -7,6 +7,8 @@ import os
 import shutil
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary
@@ -37,10 +39,45 @@ GROUPS = (
 )
 
 
-def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = frozenset(GROUPS)) -> list[Row]:
-    """Every figure of the groups asked for, in the table's order. Each group's rows go to stderr as soon as it
-    ends, so a run stopped part-way still shows what it measured (the table on stdout comes at the end)."""
+IDLE_LOAD = 0.5  # a group starts on a machine whose 1-minute load average is at most this per core
+SETTLE = 180.0  # seconds a group waits for it
+
+
+def settled(run: RunConfig, name: str) -> float:
+    """Wait (up to ``SETTLE`` s, not in a reduced run) for the machine to be idle; its load average, printed."""
+    limit = IDLE_LOAD * (os.cpu_count() or 1)
+    deadline = time.monotonic() + (0 if run.quick else SETTLE)
+    while os.getloadavg()[0] > limit and time.monotonic() < deadline:
+        time.sleep(5)
+    load = os.getloadavg()[0]
+    print(f"bench: {name} starts at a load average of {load:.2f} ({os.cpu_count()} cores)", file=sys.stderr)
+    return load
+
+
+def run_all(
+    run: RunConfig,
+    ffmpeg: str,
+    work: Path,
+    only: frozenset[str] = frozenset(GROUPS),
+    loads: dict[str, float] | None = None,
+) -> list[Row]:
+    """Every figure of the groups asked for, in the table's order, each group started on an idle machine (its load
+    average printed, and kept in ``loads``; a group that starts above ``IDLE_LOAD`` a core runs again). Each group's
+    rows go to stderr as soon as it ends, so a run stopped part-way still shows what it measured (the table on
+    stdout comes at the end)."""
     rows: list[Row] = []
+    loads = loads if loads is not None else {}
+    limit = IDLE_LOAD * (os.cpu_count() or 1)
+
+    def measure(name: str, make: Callable[[], list[Row]]) -> None:
+        load = settled(run, name)
+        group = make()
+        if load > limit and not run.quick:
+            print(f"bench: {name} started above {limit:g}: measured again", file=sys.stderr)
+            load = settled(run, name)
+            group = make()
+        loads[name] = round(load, 2)
+        done(group)
 
     def done(group: list[Row]) -> None:
         print(table(group), file=sys.stderr, flush=True)
@@ -48,41 +85,42 @@ def run_all(run: RunConfig, ffmpeg: str, work: Path, only: frozenset[str] = froz
 
     source = source_1080p(ffmpeg, run.minutes)
     if "render" in only:
-        done(render.figures(run, ffmpeg, source, work))
+        measure("render", lambda: render.figures(run, ffmpeg, source, work))
     if only & {"queue", "click", "links", "firstframe", "visitor", "cli", "previews"}:
         with Stack(work, source, ffmpeg) as stack:
             stack.start_api()
             if "queue" in only:
-                done(queue.figures(run, ffmpeg, source, work, stack))
+                measure("queue", lambda: queue.figures(run, ffmpeg, source, work, stack))
             else:
                 stack.start_worker()  # (figures 3–6 start the worker the figures after them share)
                 if "click" in only:
-                    done(queue.click_figures(run, ffmpeg, source, work, stack)[0])
+                    measure("click", lambda: queue.click_figures(run, ffmpeg, source, work, stack)[0])
             if "links" in only:
-                done(links.figures(run, stack))
+                measure("links", lambda: links.figures(run, stack))
             if "firstframe" in only:
-                done(firstframe.figures(run, ffmpeg, stack))
+                measure("firstframe", lambda: firstframe.figures(run, ffmpeg, stack))
             elif "visitor" in only:  # (figure 13h alone; "firstframe" runs it with 13a-13g)
-                done(firstframe.visitor_figures(run, ffmpeg, stack))
+                measure("visitor", lambda: firstframe.visitor_figures(run, ffmpeg, stack))
             if "cli" in only:
-                done(cli.figures(run, ffmpeg, source, work, stack))
+                measure("cli", lambda: cli.figures(run, ffmpeg, source, work, stack))
             if "previews" in only:
-                done(previews.figures(run, ffmpeg, source, work, stack))
+                measure("previews", lambda: previews.figures(run, ffmpeg, source, work, stack))
     if "creators" in only:
-        done(creators.figures(run, ffmpeg, source, work))
+        measure("creators", lambda: creators.figures(run, ffmpeg, source, work))
     else:
         if "hls" in only:
-            done(creators.hls_figures(run, ffmpeg, source, work))
+            measure("hls", lambda: creators.hls_figures(run, ffmpeg, source, work))
         if "loudness" in only:
-            done([creators.loudness_figure(run, ffmpeg, source, work)])
+            measure("loudness", lambda: [creators.loudness_figure(run, ffmpeg, source, work)])
     if "viewers" in only:  # (an API of its own: its per-client caps raised for a crowd from one address)
         with Stack(work, source, ffmpeg) as stack:
             stack.env.update(viewers.caps(run))
             stack.start_api()
             stack.start_worker()
-            done(viewers.figures(run, stack))
+            measure("viewers", lambda: viewers.figures(run, stack))
+            measure("viewers (cold)", lambda: viewers.figures(run, stack, cold=True))
     if "split" in only:  # (a stack of its own: its workers each held to one core)
-        done(split.figures(run, ffmpeg, work))
+        measure("split", lambda: split.figures(run, ffmpeg, work))
     return rows
 
 
@@ -106,15 +144,17 @@ def main() -> None:
     run = RunConfig.quick_check() if args.quick else RunConfig.full()
     ffmpeg = ffmpeg_binary(os.environ.get("FFMPEG_BINARY"))
     work = Path(tempfile.mkdtemp(prefix="quoteclip-bench-"))
+    loads: dict[str, float] = {}
     try:
-        rows = run_all(run, ffmpeg, work, only)
+        rows = run_all(run, ffmpeg, work, only, loads)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = Machine.this()
-    print(machine_line(info, run) + "\n")
+    print(machine_line(info, run))
+    print("load average at each group's start: " + ", ".join(f"{k} {v:.2f}" for k, v in loads.items()) + "\n")
     print(table(rows))
     if args.json:
-        write_json(args.json, info, rows)
+        write_json(args.json, info, rows, loads)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ class Machine:
     python: str
     ffmpeg: str
     date: str
+    commit: str = "unknown"  # the product's and the harness's (git HEAD; "+changes" when the tree differs)
 
     @classmethod
     def this(cls) -> Machine:
@@ -91,13 +92,27 @@ class Machine:
             python=platform.python_version(),
             ffmpeg=ffmpeg_version(ffmpeg_binary(None)),
             date=time.strftime("%Y-%m-%d"),
+            commit=_commit(),
         )
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def machine_line(info: Machine, run: RunConfig) -> str:
     return (
         f"machine: {info.cores} cores, {info.cpu}, {info.memory_gib} GiB, Python {info.python}, "
-        f"ffmpeg {info.ffmpeg}, {info.date}; {run.describe()}"
+        f"ffmpeg {info.ffmpeg}, {info.date}, commit {info.commit}; {run.describe()}"
     )
 
 
@@ -115,6 +130,8 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def write_json(path: Path, info: Machine, rows: list[Row]) -> None:
-    """The machine and every row, as the table has them (a comparison's sides as min / median / max)."""
-    path.write_text(json.dumps({"machine": asdict(info), "rows": [asdict(r) for r in rows]}, indent=1, default=str))
+def write_json(path: Path, info: Machine, rows: list[Row], loads: dict[str, float] | None = None) -> None:
+    """The machine, each group's load average at its start, and every row, as the table has them (a comparison's
+    sides as min / median / max)."""
+    body = {"machine": asdict(info), "loads": loads or {}, "rows": [asdict(r) for r in rows]}
+    path.write_text(json.dumps(body, indent=1, default=str))

@@ -97,7 +97,7 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]] | Retry:
                 record_cache_hit(job.connection)
         else:
             record_render(job.connection, time.perf_counter() - began, result.source_bytes)
-            if result.timings:  # where a click's time went (the benchmark's figure 3d reads these)
+            if result.timings:  # where a click's time went, kept on the job for an operator (and the benchmark)
                 waited = (
                     (job.started_at - job.enqueued_at).total_seconds() if job.started_at and job.enqueued_at else None
                 )

@@ -1,19 +1,24 @@
 """A TCP proxy on loopback between one client (a worker) and a server (Redis), for fault tests: ``hold()`` stops
 passing bytes either way (what was sent before stays where it was: a reply Redis wrote waits in the proxy's
 socket, unread, as a reply lost in a partition does), ``release()`` lets them through again, ``cut()`` drops
-every connection and refuses new ones until ``restore()``."""
+every connection and refuses new ones until ``restore()``. With ``delay`` and ``rate`` it shapes what it passes as a
+distant network would: each chunk reaches the other side ``delay`` seconds after it came (both ways: a round trip
+of twice that), and the server's bytes flow at most ``rate`` bytes a second on each connection."""
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 
 class Proxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int], delay: float = 0.0, rate: float | None = None) -> None:
         self.upstream = upstream
+        self.delay, self.rate = delay, rate
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.flowing = threading.Event()
@@ -74,10 +79,47 @@ class Proxy:
                 continue
             with self.lock:
                 self.pairs.append((client, server))
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+            pump = self._shaped if self.delay or self.rate else self._pump
+            threading.Thread(target=pump, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, self.rate), daemon=True).start()
 
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+    def _shaped(self, source: socket.socket, target: socket.socket, rate: float | None) -> None:
+        """Read as it comes; send each chunk once ``delay`` has passed since it came, and no faster than ``rate``."""
+        chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+
+        def send() -> None:
+            free = time.monotonic()  # when the link is next free (the rate's clock)
+            try:
+                while True:
+                    came, data = chunks.get()
+                    if not data:
+                        break
+                    for n in range(0, len(data), 16384):
+                        part = data[n : n + 16384]
+                        at = max(came + self.delay, free)
+                        wait = at - time.monotonic()
+                        if wait > 0:
+                            time.sleep(wait)
+                        target.sendall(part)
+                        free = max(at, time.monotonic()) + (len(part) / rate if rate else 0.0)
+            except OSError:
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    target.shutdown(socket.SHUT_RDWR)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            while True:
+                data = source.recv(65536)
+                chunks.put((time.monotonic(), data))
+                if not data:
+                    break
+        except OSError:
+            chunks.put((time.monotonic(), b""))
+
+    def _pump(self, source: socket.socket, target: socket.socket, rate: float | None = None) -> None:
         try:
             while True:
                 self.flowing.wait()
