@@ -17,7 +17,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +30,11 @@ from quoteclip import redis_keys
 from quoteclip.errors import QuoteclipError, RenderFailed
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec
-from renderer.render import RenderResult
+from renderer.probe import MediaInfo
 from renderer.split import SplitPlan, join_pieces, plan_split, render_piece, render_sound, why_whole
 from storage import Storage, open_storage
+
+from .pipeline.stages import Joined
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +50,30 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
 
 @dataclass(frozen=True)
 class Fleet:
-    """The workers a clip's job can offer pieces to: its Redis and its queue."""
+    """The workers a clip's job can offer pieces to: its Redis and its queue (the pipeline's ``Splitter``)."""
 
     connection: Redis
     queue: str
+
+    def splits(self, spec: ClipSpec, length: float, settings: Settings, info: MediaInfo) -> bool:
+        return splits(spec, length, settings, info)
+
+    def render(
+        self,
+        plan: SplitPlan,
+        spec: ClipSpec,
+        key: str,
+        source: str,
+        audio_source: str | None,
+        workdir: Path,
+        ffmpeg_bin: str,
+        settings: Settings,
+        storage: Storage,
+        progress: Callable[[float], None] | None = None,
+    ) -> Joined:
+        return render_in_pieces(
+            plan, spec, key, source, audio_source, workdir, ffmpeg_bin, settings, storage, self, progress
+        )
 
 
 def current_fleet() -> Fleet | None:
@@ -62,7 +84,7 @@ def current_fleet() -> Fleet | None:
     return Fleet(job.connection, job.origin)
 
 
-def splits(spec: ClipSpec, length: float, settings: Settings, info: Any) -> bool:
+def splits(spec: ClipSpec, length: float, settings: Settings, info: MediaInfo) -> bool:
     """Whether ``spec``'s clip (``length`` seconds) renders in pieces."""
     if not settings.split_seconds or length <= settings.split_seconds or length <= settings.piece_seconds * 1.5:
         return False
@@ -131,18 +153,6 @@ def claims(connection: Redis, key: str) -> Iterator[Claims]:
         held.close()
 
 
-@dataclass(frozen=True)
-class Joined:
-    """A clip rendered in pieces: the clip, and what its pieces cost where (for the log and the benchmark)."""
-
-    result: RenderResult
-    pieces: int
-    here: int  # pieces this worker rendered
-    piece_s: dict[int, float]  # ffmpeg seconds of each piece rendered here
-    sound_s: float
-    join_s: float
-
-
 def render_in_pieces(
     plan: SplitPlan,
     spec: ClipSpec,
@@ -154,7 +164,7 @@ def render_in_pieces(
     settings: Settings,
     storage: Storage,
     fleet: Fleet,
-    progress: Any = None,
+    progress: Callable[[float], None] | None = None,
 ) -> Joined:
     """The clip of ``plan`` rendered in pieces with the fleet's help, joined in ``workdir``: see the module. ``spec``
     is the clip's spec as asked (``plan.spec`` has its brand files as this machine's paths)."""

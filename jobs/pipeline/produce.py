@@ -7,7 +7,6 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
@@ -19,7 +18,7 @@ from storage import Storage
 
 from .lookup import POSTER, find, sidecar_stored
 from .results import ClipResult, PosterStored
-from .stages import ClipStream, Reporter, Stage
+from .stages import ClipStream, Reporter, Splitter, Stage
 from .steps import (
     Production,
     announce,
@@ -40,9 +39,6 @@ from .steps import (
     workspace,
 )
 from .tempdirs import clip_bytes, sweep_temp
-
-if TYPE_CHECKING:
-    from jobs.pieces import Fleet
 
 __all__ = [  # what other modules import from here
     "ClipResult",
@@ -76,7 +72,7 @@ def produce_clips(
     storage: Storage,
     report: Reporter | None = None,
     stream: ClipStream | None = None,
-    fleet: Fleet | None = None,
+    fleet: Splitter | None = None,
 ) -> list[ClipResult]:
     """The stored clips of one quote in several profiles (specs that differ only in profile), in order. Each is
     looked up on its own; the missing ones are rendered together, from one read and one decode of the source
@@ -113,7 +109,7 @@ def _produce(
     results: list[ClipResult | None],
     missing: list[int],
     streaming: ClipStream | None,
-    fleet: Fleet | None = None,
+    fleet: Splitter | None = None,
 ) -> list[ClipResult]:
     """The render and store of ``produce_clips`` (the clips ``missing`` from the store), step by step."""
     need = clip_bytes(specs[missing[0]].duration, len(missing))

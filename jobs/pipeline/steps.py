@@ -15,7 +15,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from quoteclip.errors import BadInput, MachineFault, QuoteclipError, RenderFailed, SourceUnavailable, machine_fault
 from quoteclip.machine import available_memory
@@ -36,14 +35,11 @@ from sources.opener import OpenedSource, open_source
 from storage import Storage
 
 from .assets import localize
-
-if TYPE_CHECKING:
-    from jobs.pieces import Fleet, Joined
 from .keys import download_name
 from .lookup import POSTER
 from .manifest import sidecar_files
 from .results import ClipResult, stored_result
-from .stages import STAGE_START, ClipStream, Reporter, Stage
+from .stages import STAGE_START, ClipStream, Joined, Reporter, Splitter, Stage
 from .tempdirs import TEMP_PREFIX, short_of_space
 
 log = logging.getLogger(__name__)
@@ -62,7 +58,7 @@ class Production:
     say: Reporter
     tmp: Path  # this production's temp folder
     stream: ClipStream | None = None  # where one clip's render sends its fragmented copy while it encodes
-    fleet: Fleet | None = None  # the workers a long clip's pieces are offered to (jobs/pieces.py); None: whole
+    fleet: Splitter | None = None  # the workers a long clip's pieces are offered to (jobs/pieces.py); None: whole
     binary: str = ""  # the ffmpeg every run uses
     drawn: list[ClipSpec] = field(default_factory=list)  # the specs with brand files as local paths
     overlays: Future[Drawn] | None = None  # the captions and watermarks, drawn while the source is opened
@@ -241,9 +237,7 @@ def encode(ctx: Production) -> None:
     start = STAGE_START[Stage.RENDERING]
     span = STAGE_START[Stage.UPLOADING] - start
     if ctx.fleet is not None and len(ctx.drawn) == 1:
-        from jobs.pieces import render_in_pieces, splits
-
-        if splits(ctx.drawn[0], clip_length(ctx.spec, info), ctx.settings, info):
+        if ctx.fleet.splits(ctx.drawn[0], clip_length(ctx.spec, info), ctx.settings, info):
             plan = plan_split(
                 ctx.drawn[0],
                 opened.video,
@@ -253,7 +247,7 @@ def encode(ctx: Production) -> None:
                 opened.probe_video,
                 ctx.overlays.result() if ctx.overlays is not None else None,
             )
-            ctx.joined = render_in_pieces(
+            ctx.joined = ctx.fleet.render(
                 plan,
                 ctx.spec,
                 ctx.keys[0],
@@ -263,7 +257,6 @@ def encode(ctx: Production) -> None:
                 ctx.binary,
                 ctx.settings,
                 ctx.storage,
-                ctx.fleet,
                 lambda f: ctx.say(Stage.RENDERING, start + int(f * span)),
             )
             ctx.rendered = [ctx.joined.result]
