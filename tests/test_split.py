@@ -272,3 +272,34 @@ def test_pieces_wait_in_the_store_and_are_removed_by_clip(where, request, tmp_pa
     assert not storage.get_piece(f"{'a' * 32}/0.mp4", got)
     assert storage.get_piece(f"{'b' * 32}/0.mp4", got)  # (another clip's pieces stay)
     assert storage.delete_pieces(f"{'b' * 32}/") == 2 and storage.delete_pieces(f"{'b' * 32}/") == 0
+
+
+@pytest.mark.slow
+def test_a_180_s_clip_split_and_whole_have_the_same_frames_at_every_join(media, tmp_path, ffmpeg_bin) -> None:
+    """The issue's length: 180 s in 12 pieces of 15 s against one piece, the same length and, by each frame's source
+    frame, the same frames at the cut points and on both sides of every join."""
+    src = media(size="320x180", fps=30, duration=190, gop=240, pattern="levels")
+    info = probe(str(src))
+    spec = _spec(src, 4.2, 184.2)
+    whole_dir, split_dir = tmp_path / "whole", tmp_path / "split"
+    whole_dir.mkdir()
+    split_dir.mkdir()
+    whole = render_clips([spec], str(src), info, whole_dir, ffmpeg_bin, 600)[0]
+    plan = plan_split(spec, str(src), info, split_dir, 15.0)
+    assert len(plan.pieces) == 12
+    files = [
+        render_piece(plan, p, str(src), split_dir / f"piece-{p.index}.mp4", ffmpeg_bin, 120, None)[0]
+        for p in plan.pieces
+    ]
+    sound = render_sound(plan, str(src), split_dir / "sound.m4a", ffmpeg_bin, 120, None)
+    joined = join_pieces(plan, files, sound, None, split_dir, ffmpeg_bin, 120)
+    assert joined.duration == whole.duration
+    a, b = frame_means(whole.path, corner=0.2), frame_means(joined.path, corner=0.2)
+    assert len(a) == len(b) == plan.frames == 5400
+    span = frame_span(spec.cut_start, spec.cut_end, source_rate(info))
+    points = {0, plan.frames - 1} | {p.first for p in plan.pieces[1:]} | {p.first - 1 for p in plan.pieces[1:]}
+    for n in sorted(points):
+        assert frame_index(a[n], span.first + n) == frame_index(b[n], span.first + n) == span.first + n, n
+    assert [frame_index(x, span.first + n) for n, x in enumerate(a)] == [
+        frame_index(y, span.first + n) for n, y in enumerate(b)
+    ]
