@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from renderer.fragments import Piece
-from renderer.render import RenderResult
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (a stored clip's answer loads none of the renderer: tests/test_cli.py)
     from quoteclip.settings import Settings
     from quoteclip.spec import ClipSpec
     from renderer.probe import MediaInfo
+    from renderer.render import RenderResult
     from renderer.split import SplitPlan
     from storage import Storage
 
