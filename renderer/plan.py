@@ -318,11 +318,7 @@ def _output(
     """One output's branch: fit, overlays, fades, the H.264/AAC mp4 (and its poster from the same picture)."""
     spec = target.spec
     video = _picture(target, info, video, duration)
-    if spec.loudness is not None and target.loudness is not None:
-        audio = _level(audio, spec.loudness, target.loudness)
-    if spec.fades:
-        fade, tail = _fade(duration)
-        audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
+    audio = _sound(target, audio, duration)
     still = None
     if target.poster is not None:
         branches = video.filter_multi_output("split")
@@ -371,6 +367,17 @@ def _tee(output: str, stream: str, rate: Fraction) -> str:
 def _tee_escape(path: str) -> str:
     """A path as the tee muxer reads an output's name: its special characters escaped with a backslash."""
     return "".join(f"\\{c}" if c in "\\'[]|:;" else c for c in path)
+
+
+def _sound(target: Target, audio: ffmpeg.nodes.FilterableStream, duration: float) -> ffmpeg.nodes.FilterableStream:
+    """An output's finished sound: levelled (when its spec asks and the cut was measured), faded in and out."""
+    spec = target.spec
+    if spec.loudness is not None and target.loudness is not None:
+        audio = _level(audio, spec.loudness, target.loudness)
+    if spec.fades:
+        fade, tail = _fade(duration)
+        audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
+    return audio
 
 
 def _fade(duration: float) -> tuple[float, float]:
@@ -600,12 +607,7 @@ def build_sound(
         audio = source_input(source, start - info.timeline_offset, duration, threads=1).audio
     else:
         audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(duration)).audio
-    spec = target.spec
-    if spec.loudness is not None and target.loudness is not None:
-        audio = _level(audio, spec.loudness, target.loudness)
-    if spec.fades:
-        fade, tail = _fade(duration)
-        audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
+    audio = _sound(target, audio, duration)
     out = ffmpeg.output(
         audio,
         target.output,
