@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import math
 import os
 import struct
 import threading
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 FRAGMENT_SECONDS = 0.25
 FRAGMENT_FRAMES = 9
 FRAGMENT_MAX_SECONDS = 2.0  # (a source under 4.5 fps: Chromium then waits for a second fragment, HLS and MSE do not)
+# A stream's last fragment holds at least ``LAST_FRAGMENT_FRAMES`` frames and all of the sound past its last frame: a
+# stream whose last fragment holds one frame, or sound alone, never ends in hls.js (its issues #4783 and #7646: the
+# player stalls a few frames before the end). The muxer starts a fragment when a packet of any track comes a
+# fragment's span after that track's first in it, and the sound reaches up to about 80 ms past the picture's span
+# (the AAC encoder's priming and its last frame's padding, and the packets interleaved ahead of the picture's): the
+# last fragment's picture stays ``AUDIO_SLACK`` short of a whole fragment.
+LAST_FRAGMENT_FRAMES = 2
+AUDIO_SLACK = Fraction(8, 100)
 # empty_moov: the init segment before any sample; default_base_moof: fragments that stand alone (CMAF, HLS);
 # delay_moov: the init written with the first fragment, once the muxer knows where each track starts, so it carries
 # the same edit lists as the stored clip (the B-frames' composition delay, the AAC encoder's priming): the streamed
@@ -153,6 +162,35 @@ def fragment_seconds(rate: Fraction) -> float:
     if rate <= 0:
         return FRAGMENT_SECONDS
     return min(FRAGMENT_MAX_SECONDS, max(FRAGMENT_SECONDS, float(FRAGMENT_FRAMES / rate)))
+
+
+def fragment_frames(rate: Fraction, frames: int) -> int:
+    """How many frames each fragment of a clip of ``frames`` frames at ``rate`` holds: those of ``fragment_seconds``
+    (whole frames), or the fewest over that, within ``FRAGMENT_MAX_SECONDS``, whose last fragment holds
+    ``LAST_FRAGMENT_FRAMES`` or more and is ``AUDIO_SLACK`` short of a whole one (109 frames at 29.97 fps: fragments
+    of 13, the last of 5, not 12 of 9 and one of 1); where none is (a source of a few frames a second), the fewest
+    under it, else those of ``fragment_seconds``."""
+    if rate <= 0:
+        return FRAGMENT_FRAMES
+    base = max(FRAGMENT_FRAMES, math.ceil(rate * Fraction(FRAGMENT_SECONDS)))
+    most = max(1, math.floor(rate * Fraction(FRAGMENT_MAX_SECONDS)))
+    base = max(1, min(base, most))
+    for each in [*range(base, max(base, most) + 1), *range(base - 1, 0, -1)]:
+        if _ends_whole(frames % each, each, rate, frames):
+            return each
+    return base
+
+
+def _ends_whole(last: int, each: int, rate: Fraction, frames: int) -> bool:
+    return last >= min(LAST_FRAGMENT_FRAMES, frames) and Fraction(each - last) / rate >= AUDIO_SLACK
+
+
+def fragment_us(rate: Fraction, frames: int) -> int:
+    """The muxer's ``frag_duration`` (microseconds) that cuts a fragment every ``fragment_frames`` frames: it starts a
+    fragment at the first frame whose time from the fragment's first reaches it, so it is that span rounded down."""
+    if rate <= 0:
+        return round(FRAGMENT_SECONDS * 1_000_000)
+    return math.floor(fragment_frames(rate, frames) * 1_000_000 / rate)
 
 
 def filler(sent: int, block: int) -> bytes:

@@ -12,7 +12,7 @@ import ffmpeg
 from quoteclip.platforms import PLATFORMS, TRUE_PEAK
 from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
-from .fragments import STREAM_MOVFLAGS, fragment_seconds
+from .fragments import STREAM_MOVFLAGS, fragment_us
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
@@ -327,7 +327,9 @@ def _output(
     out = ffmpeg.output(
         video,
         audio,
-        target.output if target.stream is None else _tee(target.output, target.stream, output_rate(info)),
+        target.output
+        if target.stream is None
+        else _tee(target.output, target.stream, output_rate(info), output_frames(info, start, duration)),
         vcodec="libx264",
         preset=PREVIEW_PRESET if preview else spec.encoder_preset or PRESET,
         crf=PREVIEW_CRF if preview else CRF,
@@ -353,14 +355,14 @@ def _output(
     return [out] if still is None else [out, still]
 
 
-def _tee(output: str, stream: str, rate: Fraction) -> str:
+def _tee(output: str, stream: str, rate: Fraction, frames: int) -> str:
     """The tee muxer's outputs: the stored clip (a faststart MP4, as without a stream) and its fragmented copy, cut
-    every ``fragment_seconds`` of the clip's frame rate whatever the frame (the keyframes stay the encoder's). A copy
+    every ``fragment_frames`` of the clip's ``frames`` whatever the frame (the keyframes stay the encoder's). A copy
     whose reader has gone is dropped (``onfail=ignore``) and the clip is still written."""
-    fragment_us = round(fragment_seconds(rate) * 1_000_000)
+    each = fragment_us(rate, frames)
     return (
         f"[f=mp4:movflags=+faststart]{_tee_escape(output)}"
-        f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={fragment_us}:onfail=ignore]{_tee_escape(stream)}"
+        f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={each}:onfail=ignore]{_tee_escape(stream)}"
     )
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,6 +21,9 @@ from quoteclip.errors import QuoteclipError, RenderFailed
 from quoteclip.spec import ClipSpec
 
 from .ffmpeg import run_ffmpeg
+from .fragments import STREAM_MOVFLAGS, fragment_us
+from .fragments import Piece as Fragment
+from .fragments import Splitter as FragmentSplitter
 from .plan import (
     Target,
     build_join,
@@ -166,6 +171,46 @@ def render_sound(
     if not output.is_file() or output.stat().st_size == 0:
         raise RenderFailed("ffmpeg finished but wrote no sound", argv, said)
     return output
+
+
+def stream_argv(plan: SplitPlan, piece: Piece, path: Path, sound: Path, ffmpeg_bin: str) -> list[str]:
+    """ffmpeg copying ``piece``'s picture (``path``) and its span of the clip's sound (``sound``) into fragments of the
+    clip's stream, on the clip's clock (``frag_discont``: each fragment's decode time is its time in the clip, so
+    the pieces' fragments follow one another as one render's do), cut as a one-piece render's stream is."""
+    rate = output_rate(plan.info)
+    start, length = piece.first / float(rate), piece.count / float(rate)
+    each = fragment_us(rate, piece.count)
+    return [
+        *(ffmpeg_bin, "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-i", str(path)),
+        *("-ss", f"{start:.6f}", "-t", f"{length:.6f}", "-i", str(sound)),
+        *("-map", "0:v:0", "-map", "1:a:0?", "-c", "copy", "-output_ts_offset", f"{start:.6f}"),
+        *("-f", "mp4", "-movflags", STREAM_MOVFLAGS + "+frag_discont", "-frag_duration", str(each), "pipe:1"),
+    ]
+
+
+def stream_piece(
+    plan: SplitPlan,
+    piece: Piece,
+    path: Path,
+    sound: Path,
+    ffmpeg_bin: str,
+    sink: Callable[[Fragment], None],
+    timeout: float,
+) -> int:
+    """Hand ``sink`` the stream's pieces of ``piece`` (``stream_argv``): the init segment with the first piece's
+    fragments only (the stream has one), then its fragments in order. How many were handed."""
+    argv = stream_argv(plan, piece, path, sound, ffmpeg_bin)
+    done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise RenderFailed(f"piece {piece.index}'s stream: {said[-1] if said else 'ffmpeg failed'}", argv)
+    handed = 0
+    for part in FragmentSplitter().feed(done.stdout):
+        if part.kind == "init" and piece.index != 0:
+            continue
+        sink(part)
+        handed += 1
+    return handed
 
 
 def join_pieces(

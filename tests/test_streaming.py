@@ -32,11 +32,13 @@ from quoteclip.settings import Settings
 from quoteclip.spec import build_spec
 from renderer import plan, render
 from renderer.fragments import (
+    LAST_FRAGMENT_FRAMES,
     STREAM_MOVFLAGS,
     Piece,
     Splitter,
     codecs,
     filler,
+    fragment_frames,
     fragment_seconds,
 )
 from renderer.frames import first_frame_at
@@ -251,6 +253,21 @@ def test_the_splitter_cuts_a_fragmented_mp4_into_its_init_and_timed_fragments(me
     assert codecs(pieces[0].data) == pieces[0].codecs
 
 
+def streamed_fragments(
+    src: str, start: float, end: float, ffmpeg_bin: str, tmp_path: Path
+) -> tuple[list[Piece], list[int]]:
+    """A render's fragmented copy of ``src`` from ``start`` to ``end``: its pieces, and each fragment's frames."""
+    info = probe(src, first_frame=False)
+    pieces: list[Piece] = []
+    spec = build_spec({"source": src, "start": start, "end": end})
+    render.render_clips([spec], src, info, tmp_path, ffmpeg_bin, 60, stream=pieces.append)
+    frames = []
+    for fragment in pieces[1:]:
+        with av.open(io.BytesIO(pieces[0].data + fragment.data)) as alone:
+            frames.append(sum(1 for p in alone.demux(video=0) if p.size))
+    return pieces, frames
+
+
 @pytest.mark.parametrize("fps", ["24", "30000/1001", "60"])
 def test_a_streamed_renders_fragments_hold_9_frames_and_its_head_lists_the_first_ones(
     fps, media, ffmpeg_bin, tmp_path
@@ -261,16 +278,10 @@ def test_a_streamed_renders_fragments_hold_9_frames_and_its_head_lists_the_first
     most (a source under 4.5 fps). The head (the init segment with the first fragment's samples in its moov) lists
     exactly that fragment's frames and sound."""
     src = media(size="320x180", fps=fps, duration=3, gop=60)
-    info = probe(str(src), first_frame=False)
-    spec = build_spec({"source": str(src), "start": 0.5, "end": 2.9})
-    pieces: list[Piece] = []
-    render.render_clips([spec], str(src), info, tmp_path, ffmpeg_bin, 60, stream=pieces.append)
-    frames = []
-    for fragment in pieces[1:]:
-        with av.open(io.BytesIO(pieces[0].data + fragment.data)) as alone:
-            frames.append(sum(1 for p in alone.demux(video=0) if p.size))
+    pieces, frames = streamed_fragments(str(src), 0.5, 2.9, ffmpeg_bin, tmp_path)
     assert frames[0] >= 9 and min(frames[:-1]) >= 9, frames
-    assert frames[0] == (15 if fps == "60" else 9), frames
+    assert frames[0] == fragment_frames(Fraction(fps), sum(frames)), frames  # (72 frames at 29.97: 10 a fragment)
+    assert fragment_frames(Fraction(fps), 904) == (15 if fps == "60" else 9)
     assert fragment_seconds(Fraction(fps)) == pytest.approx(max(0.25, 9 / float(Fraction(fps))))
     assert fragment_seconds(Fraction(4)) == 2.0 and fragment_seconds(Fraction(15)) == pytest.approx(9 / 15)
     assert pieces[1].seconds == pytest.approx(frames[0] / float(Fraction(fps)), abs=0.002)
@@ -282,6 +293,24 @@ def test_a_streamed_renders_fragments_hold_9_frames_and_its_head_lists_the_first
         fragment_packets = [(p.stream.type, bytes(p)) for p in fragmented.demux() if p.size]
     assert listed["video"] == frames[0] and listed["audio"] > 0
     assert sorted(packets) == sorted(fragment_packets)
+
+
+@pytest.mark.parametrize("count", [72, 73, 74, 109])
+def test_a_streams_last_fragment_holds_two_frames_or_more_and_its_sound(count, media, ffmpeg_bin, tmp_path) -> None:
+    """A clip whose 9-frame fragments would end in one of one frame, or of its last sound alone, is cut in longer
+    fragments: its last holds two frames or more and the sound past its last frame (a last fragment of one frame, or
+    of sound alone, never ends in hls.js: tests/test_hls_players.py plays one). At 29.97 fps: 72 frames (8 × 9, its
+    sound in a fragment of its own) in 10s, 73 in 10s, 74 in 9s, 109 (12 × 9 + 1; in 10s, 11s or 12s the sound
+    would spill) in 13s. Every fragment holds pictures, every one but the last the same number."""
+    rate = Fraction(30000, 1001)
+    src = media(size="320x180", fps="30000/1001", duration=6, gop=45)
+    start = 0.5
+    end = round(float((first_frame_at(start, rate) + count) / rate) - 0.01, 3)
+    assert first_frame_at(end, rate) - first_frame_at(start, rate) == count
+    _, frames = streamed_fragments(str(src), start, end, ffmpeg_bin, tmp_path)
+    assert sum(frames) == count and frames[-1] >= LAST_FRAGMENT_FRAMES, frames
+    each = {72: 10, 73: 10, 74: 9, 109: 13}[count]
+    assert set(frames[:-1]) == {each} and fragment_frames(rate, count) == each, frames
 
 
 def test_a_head_is_made_of_an_init_segment_and_a_fragment_only() -> None:
@@ -858,3 +887,52 @@ def test_apples_player_is_sent_to_the_hls_playlist_then_gets_ranges_once_stored(
     webkit = {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/605.1.15 (KHTML, like Gecko) Safari/605.1.15"}
     with httpx.stream("GET", f"{stream_api}{other}", headers=webkit, timeout=60) as streamed:
         assert streamed.status_code == 200 and "location" not in streamed.headers
+
+
+# Link-preview crawlers, as their makers document them: Meta's fetches an og:video's first bytes with a range of
+# them; X's checks a player card's stream with HEAD and then fetches it. Neither sends cookies.
+FACEBOOK = {"User-Agent": "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)"}
+TWITTER = {"User-Agent": "Twitterbot/1.0"}
+
+
+def test_link_preview_crawlers_get_answers_they_can_use(stream_api, worker, workers, media, http_source) -> None:
+    """A new quote's link asked as the crawlers ask it: a range with an end (``bytes=0-524287``) of a clip being
+    rendered is held until the clip is stored, then answered 206 with the clip's size (never the stream, whose
+    length is not known). A HEAD of a link no one has asked says 404 "not rendered yet" (a HEAD never spends a
+    render); a GET is held until stored, then the whole clip with its length, and a HEAD after it 200 with the
+    length. The og:image (the link's poster) is a JPEG. A player's open range (``bytes=0-``) still gets the stream."""
+    import httpx2 as httpx
+
+    (http_source.root / "lv.mp4").symlink_to(
+        media(size="320x180", fps="30000/1001", duration=12, gop=45, pattern="levels")
+    )
+    source = http_source.url("lv.mp4")
+    meta = quote(source, 1.068, 4.0)
+    ranged = httpx.get(
+        f"{stream_api}{links.sign(meta, SITE, SECRET)}", headers={**FACEBOOK, "Range": "bytes=0-524287"}, timeout=60
+    )
+    assert ranged.status_code == 206, (ranged.status_code, ranged.headers, ranged.text[:200])
+    size = len(stored_clip(workers, clip_key(workers, meta)))
+    assert ranged.headers["content-range"] == f"bytes 0-{min(524287, size - 1)}/{size}", ranged.headers
+    assert "transfer-encoding" not in ranged.headers and ranged.content[4:8] == b"ftyp"
+    x = quote(source, 2.002, 5.0)
+    card = f"{stream_api}{links.sign(x, SITE, SECRET)}"
+    unasked = httpx.head(card, headers=TWITTER, timeout=60)  # (a HEAD never spends a render)
+    assert unasked.status_code == 404, unasked.status_code
+    fetched = httpx.get(card, headers=TWITTER, timeout=60)  # held until stored: no range, the whole clip
+    stored = stored_clip(workers, clip_key(workers, x))
+    assert fetched.status_code == 200 and "transfer-encoding" not in fetched.headers, fetched.headers
+    assert fetched.content == stored
+    from api.fanout import FINDING_KEPT
+
+    time.sleep(FINDING_KEPT)  # (a link's look is shared by the requests of the second after it: the first HEAD's)
+    checked = httpx.head(card, headers=TWITTER, timeout=60)
+    assert checked.status_code == 200 and int(checked.headers["content-length"]) == len(stored), checked.headers
+    poster = links.sign(quote(source, 3.003, 6.0), SITE, SECRET, variant="poster")
+    image = httpx.get(f"{stream_api}{poster}", headers=FACEBOOK, timeout=60)
+    assert image.status_code == 200 and image.headers["content-type"] == "image/jpeg", image.headers
+    assert image.content[:2] == b"\xff\xd8"
+    # a player's first request (Chromium's, Firefox's): an open range, the stream as before
+    player = links.sign(quote(source, 4.004, 8.0), SITE, SECRET)
+    with httpx.stream("GET", f"{stream_api}{player}", headers={"Range": "bytes=0-"}, timeout=60) as streamed:
+        assert streamed.status_code == 200 and streamed.headers.get("transfer-encoding") == "chunked", streamed.headers
