@@ -4,6 +4,12 @@
 // requested only when played (a page of a thousand quotes costs a thousand posters and no clip); while the
 // service renders it the card says so, and a request answered 503 past the service's hold is tried again.
 //
+// A clip still rendering is played from the link's HLS parts (`…/index.m3u8`, its map `init.mp4`, then `1.m4s`,
+// `2.m4s`, … as the render makes them) through Media Source Extensions, or ManagedMediaSource where that is what the
+// browser has (an iPhone's): every part is appended in order, so the card seeks anywhere in what has been rendered
+// while the rest renders. A browser with neither, a clip stored already (its playlist answers 404), a render held
+// past the service's hold, or a part that fails: the card plays the link itself, as a <video src> does.
+//
 // Optional attributes: brand="StarZero" (the watermark named under the player; default: the one the link names),
 // crossorigin="anonymous" (passed to the <video>: a page that draws its frames on a canvas; with an S3 store the
 // bucket must then allow the page's origin too).
@@ -47,6 +53,24 @@
   function clock(seconds) {
     const s = Math.max(0, Math.floor(seconds || 0));
     return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+  }
+
+
+  // The RFC 6381 codecs of an init segment's tracks (H.264 and AAC, as the service renders them), in their order:
+  // what a SourceBuffer is made for.
+  function codecs(init) {
+    const found = [];
+    const at = (name, from) => {
+      for (let i = from; i + 4 <= init.length; i += 1) {
+        if (init[i] === name.charCodeAt(0) && String.fromCharCode(...init.subarray(i, i + 4)) === name) return i;
+      }
+      return -1;
+    };
+    for (let i = at("avcC", 0); i >= 0; i = at("avcC", i + 4)) {
+      found.push(`avc1.${Array.from(init.subarray(i + 5, i + 8), (b) => b.toString(16).padStart(2, "0")).join("")}`);
+    }
+    if (at("mp4a", 0) >= 0) found.push("mp4a.40.2");
+    return found.join(",");
   }
 
   const SIZES = { landscape: [1280, 720], vertical: [720, 1280], square: [720, 720], portrait: [720, 900] };
@@ -116,6 +140,7 @@
       const a = this.$("a.download");
       a.href = this.getAttribute("download") || "";
       a.hidden = !this.getAttribute("download");
+      this.session = null; // (a clip being appended stops)
       this.video.removeAttribute("src");
       this.video.hidden = true;
       this.$("button.play").hidden = false;
@@ -163,18 +188,94 @@
       this.dispatchEvent(new CustomEvent("quote-clip-state", { detail: name }));
     }
 
-    play() {
+    async play() {
       const v = this.video;
       v.hidden = false;
       this.$("button.play").hidden = true;
-      if (!v.getAttribute("src") || v.error) { // (played again after an error: asked afresh)
-        const cross = this.getAttribute("crossorigin");
-        if (cross !== null) v.crossOrigin = cross;
-        this.tries = 0;
-        v.src = this.getAttribute("src");
+      if (v.getAttribute("src") && !v.error) {
+        if (v.readyState < 3) this.state("rendering");
+        v.play().catch(() => {});
+        return;
       }
+      // (played again after an error: asked afresh)
+      const cross = this.getAttribute("crossorigin");
+      if (cross !== null) v.crossOrigin = cross;
+      this.tries = 0;
       if (v.readyState < 3) this.state("rendering");
+      const session = (this.session = {});
+      if (!(await this.streamed(session))) {
+        if (session !== this.session) return; // (reset meanwhile)
+        this.linked(0);
+      }
+    }
+
+    // The link itself in the <video> (from `at` seconds): a stored clip, or a browser without Media Source.
+    linked(at) {
+      const v = this.video;
+      this.session = null;
+      v.src = this.getAttribute("src");
+      if (at > 0) v.addEventListener("loadedmetadata", () => { v.currentTime = at; }, { once: true });
       v.play().catch(() => {}); // (an error is the video's "error" event)
+    }
+
+    // The clip from its HLS parts through a MediaSource, while it renders: false, before anything is shown, when it
+    // cannot be (no MediaSource, no playlist: the clip is stored, or held past the service's hold). A part that fails
+    // later hands the card to the link, at the time it had reached.
+    async streamed(session) {
+      const Source = window.ManagedMediaSource || window.MediaSource;
+      const link = this.getAttribute("src") || "";
+      if (!Source || !link) return false;
+      const part = (name) => `${link}/${name}`;
+      const get = async (name) => {
+        const r = await fetch(part(name), { cache: "no-store" });
+        if (r.status !== 200) throw new Error(`${name}: ${r.status}`);
+        return r;
+      };
+      let listed;
+      let init;
+      try {
+        // (answered once it lists the first part: a player that reloads less often is made to wait for more)
+        listed = await (await get("index.m3u8?_HLS_msn=1")).text();
+        init = new Uint8Array(await (await get("init.mp4")).arrayBuffer());
+      } catch {
+        return false;
+      }
+      const type = `video/mp4; codecs="${codecs(init)}"`;
+      if (session !== this.session || !Source.isTypeSupported(type)) return false;
+      const v = this.video;
+      const media = new Source();
+      if (Source === window.ManagedMediaSource) v.disableRemotePlayback = true; // (ManagedMediaSource asks it)
+      v.src = URL.createObjectURL(media);
+      await new Promise((opened) => media.addEventListener("sourceopen", opened, { once: true }));
+      URL.revokeObjectURL(v.src);
+      v.play().catch(() => {});
+      try {
+        const buffer = media.addSourceBuffer(type);
+        const append = (data) => new Promise((done, failed) => {
+          buffer.addEventListener("updateend", done, { once: true });
+          buffer.addEventListener("error", failed, { once: true });
+          buffer.appendBuffer(data);
+        });
+        await append(init);
+        let next = 0; // parts appended
+        for (;;) {
+          const lines = listed.split("\n").map((line) => line.trim());
+          const parts = lines.filter((line) => line && !line.startsWith("#"));
+          for (; next < parts.length; next += 1) {
+            const data = await (await get(parts[next])).arrayBuffer();
+            if (session !== this.session) return true;
+            await append(data);
+          }
+          if (lines.includes("#EXT-X-ENDLIST")) break;
+          // (a blocking reload: answered once the next part is listed, or the stream has ended)
+          listed = await (await get(`index.m3u8?_HLS_msn=${parts.length + 1}`)).text();
+          if (session !== this.session) return true;
+        }
+        if (media.readyState === "open") media.endOfStream();
+      } catch {
+        if (session === this.session) this.linked(v.currentTime);
+      }
+      return true;
     }
 
     // The clip's request failed: the service's hold passed (503) or the network did. Ask the link (a HEAD never
@@ -198,6 +299,7 @@
       this.tries += 1;
       setTimeout(() => {
         const v = this.video;
+        this.session = null;
         v.removeAttribute("src");
         v.load();
         v.src = link;

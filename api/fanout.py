@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
 from typing import Any, TypeVar, cast
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
@@ -336,27 +336,23 @@ class Variant:
 
 
 class Parts:
-    """HLS parts kept in memory by (job, attempt, number), at most ``limit`` bytes in all, the least used dropped."""
+    """HLS parts kept in memory by (job, attempt, number), at most ``limit`` bytes in all, the least recently asked
+    for dropped first (cachetools' LRU, sized by the parts' bytes)."""
 
     def __init__(self, limit: int = PARTS_BYTES) -> None:
         self.limit = limit
-        self.size = 0
-        self._kept: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._kept: LRUCache[tuple[str, str, int], bytes] = LRUCache(limit, getsizeof=len)
+
+    @property
+    def size(self) -> int:
+        return int(self._kept.currsize)
 
     def get(self, key: tuple[str, str, int]) -> bytes | None:
-        found = self._kept.get(key)
-        if found is not None:
-            self._kept.move_to_end(key)
-        return found
+        return self._kept.get(key)
 
     def put(self, key: tuple[str, str, int], data: bytes) -> None:
-        if key in self._kept or len(data) > self.limit:
-            return
-        self._kept[key] = data
-        self.size += len(data)
-        while self.size > self.limit:
-            _, dropped = self._kept.popitem(last=False)
-            self.size -= len(dropped)
+        if key not in self._kept and len(data) <= self.limit:
+            self._kept[key] = data
 
 
 class Findings:
@@ -439,9 +435,11 @@ class Hub:
         self.playlists: LRUCache[tuple[Any, ...], tuple[str, str]] = LRUCache(PLAYLISTS)
         self.builds: dict[str, int] = {"playlist": 0, "part": 0}  # what was made rather than found kept
         self.index_reads = 0  # the streams' indexes read from Redis
-        self._indexes: OrderedDict[str, tuple[relay.Index, float]] = OrderedDict()  # ended streams' indexes
+        # ended streams' indexes, each for INDEX_KEPT seconds; the links' jobs (by the verified link's object), each
+        # for JOBS_KEPT seconds
+        self._indexes: TTLCache[str, relay.Index] = TTLCache(INDEXES, INDEX_KEPT, timer=time.monotonic)
         self._index_looks: dict[str, asyncio.Future[relay.Index | None]] = {}
-        self._jobs: OrderedDict[int, tuple[object, str, float]] = OrderedDict()  # links' jobs
+        self._jobs: TTLCache[int, tuple[object, str]] = TTLCache(JOBS, JOBS_KEPT, timer=time.monotonic)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._redis: AsyncRedis | None = None
         self._reader: Reader | None = None
@@ -509,8 +507,8 @@ class Hub:
         aborted) stream's is taken from memory for ``INDEX_KEPT`` seconds: a stored clip's HLS parts asked a
         thousand times a second cost no round trip each."""
         kept = self._indexes.get(job_id)
-        if kept is not None and time.monotonic() - kept[1] <= INDEX_KEPT:
-            return kept[0]
+        if kept is not None:
+            return kept
         redis = self.redis()
         look = self._index_looks.get(job_id)
         if look is None:
@@ -526,22 +524,16 @@ class Hub:
             return
         index = look.result()
         if index is not None and (index.ended or index.aborted):
-            self._indexes[job_id] = (index, time.monotonic())
-            self._indexes.move_to_end(job_id)
-            while len(self._indexes) > INDEXES:
-                self._indexes.popitem(last=False)
+            self._indexes[job_id] = index
 
     async def job(self, link: object, make: Callable[[], str]) -> str:
         """The job of a link's clip (``make``, in a worker thread: from its spec and its source's identity), made
         once for ``JOBS_KEPT`` seconds for the verified link ``link`` (api/links/verify.py keeps one object a link)."""
         kept = self._jobs.get(id(link))
-        if kept is not None and kept[0] is link and time.monotonic() - kept[2] <= JOBS_KEPT:
+        if kept is not None and kept[0] is link:
             return kept[1]
         job_id = await run_in_threadpool(make)
-        self._jobs[id(link)] = (link, job_id, time.monotonic())  # (the link held: its id is no other's meanwhile)
-        self._jobs.move_to_end(id(link))
-        while len(self._jobs) > JOBS:
-            self._jobs.popitem(last=False)
+        self._jobs[id(link)] = (link, job_id)  # (the link held: its id is no other's meanwhile)
         return job_id
 
     def playlist(self, key: tuple[Any, ...], build: Callable[[], str]) -> tuple[str, str]:

@@ -44,7 +44,14 @@ CODECS = "X-Stream-Codecs"  # a streamed answer's codecs (avc1.…,mp4a.40.2), f
 PLAYLIST = "application/vnd.apple.mpegurl"
 PLAYLIST_NAME = "index.m3u8"  # a clip link's HLS playlist: …/l/{key}/{link}/index.m3u8
 INIT_NAME = "init.mp4"  # its init segment (the playlist's map); its fragments are N.m4s
-PLAYLIST_STEP = 0.02  # seconds between looks for a joined stream's first fragment
+PLAYLIST_STEP = 0.02  # seconds between looks for a joined stream's first fragments
+# A playlist is answered once it lists this much of the clip (or the whole, once the stream has ended): a player
+# reloads a growing playlist after a fragment's length at the soonest (hls.js near its end; RFC 8216 asks a target
+# duration), so a first answer of one fragment (0.3 s, its picture and sound both buffered to about 0.23 s) ran out
+# before the next reload brought more: hls.js stalled at 0.18 s. Two fragments cost the first frame one fragment's
+# encode. A player that asks for a segment (RFC 8216bis's ``_HLS_msn`` delivery directive: the card asks for the
+# first, then for each next one as soon as it has the last) is answered once that segment is listed instead.
+PLAYLIST_LEAD = 0.5
 SEGMENT = re.compile(r"\A([1-9][0-9]{0,5})\.m4s\Z")
 # A progressive player reads a growing answer in blocks: Chromium's media cache hands its demuxer whole 32 KiB blocks
 # only, until the answer ends, and Firefox's keeps 32 KiB blocks too. The end of the first fragment (its sound comes
@@ -342,17 +349,23 @@ async def part_answer(
 async def playlist_answer(
     svc: Services, job_id: str, cors: dict[str, str], wait: float = 0.0, request: Request | None = None
 ) -> Response | None:
-    """The stream's playlist when it can be joined from its start and has a fragment (waiting up to ``wait``
-    seconds for its first), else None; built once for each state of the stream (its fragments, its end)."""
+    """The stream's playlist when it can be joined from its start and lists ``PLAYLIST_LEAD`` seconds of the clip
+    (or the segment the request asks for: ``asked_segment``) or has ended with a fragment, waiting up to ``wait``
+    seconds for them, else None; built once for each state of the stream (its fragments, its end)."""
     if not svc.settings.stream:
         return None
+    asked = asked_segment(request)
     deadline = time.monotonic() + wait
     try:
         while True:
             index = await svc.hub.index(job_id)
             if index is None or index.aborted or not index.whole:
                 return None
-            if index.fragments:
+            if asked is not None:
+                enough = len(index.fragments) >= asked
+            else:
+                enough = sum(seconds for _, _, seconds in index.fragments) >= PLAYLIST_LEAD
+            if index.fragments and (enough or index.ended):
                 state = (job_id, index.attempt, len(index.fragments), index.fragments[-1][0], index.ended)
                 text, tag = svc.hub.playlist(state, functools.partial(playlist, index))
                 return kept_answer(request, text, tag, PLAYLIST, cors)
@@ -361,6 +374,13 @@ async def playlist_answer(
             await asyncio.sleep(PLAYLIST_STEP)
     except RedisError:
         return None
+
+
+def asked_segment(request: Request | None) -> int | None:
+    """The media sequence number a playlist request asks to be answered with (``_HLS_msn=N``: RFC 8216bis's blocking
+    reload directive, the segments numbered from 1), or None."""
+    given = request.query_params.get("_HLS_msn", "") if request is not None else ""
+    return int(given) if given.isdigit() and len(given) <= 6 else None
 
 
 def not_streamed(cors: dict[str, str], detail: str = "this clip is not streaming: play its link") -> JSONResponse:

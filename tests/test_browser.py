@@ -297,6 +297,39 @@ def test_edit_page_corrects_the_captions_words_for_the_preview_and_the_final(
     ]
 
 
+def test_edit_page_shows_the_previews_report_before_render_final(chromium, served, media, http_source) -> None:
+    """A cut typed 100 ms into a word: the preview's report (GET /clips/{id}/report) says so under it, naming the
+    word; a cut on the word's start reports nothing. Render final is offered with the preview, the report or not."""
+    import json
+    import urllib.parse
+
+    from playwright.sync_api import sync_playwright
+
+    (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=6, gop=45))
+    heard = [{"text": "we", "start": 1.0, "end": 1.2}, {"text": "use", "start": 1.2, "end": 1.5}]
+    seen = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            for n, start in enumerate(("1.3", "1.2"), start=1):
+                query = urllib.parse.urlencode(
+                    {"source": http_source.url("ep.mp4"), "start": start, "end": "1.5", "words": json.dumps(heard)}
+                )
+                page.goto(f"{served}/edit?{query}")
+                page.click("#preview")
+                page.wait_for_function("() => window.previews >= 1", timeout=60_000)
+                disabled = page.is_disabled("#render")  # (offered once the preview shows, its report or not)
+                page.wait_for_function("() => window.reported >= 1", timeout=60_000)
+                seen.append((page.inner_text("#report"), disabled))
+                assert n == len(seen)
+        finally:
+            browser.close()
+    assert seen[0][0] == "check: cut inside a word: the clip starts 100 ms into the word 'use' (1.2-1.5 s)", seen
+    assert seen[1][0] == "check: nothing found", seen
+    assert not seen[0][1] and not seen[1][1]
+
+
 def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
     chromium, workers, queue_env, media, http_source, tmp_path
 ) -> None:

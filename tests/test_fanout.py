@@ -548,6 +548,7 @@ def test_an_ended_streams_parts_read_its_index_once_a_second(fan_env, monkeypatc
     stream = Stream(fan_env, job_of(fan_env, clip))
     stream.add(os.urandom(2000), "init")
     stream.add(os.urandom(30_000))
+    stream.add(os.urandom(30_000))  # (a growing playlist answers once it lists half a second: api/streams.py)
     path = links.sign(clip, SITE, SECRET)
     app = create_app(Settings.from_env(fan_env))
     hub = app.state.services.hub
@@ -555,9 +556,9 @@ def test_an_ended_streams_parts_read_its_index_once_a_second(fan_env, monkeypatc
     job_id = hold.job_id
     monkeypatch.setattr(hold, "job_id", lambda *args: made.append(job_id(*args)) or made[-1])
     with TestClient(app) as client:
-        assert client.get(f"{path}/index.m3u8").text.count(".m4s") == 1
-        stream.add(os.urandom(30_000))
         assert client.get(f"{path}/index.m3u8").text.count(".m4s") == 2
+        stream.add(os.urandom(30_000))
+        assert client.get(f"{path}/index.m3u8").text.count(".m4s") == 3
         stream.writer.finished()
         assert "#EXT-X-ENDLIST" in client.get(f"{path}/index.m3u8").text
         reads, began = hub.index_reads, time.monotonic()

@@ -57,6 +57,9 @@ BAD_FILES = [  # a keys file entry, and what the message must say
     ({"secrets": {"k1": "secret-\ud800-0123456789"}}, "the secret of key k1 must be UTF-8 text"),
     ({**GOOD, "extra": 1, "hosts": ["youtube.com"]}, "not extra"),  # the unknown field named
     ({**GOOD, "brand": 5}, "brand is not a watermark (Input should be a valid dictionary"),
+    ({**GOOD, "brand": {"text": "StarZero", "bogus": 1}}, "brand is not a watermark (Extra inputs"),  # not the key's
+    ({"secrets": {"bad key": S1}}, "a key id must be 1-64 letters, digits, - or _, got 'bad key'"),
+    ({**GOOD, "lifetime": True}, "lifetime must be a number of seconds"),  # (a bool is no number here)
     ({"secrets": {"k1": S1 + "\n"}}, "the secret of key k1 must not begin or end with whitespace"),
 ]
 

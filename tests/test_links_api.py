@@ -76,7 +76,9 @@ def link(clip: dict[str, Any], variant: str = "clip", key: str = SITE, secret: s
 
 
 def runs(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
+    """The renders' runs: not a stored clip's quality check (its one blackdetect pass, jobs/pipeline/quality.py)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line for line in lines if "blackdetect=" not in line]
 
 
 def queued(env: dict[str, str]) -> int:

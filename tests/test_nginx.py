@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -30,16 +29,16 @@ from typing import Any
 import pytest
 
 from quoteclip import links
+from testkit import nginx as testkit_nginx
 from testkit.faces import serving
-from testkit.services import free_port, wait_for
+from testkit.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "deploy" / "nginx.conf"
 SITE, SECRET = "site", "site-secret-0123456789"
 
 
 def nginx_binary() -> str:
-    found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+    found = testkit_nginx.nginx_binary()
     if found is None:
         if os.environ.get("CI"):
             pytest.fail("nginx is not installed (apt-get install nginx): .ci/run installs it")
@@ -47,60 +46,10 @@ def nginx_binary() -> str:
     return found
 
 
-def rendered(folder: Path, port: int, upstreams: list[int]) -> Path:
-    """The shipped config with its listening address, its upstreams and its files moved to loopback and ``folder``:
-    each replaced line must be found once, so the shipped file cannot drift from what is tested."""
-    text = SHIPPED.read_text()
-    servers = "".join(f"        server 127.0.0.1:{p};\n" for p in upstreams)
-    temp = "".join(
-        f"    {kind}_temp_path {folder / kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    for old, new in (
-        ("pid /run/nginx-quoteclip.pid;", f"pid {folder / 'nginx.pid'};"),
-        ("error_log /var/log/nginx/quoteclip-error.log warn;", f"error_log {folder / 'error.log'} info;"),
-        ("access_log /var/log/nginx/quoteclip-access.log;", f"access_log {folder / 'access.log'};"),
-        ("        server 127.0.0.1:8000;\n        server 127.0.0.1:8001;\n", servers),
-        ("proxy_cache_path /var/cache/nginx/quoteclip", f"proxy_cache_path {folder / 'cache'}"),
-        ("        listen 80;", f"        listen 127.0.0.1:{port};"),
-        ("http {\n", "http {\n" + temp),
-    ):
-        assert text.count(old) == 1, f"deploy/nginx.conf no longer holds {old!r}: update tests/test_nginx.py"
-        text = text.replace(old, new)
-    if os.geteuid() == 0:  # (its workers would be nobody, who cannot write the test's folder)
-        text = "user root;\n" + text
-    path = folder / "nginx.conf"
-    path.write_text(text)
-    return path
-
-
 @contextlib.contextmanager
 def nginx(folder: Path, upstreams: list[int]) -> Iterator[str]:
-    binary = nginx_binary()
-    folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    config = rendered(folder, port, upstreams)
-    checked = subprocess.run([binary, "-t", "-c", str(config), "-p", str(folder)], capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
-    process = subprocess.Popen(
-        [binary, "-c", str(config), "-p", str(folder), "-g", "daemon off;"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: _answers(port), 10, "nginx")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        if process.stderr:
-            process.stderr.close()
-
-
-def _answers(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-    return False
+    with testkit_nginx.nginx(nginx_binary(), folder, upstreams) as (url, _):
+        yield url
 
 
 def get(
@@ -150,7 +99,7 @@ def post(url: str, body: dict[str, Any], source: str) -> int:
 
 def test_the_shipped_config_passes_nginx_t(tmp_path: Path) -> None:
     binary = nginx_binary()
-    config = rendered(tmp_path, free_port(), [free_port(), free_port()])
+    config = testkit_nginx.rendered(tmp_path, free_port(), [free_port(), free_port()])
     checked = subprocess.run([binary, "-t", "-c", str(config), "-p", str(tmp_path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
 

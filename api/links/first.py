@@ -138,4 +138,4 @@ def _start(svc: Services, linked: Linked) -> Enqueued:
     """The render that stores what the link names (the queue's source rules checked as for ``POST /clips``)."""
     if linked.variant == "poster":
         return enqueue_poster(linked.spec, svc.settings, svc.connection, svc.storage)
-    return enqueue_clip(linked.spec, svc.settings, svc.connection, svc.storage)
+    return enqueue_clip(linked.spec, svc.settings, svc.connection, svc.storage, count_join=False)

@@ -2,13 +2,15 @@
 clip link's ``GET`` is answered with the clip as it renders once its stream begins (api/streams.py); otherwise (a
 download, a poster, a ``HEAD``, streaming off, a render without a stream) the request waits for the stored clip,
 woken by the worker's announcements (api/events.py), for at most ``QUOTECLIP_LINK_HOLD`` seconds, then 503 with
-``Retry-After``. A clip link's HLS parts (``…/index.m3u8``, ``init.mp4``, ``N.m4s``) are answered from the same
+``Retry-After``; so is a range with an end (a link-preview crawler's ``bytes=0-524287``), answered ``206`` once
+stored. A clip link's HLS parts (``…/index.m3u8``, ``init.mp4``, ``N.m4s``) are answered from the same
 stream.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +31,8 @@ from .cache import Stored, stored_response
 from .first import Pending, first_look, job_id
 from .outcomes import CORS, Answer, Outcome, error_response
 from .verify import Linked
+
+RELOAD_WAIT = 5.0  # seconds a blocking reload of a stream under way waits for the segment it asks
 
 
 async def link_answer(request: Request, svc: Services, linked: Linked) -> Answer:
@@ -95,8 +99,10 @@ async def part_answer(request: Request, svc: Services, linked: Linked, part: str
     job = await svc.hub.job(linked, functools.partial(job_id, svc, linked))
     if part != streams.PLAYLIST_NAME:
         return Answer(await streams.part_answer(svc, job, part, CORS, request), None)
-    # a player's reload, or a render's stream underway
-    playing = await streams.playlist_answer(svc, job, CORS, request=request)
+    # a player's reload, or a render's stream underway; a blocking reload (``_HLS_msn=N``, the card's, asked as soon
+    # as it has segment N-1) of a stream under way waits here for its segment: no held slot, no new reader
+    wait = RELOAD_WAIT if (streams.asked_segment(request) or 0) > 1 else 0.0
+    playing = await streams.playlist_answer(svc, job, CORS, wait=wait, request=request)
     if playing is not None:
         return Answer(playing, None)
     first = await first_look(request, svc, linked)  # start (or join) the render
@@ -122,6 +128,8 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
     poster, a ``HEAD``, with streaming off, or when the render ends without a stream."""
     if pending.linked.variant != "clip" or request.method != "GET" or not svc.settings.stream:
         return None
+    if bounded_range(request) or crawler(request):  # (bytes at known offsets, a file with its length: once stored)
+        return None
     if streams.resumed(request):  # a player resuming a stream that was cut: the clip is rendered anew
         response = error_response(503, streams.RESUMED, {"Retry-After": RETRY_AFTER})
         return pending.linked.answer(response, Outcome.UNAVAILABLE)
@@ -140,6 +148,34 @@ async def answer_while_rendering(request: Request, svc: Services, pending: Pendi
     head = svc.settings.stream_head and streams.reads_a_head(request)
     streamed = streams.RelayResponse(found, svc, CORS, progressive=True, head=head, release=release)
     return pending.linked.answer(streamed, Outcome.STREAMED)
+
+
+BOUNDED = re.compile(r"\Abytes=\d+-\d+\Z")
+
+
+def bounded_range(request: Request) -> bool:
+    """Whether a request asks for a range with an end (``bytes=0-524287``, as link-preview crawlers ask an
+    ``og:video``), which the stream of a clip being rendered cannot honour with its length: such a request is held
+    until the clip is stored, then answered ``206`` with the clip's size. A player's ``bytes=0-`` (Chromium's,
+    Firefox's first request) has no end and gets the stream; Apple's ``bytes=0-1`` probe is answered before
+    (``apples_player``)."""
+    return bool(BOUNDED.match(request.headers.get("range", "").replace(" ", "")))
+
+
+# Link-preview crawlers, by the names their makers give them in their user agents (each documents its own): they
+# fetch a page's og:video or player-card stream to read it, never to play it as it comes.
+CRAWLERS = re.compile(
+    r"facebookexternalhit|facebookcatalog|meta-externalagent|Twitterbot|LinkedInBot|Slackbot|Discordbot|"
+    r"TelegramBot|WhatsApp|Pinterestbot|redditbot|Applebot|Googlebot|bingbot|Embedly|iframely",
+    re.IGNORECASE,
+)
+
+
+def crawler(request: Request) -> bool:
+    """Whether a request comes from a link-preview crawler (by its user agent: a crawler names itself): its GET of a
+    clip being rendered is held until the clip is stored, then answered with the file and its length, rather than
+    the stream (whose length is not known) a player is sent."""
+    return bool(CRAWLERS.search(request.headers.get("user-agent", "")))
 
 
 async def hold(svc: Services, pending: Pending, deadline: float) -> Stored | RenderState | None:

@@ -5,16 +5,16 @@ never signs a link."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.signing import make_link
+from jobs.signing import make_link, snapped
 from quoteclip import links
 from quoteclip.errors import BadInput
-from quoteclip.spec import MAX_CAPTION_CHARS, MAX_SOURCE_CHARS
+from quoteclip.spec import MAX_CAPTION_CHARS, MAX_SOURCE_CHARS, MAX_WORDS, Word
 
 from ..deps import ServicesDep
 
@@ -39,6 +39,9 @@ class LinkRequest(BaseModel):
     expires: int | None = None
     key_id: str | None = Field(default=None, max_length=100)
     base_url: str | None = Field(default=None, max_length=500)
+    # snap: "words" moves the cut's ends to the nearest boundaries of ``words`` (the quote's, source seconds)
+    snap: Literal["words"] | None = None
+    words: list[Word] | None = Field(default=None, max_length=MAX_WORDS)
 
 
 @router.post("/links", tags=["links"], responses={403: {}, 422: {}})
@@ -49,10 +52,17 @@ async def sign_link(request: LinkRequest, svc: ServicesDep) -> dict[str, Any]:
         raise HTTPException(403, "signing a link needs the API's keys (QUOTECLIP_API_KEYS): or use quoteclip sign")
     if request.variant not in links.VARIANTS:
         raise BadInput(f"variant must be one of {', '.join(links.VARIANTS)}, got {request.variant!r}")
-    fields = request.model_dump(exclude={"site", "variant", "expires", "key_id", "base_url"}, exclude_none=True)
+    fields = request.model_dump(
+        exclude={"site", "variant", "expires", "key_id", "base_url", "snap", "words"}, exclude_none=True
+    )
+    said: tuple[str, ...] = ()
+    if request.snap is not None:
+        if not request.words:
+            raise BadInput("snap: words moves the cut's ends to word boundaries, so it needs the quote's words")
+        fields, said = snapped(fields, request.words)
     if isinstance(fields.get("watermark"), str) and fields["watermark"].lower().endswith(".png"):
         fields["logo"] = fields.pop("watermark")  # a logo is an uploaded asset or a brand file, as sign takes it
-    return await run_in_threadpool(
+    made = await run_in_threadpool(
         make_link,
         fields,
         request.site,
@@ -63,3 +73,4 @@ async def sign_link(request: LinkRequest, svc: ServicesDep) -> dict[str, Any]:
         base_url=request.base_url,
         check=True,
     )
+    return {**made, "warnings": [*said, *made["warnings"]]}
