@@ -11,12 +11,13 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import Field, ValidationError
 
+from jobs.cancel import cancel_batch
 from quoteclip import redis_keys
 from quoteclip.errors import BadInput
 from quoteclip.platforms import PLATFORMS, parse_platforms
@@ -352,6 +353,24 @@ def get_batch(batch_id: str, svc: ServicesDep) -> dict[str, Any]:
             }
         )
     return {"id": batch_id, "counts": dict(Counter(c["status"] for c in clips)), "clips": clips}
+
+
+@router.delete("/batches/{batch_id}", responses={404: {}})
+def cancel_batch_clips(
+    batch_id: str,
+    svc: ServicesDep,
+    force: Annotated[bool, Query(description="stop each render whoever else waits for it")] = False,
+) -> dict[str, Any]:
+    """Cancel a batch: its request of each of its clips withdrawn (``DELETE /clips/{id}`` for each). A queued clip
+    never renders, a rendering one is stopped, one that another request joined renders on for it, a stored one is
+    kept. ``canceled``: how many renders stopped; each clip's ``status``, ``canceled`` and ``waiting``."""
+    _members(svc, batch_id)  # (404 for an unknown batch, as its status)
+    try:
+        done = cancel_batch(batch_id, svc.settings, svc.connection, svc.storage, force=force)
+    except BadInput:
+        raise APIError(404, "no such batch (or it expired)") from None
+    clips = [{"id": c["job_id"], **{k: c[k] for k in ("status", "canceled", "waiting")}} for c in done["clips"]]
+    return {"id": batch_id, "canceled": done["canceled"], "clips": clips}
 
 
 class _Sink:

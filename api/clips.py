@@ -150,21 +150,35 @@ async def get_clip(
     )
 
 
-@router.delete("/clips/{clip_id}", responses={404: {}, 409: {}})
-def cancel(clip_id: str, svc: ServicesDep) -> JSONResponse:
+@router.delete("/clips/{clip_id}", responses={202: {}, 404: {}, 409: {}})
+def cancel(
+    clip_id: str,
+    svc: ServicesDep,
+    force: Annotated[bool, Query(description="stop the render whoever else waits for it")] = False,
+) -> JSONResponse:
     """Cancel a clip not yet stored: a queued one never renders, a rendering one is stopped on its worker, and a
-    clip rendered in pieces leaves none behind. 200 with the job's status after it; 409 for a stored clip (revoke its
-    links instead) or one that had failed already; 404 for an unknown one."""
+    clip rendered in pieces leaves none behind. 200 with the job's status after it; 202 when other requests joined
+    the render and still wait for it: this one is withdrawn and the render goes on (``force=true`` stops it); 409
+    for a stored clip (revoke its links instead) or one that had failed already; 404 for an unknown one."""
     if not JOB_ID.match(clip_id):
         raise APIError(404, f"no such clip: {clip_id[:80]!r}")
     try:
-        done = cancel_clip(clip_id, svc.settings, svc.connection, svc.storage)
+        done = cancel_clip(clip_id, svc.settings, svc.connection, svc.storage, force=force)
     except BadInput:
         raise APIError(404, "no such clip (or it expired)") from None
+    return cancel_answer(clip_id, done)
+
+
+def cancel_answer(clip_id: str, done: dict[str, Any]) -> JSONResponse:
+    """A clip's cancel as the API answers it (``DELETE /clips/{id}``, and each clip of a batch's)."""
+    if done["waiting"]:
+        detail = f"{done['waiting']} other request(s) still wait for this clip: it renders on (force=true stops it)"
+        body = {"id": clip_id, "status": done["status"], "canceled": False, "waiting": done["waiting"]}
+        return JSONResponse({**body, "detail": detail}, status_code=202)
     if not done["canceled"]:
         said = "is stored: revoke its links instead" if done["status"] == "finished" else f"had {done['status']}"
         raise APIError(409, f"nothing to cancel: the clip {said}")
-    return JSONResponse({"id": clip_id, "status": done["status"], "canceled": True})
+    return JSONResponse({"id": clip_id, "status": done["status"], "canceled": True, "waiting": 0})
 
 
 @router.get("/clips/{clip_id}/download", responses={302: {}, 202: {}, 404: {}, 410: {}})

@@ -96,13 +96,15 @@ def server(call: Call) -> Any:
         profile: str | None = None,
         watermark: str | None = None,
         quality: str | None = None,
+        snap: str | None = None,
         wait_seconds: float = 120.0,
     ) -> dict[str, Any]:
         """Render a clip of ``source`` from ``start`` to ``end`` (seconds), or of the ``quote`` found by its words
         in the page's captions when no times are given; ``caption`` burned in (the quote's words by default),
         ``platform`` (shorts, reels, tiktok, x, …) or ``profile`` (landscape, vertical, square), ``watermark``
-        text. Waits up to ``wait_seconds`` for the clip: its status, ``link`` (a playable MP4), ``poster_url`` and
-        ``download_url``."""
+        text; ``snap`` "words" moves given times to the nearest word boundaries of the quote's words (with
+        ``quote``: the page's captions). Waits up to ``wait_seconds`` for the clip: its status, ``link`` (a playable
+        MP4), ``poster_url`` and ``download_url``."""
         body: dict[str, Any] = {"source": source}
         for name, value in (
             ("start", start),
@@ -111,6 +113,7 @@ def server(call: Call) -> Any:
             ("platform", platform),
             ("profile", profile),
             ("quality", quality),
+            ("snap", snap),
         ):
             if value is not None:
                 body[name] = value
@@ -119,7 +122,7 @@ def server(call: Call) -> Any:
         if quote is not None:
             body.update(transcript="source", quote=quote)
         accepted = await call("POST", "/clips", body, None)
-        return await _waited(call, accepted, wait_seconds)
+        return await _waited(call, accepted, wait_seconds, report=True)
 
     @mcp.tool()
     async def clip_status(clip_id: str, wait_seconds: float = 0.0) -> dict[str, Any]:
@@ -130,9 +133,16 @@ def server(call: Call) -> Any:
 
     @mcp.tool()
     async def cancel_clip(clip_id: str) -> dict[str, Any]:
-        """Cancel a clip job not yet stored: a queued one never renders, a rendering one is stopped. Refused (409)
-        for a stored clip (revoke its links instead) or one that had failed."""
+        """Cancel a clip job not yet stored: a queued one never renders, a rendering one is stopped; one that other
+        requests joined renders on for them (``waiting``: how many). Refused (409) for a stored clip (revoke its
+        links instead) or one that had failed."""
         return await call("DELETE", f"/clips/{quoted(clip_id, safe='')}", None, None)
+
+    @mcp.tool()
+    async def cancel_batch(batch_id: str) -> dict[str, Any]:
+        """Cancel a batch: each of its clips not yet stored is canceled as ``cancel_clip`` cancels one (stored
+        clips are kept). How many renders stopped, and each clip's answer."""
+        return await call("DELETE", f"/batches/{quoted(batch_id, safe='')}", None, None)
 
     @mcp.tool()
     async def batch_clips(
@@ -199,9 +209,12 @@ def server(call: Call) -> Any:
     return mcp
 
 
-async def _waited(call: Call, accepted: dict[str, Any], wait_seconds: float) -> dict[str, Any]:
+async def _waited(call: Call, accepted: dict[str, Any], wait_seconds: float, report: bool = False) -> dict[str, Any]:
     """The clip's status once it has ended, or once ``wait_seconds`` have passed (the API's long-poll, in steps),
-    with the links of its poster and download beside its own."""
+    with the links of its poster, download and report beside its own; with ``report``, once finished, the report
+    itself (``GET /clips/{id}/report``: counted against the caller's rate limit, as the route is)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
     clip_id = str(accepted.get("id"))
     deadline = time.monotonic() + max(0.0, min(wait_seconds, 600.0))
     status = accepted if "status" in accepted else await call("GET", f"/clips/{quoted(clip_id, safe='')}", None, None)
@@ -209,11 +222,17 @@ async def _waited(call: Call, accepted: dict[str, Any], wait_seconds: float) -> 
         step = min(WAIT_STEP, deadline - time.monotonic())
         status = await call("GET", f"/clips/{quoted(clip_id, safe='')}", None, {"wait": f"{step:.1f}"})
     clip = f"/clips/{quoted(clip_id, safe='')}"
-    extra = {
+    extra: dict[str, Any] = {
         "download_url": f"{clip}/download",
         "poster_url": f"{clip}/poster.jpg",
         "captions_url": f"{clip}/captions.vtt",
+        "report_url": f"{clip}/report",
     }
+    if report and status.get("status") == "finished":  # its manifest's report (docs/creators.md, "Checking a clip")
+        try:
+            extra["report"] = await call("GET", f"{clip}/report", None, None)
+        except ToolError as missed:
+            extra["report"] = {"detail": str(missed)}
     return {**accepted, **status, **{k: v for k, v in extra.items() if k not in status}}
 
 

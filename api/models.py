@@ -22,8 +22,17 @@ class ClipRequest(ClipSpec):
     # which give start and end (so they may be left out), its words' times and its caption.
     transcript: Literal["source"] | None = None
     quote: str | None = Field(default=None, max_length=MAX_CAPTION_CHARS)
+    # snap: "words" (ClipSpec._snap), applied when the request's spec is built (after its quote is found)
+    snap: Literal["words"] | None = None
     start: Time | None = None  # type: ignore[assignment]
     end: Time | None = None  # type: ignore[assignment]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _snap(cls, data: Any) -> Any:
+        """A request keeps ``snap`` as asked: the spec built from it moves the cut (and says so in its warnings).
+        What a snap moved is never a request's to say."""
+        return {k: v for k, v in data.items() if k != "snapped"} if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _span(self, info: ValidationInfo) -> ClipRequest:

@@ -104,6 +104,32 @@ def poster(clip_id: str, svc: ServicesDep) -> Response:
     return _sidecar(svc, clip_id, ".jpg", "image/jpeg", "poster")
 
 
+@router.get("/clips/{clip_id}/report", responses={404: {}, 429: {}, 503: {}})
+def report(clip_id: str, _: RateLimited, svc: ServicesDep) -> JSONResponse:
+    """A stored clip's quality report (docs/creators.md, "Checking a clip"): its manifest's, which a worker puts
+    there once the clip is stored, or made now from the stored clip (an instant preview's, which the edit page
+    shows before Render final; a clip of at most 120 s) and kept in its manifest. Counted against the caller's rate
+    limit as a preview is, and made in the preview slots: 503 when they are all taken."""
+    status_of(svc, clip_id)  # 404 for an unknown clip
+    made = _report(clip_id.removeprefix("clip-"), svc)
+    if made is None:
+        detail = "no report for this clip (not stored, over 120 s without one from its worker, or its check failed)"
+        return JSONResponse({"detail": detail}, 404)
+    return JSONResponse(made)
+
+
+def _report(key: str, svc: ServicesDep) -> dict[str, Any] | None:
+    from jobs.pipeline.quality import stored_report
+    from renderer.ffmpeg import ffmpeg_binary
+
+    if not _running.acquire(blocking=False):
+        raise APIError(503, f"{MAX_PREVIEWS} previews or reports are being made; try again", {"Retry-After": "1"})
+    try:
+        return stored_report(svc.storage, key, ffmpeg_binary(svc.settings.ffmpeg_binary))
+    finally:
+        _running.release()
+
+
 def _sidecar(svc: ServicesDep, clip_id: str, suffix: str, kind: str, what: str) -> Response:
     status_of(svc, clip_id)  # 404 for an unknown clip
     path = svc.storage.local_path(clip_id.removeprefix("clip-"))

@@ -98,7 +98,8 @@ def listed_quotes(
             timed = fields.get("start") not in (None, "") and fields.get("end") not in (None, "")
             if timed or not shared.transcript:
                 try:
-                    specs_from_options(options_for(quote, replace(shared, source=source, transcript=None)), settings)
+                    checked = replace(shared, source=source, transcript=None, snap=None)  # (its words: the batch's)
+                    specs_from_options(options_for(quote, checked), settings)
                 except BadInput as exc:
                     item["error"] = f"{exc.kind}: {exc}"
         listed.append(item)
@@ -212,7 +213,7 @@ def _inline(groups: list[list[ClipSpec]], settings: Settings, say: Callable[[str
     total = sum(len(g) for g in groups)
     for specs in groups:
         try:
-            out.append([r.to_json() for r in produce_clips(specs, settings.for_cli(), storage)])
+            out.append([r.to_json() for r in produce_clips(specs, settings.for_cli(), storage, check=True)])
         except QuoteclipError as exc:
             out.append([{"error": f"{exc.kind}: {exc}".splitlines()[0]} for _ in specs])
         say(_progress_line([o for group in out for o in group], total, began))

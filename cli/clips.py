@@ -66,6 +66,7 @@ def clip_command(name: str, help: str, action: Callable[[list[ClipSpec], Setting
         platform: opt.Platform = None,
         loudness: opt.Loudness = None,
         tighten: opt.Tighten = None,
+        snap: opt.Snap = None,
         transcript: opt.Transcript = None,
         as_json: JsonOpt = False,
         verbose: VerboseOpt = False,
@@ -116,7 +117,7 @@ def render_and_print(specs: list[ClipSpec], settings: Settings, as_json: bool) -
 
         progress: AbstractContextManager[Any] = Progress() if not as_json or sys.stderr.isatty() else nullcontext()
         with progress as bar:
-            results = produce_clips(specs, settings, storage, report=bar)
+            results = produce_clips(specs, settings, storage, report=bar, check=True)
     if len(specs) == 1:
         result = results[0]
         body = {**result.to_json(), "warnings": list(specs[0].warnings)}
@@ -164,6 +165,7 @@ def batch(
     platform: opt.Platform = None,
     loudness: opt.Loudness = None,
     tighten: opt.Tighten = None,
+    snap: opt.Snap = None,
     transcript: opt.Transcript = None,
     queue: Annotated[bool, typer.Option("--queue", help="Render through the workers (bulk queue) and wait.")] = False,
     dry_run: Annotated[

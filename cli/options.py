@@ -63,6 +63,13 @@ Tighten = Annotated[
     float | None,
     typer.Option(help="Shorten each pause inside the quote longer than this many seconds to it (e.g. 0.4)."),
 ]
+Snap = Annotated[
+    str | None,
+    typer.Option(
+        help="words: move the cut's ends to the nearest word boundaries of the quote's words (--transcript), and "
+        "say by how much."
+    ),
+]
 Transcript = Annotated[
     str | None,
     typer.Option(
@@ -101,6 +108,7 @@ class ClipOptions:
     platform: str | None = None
     loudness: str | None = None
     tighten: float | None = None
+    snap: str | None = None
     transcript: str | None = None
 
     @classmethod
@@ -174,6 +182,8 @@ def spec_from_options(opts: ClipOptions, settings: Settings) -> ClipSpec:
         data["loudness"] = opts.loudness
     if opts.tighten is not None:
         data["tighten"] = opts.tighten
+    if opts.snap is not None:
+        data["snap"] = opts.snap
     data["source"] = opts.source
     given = {
         "caption": opts.caption,

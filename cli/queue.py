@@ -1,6 +1,6 @@
 """Commands of the queue: ``status`` of a queued clip, ``cancel`` it, ``worker`` (what ``python worker.py`` runs)."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -39,29 +39,46 @@ def status(
 
 @app.command()
 def cancel(
-    job_id: Annotated[str, typer.Argument(help="The id printed by enqueue.")],
+    job_id: Annotated[str, typer.Argument(help="The id printed by enqueue (clip-…), or a batch's (batch-…).")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Stop the render whoever else waits for it (other requests joined it).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a queued clip not yet stored: a waiting one never renders, a rendering one is stopped on its worker,
-    and a clip rendered in pieces leaves none behind. Exit 1 when there was nothing to cancel (the clip is stored:
-    revoke its links instead; or it had failed)."""
+    and a clip rendered in pieces leaves none behind. A render that other requests joined goes on for them (this
+    request withdrawn; --force stops it). A batch's id cancels each of its clips so. Exit 1 when there was nothing
+    to cancel (the clip is stored: revoke its links instead; or it had failed)."""
     setup_cli_logging(False)
 
     def go() -> None:
-        from jobs.cancel import cancel_clip
+        from jobs.cancel import cancel_batch, cancel_clip
 
-        body = cancel_clip(job_id, Settings.from_env())
-        if body["canceled"]:
-            human = f"{job_id} canceled ({body['status']})"
-        elif body["status"] == "finished":
-            human = f"{job_id}: nothing to cancel: the clip is stored (revoke its links instead: quoteclip revoke)"
-        else:
-            human = f"{job_id}: nothing to cancel: the job had {body['status']}"
-        emit(body, as_json, human)
-        if not body["canceled"]:
+        if job_id.startswith("batch-"):
+            done = cancel_batch(job_id, Settings.from_env(), force=force)
+            lines = [_canceled(c) for c in done["clips"]]
+            emit(done, as_json, "\n".join(lines + [f"{job_id}: {done['canceled']} render(s) stopped"]))
+            if not any(c["canceled"] or c["waiting"] for c in done["clips"]):
+                raise typer.Exit(1)
+            return
+        body = cancel_clip(job_id, Settings.from_env(), force=force)
+        emit(body, as_json, _canceled(body))
+        if not body["canceled"] and not body["waiting"]:
             raise typer.Exit(1)
 
     run_guarded(go, as_json)
+
+
+def _canceled(body: dict[str, Any]) -> str:
+    job_id = body["job_id"]
+    if body["canceled"]:
+        return f"{job_id} canceled ({body['status']})"
+    if body["waiting"]:
+        left = body["waiting"]
+        return f"{job_id}: this request withdrawn; {left} other(s) still wait for it: it renders on (--force stops it)"
+    if body["status"] == "finished":
+        return f"{job_id}: nothing to cancel: the clip is stored (revoke its links instead: quoteclip revoke)"
+    return f"{job_id}: nothing to cancel: the job had {body['status']}"
 
 
 def worker(

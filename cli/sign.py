@@ -1,4 +1,5 @@
-"""``quoteclip sign``: a signed clip link for a website's page, made with its site key (no request is made)."""
+"""``quoteclip sign``: a signed clip link for a website's page, made with its site key (no request is made of the
+service; ``--snap words --transcript source`` reads the page's captions)."""
 
 from typing import Annotated
 
@@ -52,7 +53,16 @@ def sign(
     pad_after: UnlinkedNumber = None,
     no_fades: Annotated[bool, typer.Option("--no-fades", hidden=True)] = False,
     video_fades: Annotated[bool, typer.Option("--video-fades", hidden=True)] = False,
-    transcript: Unlinked = None,
+    transcript: Annotated[
+        str | None,
+        typer.Option(
+            help="With --snap words: where --caption's words are found (WebVTT/SRT/JSON, or source: the page's)."
+        ),
+    ] = None,
+    snap: Annotated[
+        str | None,
+        typer.Option(help="words: sign the cut with its ends on the nearest boundaries of the quote's words."),
+    ] = None,
     site: Annotated[str, typer.Option("--site", help="The site key's id (QUOTECLIP_SITE_KEYS or its file).")],
     key_id: Annotated[
         str | None,
@@ -87,12 +97,17 @@ def sign(
         from jobs.signing import make_link
 
         given = {name for name, value in vars(opts).items() if name != "source" and value not in (None, False)}
+        clip = _clip(source, opts)
+        snapped: tuple[str, ...] = ()
+        if opts.snap is not None or opts.transcript is not None:
+            clip, snapped = _snapped(clip, opts)
+            given -= {"snap", "transcript"}
         extra = sorted(given - LINKED)
         if extra:
             flags = ", ".join("--" + name.replace("_", "-") for name in extra)
             raise BadInput(f"{flags}: a link cannot carry it (it carries --{', --'.join(sorted(LINKED))})")
         made = make_link(
-            _clip(source, opts),
+            clip,
             site,
             Settings.from_env(),
             variant=variant,
@@ -101,7 +116,7 @@ def sign(
             base_url=base_url,
             check=check,
         )
-        for warning in made.pop("warnings"):
+        for warning in (*snapped, *made.pop("warnings")):
             typer.echo(f"quoteclip: warning: {warning}", err=True)
         emit(made, as_json, made["link"])
 
@@ -123,3 +138,25 @@ def _clip(source: str, opts: ClipOptions) -> dict[str, object]:
     if opts.start is None or opts.end is None:
         raise BadInput(f"{'start' if opts.start is None else 'end'}: required")
     return clip
+
+
+def _snapped(clip: dict[str, object], opts: ClipOptions) -> tuple[dict[str, object], tuple[str, ...]]:
+    """``--snap words`` with ``--transcript``: the link signed for the cut with its ends on the boundaries of the
+    quote's words (those ``--caption`` is found as in the transcript, as ``render --snap words`` snaps to them;
+    jobs/signing.py ``snapped``), and what moved, said."""
+    from jobs.signing import snapped
+    from quoteclip.spec import Word
+    from sources.captions import quote_found
+
+    if opts.snap is None or opts.transcript is None:
+        raise BadInput(
+            "--snap words and --transcript go together: a link is snapped when it is signed, to the transcript's words"
+            if opts.snap is not None
+            else "--transcript: a link carries times, not words; give it with --snap words to move the cut's ends"
+        )
+    if opts.snap != "words":
+        raise BadInput(f"--snap: words is the one snap there is (to the quote's word boundaries), got {opts.snap!r}")
+    if not opts.caption:
+        raise BadInput("--snap words: give the quote's text with --caption to find its words in the transcript")
+    found, _score = quote_found(opts.caption, opts.transcript, str(clip["source"]), Settings.from_env())
+    return snapped(clip, [Word(str(w["text"]), float(w["start"]), float(w["end"])) for w in found["words"]])

@@ -57,7 +57,16 @@ log = logging.getLogger(__name__)
 RETRY = Retry(max=3, interval=[2, 10, 30])
 RESULT_TTL = 24 * 3600
 FAILURE_TTL = 24 * 3600
+REQUESTS_TTL = 24 * 3600  # seconds a job's count of requests is kept (longer than any render)
 FETCH_ALLOWANCE = 120  # seconds a job may spend fetching, on top of the render timeout
+
+
+def check_allowance(clip_seconds: float) -> float:
+    """Seconds a clip's job is given, past its render, for the clip's quality report once it is stored (one decode
+    of the clip: jobs/pipeline/quality.py), at most a second a second of clip and half a minute."""
+    return 30.0 + clip_seconds
+
+
 ACTIVE = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
 
 
@@ -131,7 +140,10 @@ def _enqueue_group(
                 job_id=depends,
                 unique=True,
                 retry=RETRY,
-                job_timeout=int(settings.render_timeout(specs[0].duration) * len(group) + FETCH_ALLOWANCE),
+                job_timeout=int(
+                    (settings.render_timeout(specs[0].duration) + check_allowance(specs[0].duration)) * len(group)
+                    + FETCH_ALLOWANCE
+                ),
                 result_ttl=RESULT_TTL,
                 failure_ttl=FAILURE_TTL,
                 description=f"{len(group)} profiles of {specs[0].start:.3f}-{specs[0].end:.3f}",
@@ -163,16 +175,19 @@ def enqueue_clip(
     callback_url: str | None = None,
     bulk: bool = False,
     depends_on: str | None = None,
+    count_join: bool = True,
 ) -> Enqueued:
     """Return at once: the stored clip's link, the id of an identical job already queued or running
-    (joined, never a second render), or the id of a newly enqueued job.
+    (joined, never a second render), or the id of a newly enqueued job. A request that starts or joins a render
+    is counted (a cancel withdraws one, jobs/cancel.py); ``count_join`` False counts only one that starts it (a
+    signed link's views, which never withdraw).
 
     ``callback_url`` gets a signed POST when the job finishes or fails (not when the clip is already stored:
     the answer then carries the link). ``depends_on``: a group job rendering this clip with its other profiles;
     this job runs after it (finding its clip stored), or after its failure (rendering the clip itself)."""
     settings = settings.for_queue()
     with clients(settings, connection, storage) as (redis, store):
-        return _enqueue_one(spec, settings, redis, store, callback_url, bulk, depends_on)
+        return _enqueue_one(spec, settings, redis, store, callback_url, bulk, depends_on, count_join)
 
 
 def _enqueue_one(
@@ -183,6 +198,7 @@ def _enqueue_one(
     callback_url: str | None,
     bulk: bool,
     depends_on: str | None,
+    count_join: bool = True,
 ) -> Enqueued:
     check_allowed(spec, settings.allow_local_sources is True)  # no path on a worker's disk from a request
     key, cached = lookup(spec, settings, storage)
@@ -211,7 +227,7 @@ def _enqueue_one(
             job_id=job_id,
             unique=depends_on is None,  # atomic in Redis: of racing identical requests exactly one enqueues
             retry=RETRY,
-            job_timeout=int(settings.render_timeout(spec.duration) + FETCH_ALLOWANCE),
+            job_timeout=int(settings.render_timeout(spec.duration) + check_allowance(spec.duration) + FETCH_ALLOWANCE),
             result_ttl=RESULT_TTL,
             failure_ttl=FAILURE_TTL,
             description=f"clip {key} {spec.start:.3f}-{spec.end:.3f}",
@@ -229,7 +245,7 @@ def _enqueue_one(
             return Enqueued(job_id, Stage.FINISHED.value, link=storage.link(key))
         return None  # failed, stopped, canceled, or finished but the object is gone: replace the old job
 
-    return _create_or_join(connection, job_id, create, existing)
+    return _create_or_join(connection, job_id, create, existing, count_join)
 
 
 def _create_or_join(
@@ -237,6 +253,7 @@ def _create_or_join(
     job_id: str,
     create: Callable[[], None],
     existing: Callable[[Job, JobStatus], Enqueued | None],
+    count_join: bool = True,
 ) -> Enqueued:
     """Enqueue ``job_id`` with ``create`` (raising ``DuplicateJobError`` when the job exists), or answer with the
     existing job: ``existing`` says what to answer for it, or ``None`` to replace it (deleted while its status is
@@ -246,6 +263,7 @@ def _create_or_join(
             create()
             log.info("enqueued %s", job_id)
             mark_pending(connection, job_id)
+            _count_request(connection, job_id)
             return Enqueued(job_id, Stage.QUEUED.value)
         except DuplicateJobError:
             pass
@@ -257,9 +275,19 @@ def _create_or_join(
         status = job.get_status(refresh=False)
         answer = existing(job, status)
         if answer is not None:
+            if answer.joined and count_join:  # one more request waits for this render (jobs/cancel.py)
+                _count_request(connection, job_id)
             return answer
         _delete_if_status(connection, job, status)
     raise BadInput(f"could not enqueue {job_id}: it kept changing state under us; try again")
+
+
+def _count_request(connection: Redis, job_id: str) -> None:
+    """One more request waits for ``job_id``'s render (a cancel withdraws one: jobs/cancel.py)."""
+    with connection.pipeline() as pipe:
+        pipe.incr(redis_keys.requests(job_id))
+        pipe.expire(redis_keys.requests(job_id), REQUESTS_TTL)
+        pipe.execute()
 
 
 def _delete_if_status(connection: Redis, job: Job, status: JobStatus) -> None:
@@ -273,6 +301,7 @@ def _delete_if_status(connection: Redis, job: Job, status: JobStatus) -> None:
                 return
             pipe.multi()
             pipe.delete(job.key)
+            pipe.delete(redis_keys.requests(job.id))  # (the ended job's requests: its replacement counts its own)
             pipe.execute()
         except WatchError:
             return

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from quoteclip.errors import BadInput
 from quoteclip.settings import Settings, SiteKey, loopback_hint
+
+if TYPE_CHECKING:
+    from quoteclip.spec import Word
 
 
 def make_link(
@@ -68,6 +72,24 @@ def make_link(
             "QUOTECLIP_LINK_BASE_URL"
         )
     return {"link": link, "site": key.id, "key_id": kid, "variant": variant, "expires": expiry, "warnings": warnings}
+
+
+def snapped(clip: dict[str, object], words: Sequence[Word]) -> tuple[dict[str, object], tuple[str, ...]]:
+    """A link's fields with its cut's ends moved to the nearest boundaries of the quote's ``words`` (``snap: words``:
+    a link carries times, never words, so it is snapped when it is signed), and what moved, said. BadInput for
+    times that are not a cut."""
+    from quoteclip.spec import parse_time, snap_cut, snap_moves, snap_said
+
+    try:
+        first, last = parse_time(clip["start"], "start"), parse_time(clip["end"], "end")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if last <= first:
+        raise BadInput(f"end must be after start, got start={first} end={last}")
+    if not words:
+        raise BadInput("snap: words moves the cut's ends to word boundaries, so it needs the quote's words")
+    to_start, to_end = snap_cut(first, last, words)
+    return {**clip, "start": to_start, "end": to_end}, snap_said(snap_moves(first, last, to_start, to_end))
 
 
 def _check(clip: dict[str, object], key: SiteKey, settings: Settings) -> None:

@@ -65,10 +65,13 @@ def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[
     elif status in {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED} and stage != Stage.QUEUED.value:
         stage = Stage.QUEUED.value  # waiting for a retry
     progress = int(job.meta.get("progress") or 0)
-    if status == JobStatus.DEFERRED and job.meta.get("group"):  # rendered with its other profiles: their progress
-        group = _group(connection, str(job.meta["group"]))
+    if status in (JobStatus.DEFERRED, JobStatus.QUEUED) and job.meta.get("group"):  # rendered with its other
+        group = _group(connection, str(job.meta["group"]))  # profiles: their progress
         if group is not None:
             status, stage, progress = group
+        elif storage.stat(key) is not None:  # the group stored it; this clip's own job, queued after it, finds it so
+            body.update(status="finished", stage="finished", progress=100, link=storage.link(key), error=None)
+            return body
     body.update(
         status=public_status(status),
         stage=stage,

@@ -86,7 +86,9 @@ def _render(spec_data: list[dict[str, Any]]) -> list[dict[str, object]] | Retry:
                 raise MachineFault(fault.detail, fault.reason)
         with relaying(settings, job, specs) as relay:  # a click's clip, streamed while it renders (jobs/relay.py)
             fleet = current_fleet() if len(specs) == 1 else None  # a long clip's pieces offered to the fleet
-            results = produce_clips(specs, settings, open_storage(settings), report=report, stream=relay, fleet=fleet)
+            results = produce_clips(
+                specs, settings, open_storage(settings), report=report, stream=relay, fleet=fleet, check=True
+            )
     except Exception as raised:  # noqa: BLE001  (every failure is classified and said: _failed)
         keep = [s.source for s in specs] + [str(d.get("source", "")) for d in spec_data if isinstance(d, dict)]
         return _failed(job, raised, keep, settings)

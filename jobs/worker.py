@@ -19,11 +19,13 @@ import time
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Worker
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job, JobStatus
+from rq.scheduler import RQScheduler
 from rq.worker import WorkerStatus
 
 from quoteclip import redis_keys
@@ -51,6 +53,19 @@ log = logging.getLogger("quoteclip.worker")
 
 HEALTH_RECHECK = 2.0  # seconds between a sick worker's checks of its machine
 ESTIMATE_MARGIN = 1.25  # a render's estimated time left is stretched by this much before it is trusted
+
+
+class Scheduler(RQScheduler):
+    """rq's scheduler (it moves scheduled and retried jobs to their queues, in a process of its own), whose loss of
+    Redis (a failover, a restart) is one line in the log rather than two tracebacks: its process ends, and the
+    worker's maintenance pass starts it again once Redis answers (rq's own restart of a scheduler that died)."""
+
+    def work(self) -> None:
+        try:
+            super().work()
+        except (RedisConnectionError, RedisTimeoutError, ReadOnlyError) as exc:
+            said = f"{exc}".splitlines()[0] if f"{exc}" else type(exc).__name__
+            log.warning("scheduler: Redis lost (%s); it starts again with the worker's next maintenance pass", said)
 
 
 class ClipWorker(Worker):
@@ -85,6 +100,34 @@ class ClipWorker(Worker):
     def run_maintenance_tasks(self) -> None:
         super().run_maintenance_tasks()
         requeue_lost(self.connection)
+
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        """rq's own start of its scheduler (``Worker._start_scheduler``, rq 3.0), with ours (``Scheduler``)."""
+        self.scheduler = Scheduler(
+            self.queues,
+            connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level,
+            date_format=date_format,
+            log_format=log_format,
+            serializer=self.serializer,
+        )
+        self.scheduler.acquire_locks()
+        if self.scheduler.acquired_locks:
+            if burst:
+                try:
+                    self.scheduler.register_birth()
+                    self.scheduler.enqueue_scheduled_jobs()
+                finally:
+                    self.scheduler.release_locks()
+                    self.scheduler.register_death()
+            else:
+                self.scheduler.start()
 
     def monitor_work_horse(self, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -26,6 +26,12 @@ def batch_clips(batch_id: str) -> str:
     return f"{PREFIX}:batch:{batch_id}:clips"
 
 
+def requests(job_id: str) -> str:
+    """Integer: how many requests started or joined a clip job still under way (each ``DELETE`` withdraws one; the
+    render is stopped once none is left, jobs/cancel.py)."""
+    return f"{PREFIX}:requests:{job_id}"
+
+
 def callbacks(job_id: str) -> str:
     """Set of callback URLs to POST when the job ends."""
     return f"{PREFIX}:callbacks:{job_id}"

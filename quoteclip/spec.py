@@ -15,12 +15,14 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from . import assets
 from .errors import BadInput
@@ -112,6 +114,41 @@ def _time_field(value: object, info: ValidationInfo) -> float:
 Time = Annotated[float, BeforeValidator(_time_field)]
 
 
+def snap_cut(start: float, end: float, words: Sequence[Word]) -> tuple[float, float]:
+    """A cut's ends moved to word boundaries: an end inside a word (after its start, before its end) goes to the
+    nearer of the word's two boundaries, the start keeping the word on a tie and the end likewise; an end between
+    words stays. Were the nearer boundaries to leave no clip, each end keeps its word whole instead."""
+
+    def inside(t: float) -> Word | None:
+        return next((w for w in words if w.start < t < w.end), None)
+
+    at, until = inside(start), inside(end)
+    to_start = start if at is None else (at.start if start - at.start <= at.end - start else at.end)
+    to_end = end if until is None else (until.end if until.end - end <= end - until.start else until.start)
+    if to_end <= to_start:
+        to_start = start if at is None else at.start
+        to_end = end if until is None else until.end
+    return round(to_start, 3), round(to_end, 3)
+
+
+def snap_moves(start: float, end: float, to_start: float, to_end: float) -> dict[str, dict[str, float]]:
+    """The ends a snap moved: ``{"start": {"from", "to", "by"}}`` for each that moved."""
+    return {
+        name: {"from": asked, "to": to, "by": round(to - asked, 3)}
+        for name, asked, to in (("start", start, to_start), ("end", end, to_end))
+        if to != asked
+    }
+
+
+def snap_said(moves: Mapping[str, Mapping[str, float]]) -> tuple[str, ...]:
+    """What a snap moved, said: ``snap: the start moved 120 ms earlier, to the word boundary at 0.880 s (…)``."""
+    return tuple(
+        f"snap: the {name} moved {abs(move['by']) * 1000:.0f} ms {'earlier' if move['by'] < 0 else 'later'}, "
+        f"to the word boundary at {move['to']:.3f} s (asked {move['from']:.3f} s)"
+        for name, move in moves.items()
+    )
+
+
 class WatermarkSpec(BaseModel):
     """A brand mark: text drawn with the caption font, or a PNG logo (see ``quoteclip.assets`` for its forms)."""
 
@@ -164,6 +201,9 @@ class Word:
     def __post_init__(self) -> None:
         if self.end < self.start:
             raise ValueError(f"word end must not be before its start, got start={self.start} end={self.end}")
+
+
+_WORDS = TypeAdapter(tuple[Word, ...])
 
 
 class CaptionStyle(BaseModel):
@@ -232,6 +272,42 @@ class ClipSpec(BaseModel):
     # Pauses inside the quote longer than this many seconds shortened to it, cut at word boundaries
     # (renderer/tighten.py); None: the exact quote (the default).
     tighten: float | None = Field(default=None, ge=0.1, le=10.0)
+
+    # ``snap: words`` asked: how far each end of the cut was moved to a word boundary ({"start": {"from", "to",
+    # "by"}}, the ends moved only), said to the caller. Never dumped: not part of the clip, nor of its key.
+    snapped: SkipJsonSchema[dict[str, dict[str, float]] | None] = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _snap(cls, data: Any) -> Any:
+        """``snap: "words"``: the cut's ends moved to the nearest word boundaries of its words (``snap_cut``), the
+        move recorded in ``snapped``; the instruction itself is not kept (a spec read back does not move again). A
+        request whose quote is found later by its words keeps it until its spec is built with them."""
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if k != "snapped"}
+        snap = data.get("snap")
+        if snap is None:
+            data.pop("snap", None)
+            return data
+        if snap != "words":
+            raise ValueError(f"snap: words is the one snap there is (to the quote's word boundaries), got {snap!r}")
+        start, end, words = data.get("start"), data.get("end"), data.get("words")
+        if start is None or end is None or (not words and data.get("transcript") is not None):
+            return data  # (found by its words later: snapped when its spec is built)
+        if not words:
+            raise ValueError(
+                "snap: words moves the cut's ends to word boundaries, so it needs the quote's words: give words, "
+                "a transcript (--transcript), or transcript: source (the page's captions)"
+            )
+        try:
+            first, last = parse_time(start, "start"), parse_time(end, "end")
+            timed = _WORDS.validate_python(words)
+        except (ValueError, ValidationError):
+            return data  # (the fields' own checks say what is wrong)
+        to_start, to_end = snap_cut(first, last, timed)
+        data.pop("snap")
+        return {**data, "start": to_start, "end": to_end, "snapped": snap_moves(first, last, to_start, to_end)}
 
     @model_validator(mode="before")
     @classmethod
@@ -364,15 +440,17 @@ class ClipSpec(BaseModel):
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """What is rendered but worth saying: a caption faster than people read (pages shown too briefly)."""
+        """What is rendered but worth saying: a cut's end moved to a word boundary (``snap``), a caption faster
+        than people read (pages shown too briefly)."""
+        said = list(snap_said(self.snapped or {}))
         spoken = self.end - self.start
         rate = len(self.caption) / spoken if spoken > 0 else 0.0
         if rate > READING_CHARS_PER_SECOND:
-            return (
+            said.append(
                 f"caption: {len(self.caption)} characters in {spoken:.3f} s is {rate:.0f} characters a second, "
-                f"faster than people read (about {READING_CHARS_PER_SECOND} at most): its pages show too briefly",
+                f"faster than people read (about {READING_CHARS_PER_SECOND} at most): its pages show too briefly"
             )
-        return ()
+        return tuple(said)
 
     @property
     def cut_start(self) -> float:

@@ -79,6 +79,17 @@ class CaptionTrack:
             self.frame_width,
         )
 
+    def line_reach(self) -> list[tuple[float, str, float]]:
+        """Each page's lines as drawn: when the page shows (clip seconds), the line's text, and how far it reaches
+        either side of the frame's centre (px, its box padding and stroke included)."""
+        _, pad_x, _, px = self.metrics
+        edge = pad_x + _stroke_px(self.style, px)
+        return [
+            (page.start, text, self.font.length(text) / 2 + edge)
+            for page in self.pages
+            for text in _line_texts(page, self.words, self.style)
+        ]
+
     def full_width(self) -> CaptionTrack:
         """The same captions on a band as wide as the frame."""
         return replace(self, x=0, canvas=(self.frame_width, self.canvas[1]))

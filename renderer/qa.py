@@ -8,7 +8,9 @@ ffmpeg pass (black stretches, frozen frames, long silences, loudness and true pe
 - loudness: the integrated loudness more than 1 LU from the platform's target, a true peak over its limit
   (``ebur128``), for a clip made for a platform;
 - a cut inside a word: the clip's start more than 40 ms after a word's start and before its end (its first word
-  cut into), or its end more than 40 ms before a word's end and after its start (its last word cut off).
+  cut into), or its end more than 40 ms before a word's end and after its start (its last word cut off);
+- a caption line cut off (wider than the frame: a word too long to wrap) or reaching into the margins a platform
+  keeps clear at its sides, from the captions' layout (a clip's report in its manifest, where the layout is known).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quoteclip.spec import Word
 
 from .plan import parse_loudness
+
+if TYPE_CHECKING:
+    from .captions import CaptionTrack
 
 BLACK_SECONDS = 0.5
 FROZEN_SECONDS = 2.0
@@ -118,6 +123,28 @@ def cut_words(words: Sequence[Word], start: float, end: float, report: Report) -
             )
 
 
+def caption_fit(track: CaptionTrack, report: Report) -> None:
+    """Findings for a caption line the frame cuts off (wider than the frame), or that reaches into the margins the
+    clip's platform keeps clear at its sides (``right_safe``, the lines being centred)."""
+    width, safe = track.frame_width, track.style.right_safe
+    for start, text, reach in track.line_reach():
+        shown = text if len(text) <= 48 else text[:45] + "..."
+        if reach > width / 2:
+            said = f"the caption line {shown!r} at {start:.2f} s is {2 * reach:.0f} px wide, the frame {width} px"
+            report.findings.append(
+                {"kind": "caption cut off", "said": said, "at": start, "by": round(2 * reach - width)}
+            )
+        elif safe and reach > width * (0.5 - safe):
+            clear = width * (1 - 2 * safe)
+            said = (
+                f"the caption line {shown!r} at {start:.2f} s is {2 * reach:.0f} px wide, past the {clear:.0f} px the "
+                f"platform's safe area leaves"
+            )
+            report.findings.append(
+                {"kind": "caption outside the safe area", "said": said, "at": start, "by": round(2 * reach - clear)}
+            )
+
+
 def check(
     clip: str,
     ffmpeg: str,
@@ -128,8 +155,10 @@ def check(
     target: float | None = None,
     peak_limit: float | None = None,
     timeout: float = 300,
+    captions: CaptionTrack | None = None,
 ) -> Report:
-    """The report of ``clip`` (a file): its pass read, and its cut (source ``start``, ``end``) against ``words``."""
+    """The report of ``clip`` (a file): its pass read, its cut (source ``start``, ``end``) against ``words``, and
+    its burned ``captions``' lines against the frame and its safe area."""
     report = Report()
     done = subprocess.run(check_argv(ffmpeg, clip, sound), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -137,4 +166,6 @@ def check(
     read(done.stderr, duration, report, target, peak_limit)
     if cut is not None and words:
         cut_words(words, cut[0], cut[1], report)
+    if captions is not None:
+        caption_fit(captions, report)
     return report

@@ -29,6 +29,9 @@ class Storage(Protocol):
     def has_sidecar(self, key: str, suffix: str) -> bool:
         """Whether a file that goes with the clip is stored, the clip or not (a poster rendered alone)."""
 
+    def get_sidecar(self, key: str, suffix: str) -> bytes | None:
+        """A file that goes with the clip, or None when it is not stored."""
+
     def put_asset(self, name: str, data: bytes, content_type: str) -> None:
         """Store an uploaded brand file (``<sha256>.<ext>``) under ``assets/``."""
 

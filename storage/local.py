@@ -42,6 +42,12 @@ class LocalStorage:
     def has_sidecar(self, key: str, suffix: str) -> bool:
         return (self.root / f"{key}{suffix}").is_file()
 
+    def get_sidecar(self, key: str, suffix: str) -> bytes | None:
+        try:
+            return (self.root / f"{key}{suffix}").read_bytes()
+        except FileNotFoundError:
+            return None
+
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
         self._write(self._file(key, suffix), data=data)
 

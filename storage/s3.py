@@ -202,7 +202,15 @@ class S3Storage:
         return True
 
     def put_sidecar(self, key: str, suffix: str, data: bytes, content_type: str) -> None:
-        self._put_bytes(self.object_key(key, suffix), data, content_type)
+        # a manifest is stored again once its clip's report is made (jobs/pipeline/quality.py): a cache asks again
+        cache = "no-cache" if suffix == ".manifest.json" else CACHE_CONTROL
+        self._put_bytes(self.object_key(key, suffix), data, content_type, cache)
+
+    def get_sidecar(self, key: str, suffix: str) -> bytes | None:
+        name = self.object_key(key, suffix)
+        with _store_errors(f"could not read {name} from bucket {self.bucket}", absent=True):
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=name)["Body"].read())
+        return None
 
     def has_sidecar(self, key: str, suffix: str) -> bool:
         name = self.object_key(key, suffix)
@@ -247,7 +255,7 @@ class S3Storage:
             body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
         return cast(BinaryIO, body)
 
-    def _put_bytes(self, name: str, data: bytes, content_type: str) -> None:
+    def _put_bytes(self, name: str, data: bytes, content_type: str, cache: str = CACHE_CONTROL) -> None:
         md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
         with _store_errors(f"upload of {name} to bucket {self.bucket} failed"):
             self.client.put_object(
@@ -256,7 +264,7 @@ class S3Storage:
                 Body=data,
                 ContentMD5=md5,
                 ContentType=content_type,
-                CacheControl=CACHE_CONTROL,
+                CacheControl=cache,
             )
 
     def link(self, key: str, suffix: str = ".mp4") -> str:

@@ -81,6 +81,7 @@ OVERRIDES: dict[str, str] = {
     "teardown": "jobs/worker.py RenderWorker (drops its lease); jobs/webhooks.py ConcurrentDeliveries (waits for "
     "its deliveries)",
     "death_penalty_class": "jobs/webhooks.py ConcurrentDeliveries (TimerDeathPenalty: a timeout in a thread)",
+    "_start_scheduler": "jobs/worker.py ClipWorker (rq's own, starting jobs/worker.py Scheduler instead)",
 }
 
 _SPECIAL = {"__module__", "__doc__", "__annotations__", "__dict__", "__weakref__", "__qualname__"}
@@ -167,6 +168,30 @@ def test_rq_still_calls_the_method_we_override_as_we_take_it(name: str) -> None:
                 f"{where} calls {name} with {positional} positional and {keywords} keyword arguments, which "
                 f"{cls.__name__}.{name}{ours} does not take ({problem}); {relied}"
             )
+
+
+def _body(function: Any) -> str:
+    """A function's statements (its docstring left out), as the parser reads them."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+    assert isinstance(tree, ast.FunctionDef)
+    body = tree.body[1:] if isinstance(tree.body[0], ast.Expr) else tree.body
+    return "\n".join(ast.dump(statement) for statement in body)
+
+
+def test_our_start_of_the_scheduler_is_rqs_own_with_our_scheduler() -> None:
+    """``ClipWorker._start_scheduler`` is rq's ``Worker._start_scheduler`` statement for statement, but for the
+    class it starts (jobs/worker.py ``Scheduler``); and rq's scheduler process still runs ``scheduler.work()``, the
+    method ``Scheduler`` wraps to say a lost Redis in one line."""
+    import rq.scheduler
+
+    from jobs.worker import Scheduler
+
+    theirs = _body(BaseWorker._start_scheduler).replace("id='RQScheduler'", "id='Scheduler'")
+    assert _body(ClipWorker._start_scheduler) == theirs, (
+        "rq's Worker._start_scheduler changed: copy it again into jobs/worker.py ClipWorker._start_scheduler"
+    )
+    assert "scheduler.work()" in inspect.getsource(rq.scheduler.run), "rq's scheduler process no longer runs work()"
+    assert Scheduler.work is not rq.scheduler.RQScheduler.work and callable(rq.scheduler.RQScheduler.work)
 
 
 def test_work_calls_the_loop_methods_we_override() -> None:

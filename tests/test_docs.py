@@ -36,6 +36,18 @@ def test_the_readme_is_a_short_front_door() -> None:
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, over {README_MAX_LINES}"
 
 
+def test_the_readme_sets_up_in_a_virtual_environment_and_names_the_pages_captions() -> None:
+    """What new users met: the README's first commands make a virtual environment before installing, and its
+    creators' start, as docs/creators.md, names ``--transcript source`` (the page's own captions) in a command."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    venv, install = readme.find("python3 -m venv"), readme.find("pip install -e .")
+    assert 0 <= venv < install, "README.md: a virtual environment is made before the first pip install"
+    assert "--transcript source" in readme, "README.md: the creators' start names --transcript source"
+    creators = (ROOT / "docs" / "creators.md").read_text(encoding="utf-8")
+    commands = [line for line in creators.splitlines() if line.startswith("quoteclip batch")]
+    assert any("--transcript source" in line for line in commands), "docs/creators.md: a batch with source captions"
+
+
 def test_every_test_the_records_name_exists() -> None:
     """RELIABILITY.md, BENCHMARKS.md and the docs pages name the tests behind what they promise; a renamed or
     removed test must not leave a promise pointing at nothing."""

@@ -99,9 +99,10 @@ def test_sign_warns_of_a_path_and_lists_only_what_a_link_carries(tmp_path: Path)
     based = command(*args, "--base-url", "https://clips.example", env=env, cwd=tmp_path)
     assert based.returncode == 0 and based.stdout.startswith("https://clips.example/l/") and based.stderr == ""
     shown = command("sign", "--help", env={"COLUMNS": "200"}, cwd=tmp_path).stdout
-    for name in ("--profiles", "--pad-before", "--encoder-preset", "--transcript", "--font", "--style-file"):
+    for name in ("--profiles", "--pad-before", "--encoder-preset", "--font", "--style-file"):
         assert name not in shown, name
     assert "instant" not in shown and "--quality" in shown and "--profile " in shown
+    assert "--snap" in shown and "--transcript" in shown  # (the words a link is snapped to when it is signed)
     refused = command(*args, "--profiles", "vertical,square", env=env, cwd=tmp_path)
     assert refused.returncode == 2 and "--profiles: a link cannot carry it" in refused.stderr
 

@@ -34,6 +34,7 @@ TOOLS = {
     "render_clip",
     "clip_status",
     "cancel_clip",
+    "cancel_batch",
     "batch_clips",
     "batch_status",
     "sign_link",
@@ -42,13 +43,16 @@ TOOLS = {
 
 
 @pytest.fixture
-def env(queue_env: dict[str, str], site) -> dict[str, str]:  # noqa: F811
+def env(queue_env: dict[str, str], site, tmp_path: Path) -> dict[str, str]:  # noqa: F811
     site.episodes["ep1"].captions = [SiteCaption("en", "json3", rolling_json3())]
+    keys = tmp_path / "site-keys.json"  # (and a key scoped to another host's sources)
+    scoped = {"id": "elsewhere", "secret": "elsewhere-secret-0123456789", "hosts": ["media.example.org"]}
+    keys.write_text(json.dumps({"keys": [{"id": SITE, "secret": SECRET}, scoped]}))
     return {
         **queue_env,
         "QUOTECLIP_SOURCE_HOSTS": "*",
         "QUOTECLIP_API_KEYS": KEY,
-        "QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}",
+        "QUOTECLIP_SITE_KEYS_FILE": str(keys),
     }
 
 
@@ -86,6 +90,7 @@ async def assistant(client: Any, site_url: str, base: str) -> dict[str, Any]:
         )
     )
     assert clip["status"] == "finished" and clip["link"], clip
+    assert {"ok", "findings", "measured"} <= set(clip["report"]), clip  # (its manifest's quality report)
     signed = structured(
         await client.call_tool(
             "sign_link", {"site": SITE, "source": site_url, "start": 300.9, "end": 303.9, "base_url": base}
@@ -166,6 +171,9 @@ def test_an_assistant_over_http_renders_a_quote_and_strangers_are_refused(
                             "unsigned site": await client.call_tool(
                                 "sign_link", {"site": "nobody", "source": site.url("ep1"), "start": 1, "end": 2}
                             ),
+                            "out of scope": await client.call_tool(
+                                "sign_link", {"site": "elsewhere", "source": site.url("ep1"), "start": 1, "end": 2}
+                            ),
                             "not a link": await client.call_tool("revoke_link", {"link": "https://example.com/x"}),
                             "cancel stored": await client.call_tool("cancel_clip", {"clip_id": clip["id"]}),
                             "cancel unknown": await client.call_tool("cancel_clip", {"clip_id": "clip-" + "0" * 32}),
@@ -197,6 +205,7 @@ def test_an_assistant_over_http_renders_a_quote_and_strangers_are_refused(
     assert "422" in said["oversized"] and "caption" in said["oversized"], said
     assert "422" in said["backwards"] and "end must be after start" in said["backwards"], said
     assert "422" in said["unsigned site"] and "no key 'nobody'" in said["unsigned site"], said
+    assert "422" in said["out of scope"] and "may clip media.example.org only" in said["out of scope"], said
     assert "422" in said["not a link"], said
     assert "409" in said["cancel stored"] and "revoke its links" in said["cancel stored"], said
     assert "404" in said["cancel unknown"], said

@@ -68,9 +68,11 @@ def test_enqueue_worker_s3_link_downloads_identical_bytes(media, s3, s3_env, wor
 
     with Redis.from_url(s3_env["QUOTECLIP_REDIS_URL"]) as connection:
         timings = Job.fetch(str(queued["job_id"]), connection=connection).meta["timings"]
-    expected = {"queued_s", "open_probe_s", "render_s", "ffmpeg_s", "store_s"}  # where a click's time went
+    expected = {"queued_s", "open_probe_s", "render_s", "ffmpeg_s", "store_s", "stored_at"}  # where a click's time
+    expected |= {"check_s"}  # went, and its quality check's (after it was stored)
     assert set(timings) == expected | {"ffmpeg_started_at", "first_fragment_at"}  # a click streams as it renders
     assert 0 < timings["ffmpeg_s"] < timings["render_s"] and timings["store_s"] > 0 and timings["queued_s"] >= 0
+    assert timings["check_s"] > 0 and timings["stored_at"] > timings["first_fragment_at"]
 
     # The same request again: the link at once, no job, no ffmpeg.
     _, log = ffmpeg_counter

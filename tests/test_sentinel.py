@@ -105,7 +105,8 @@ def test_a_failover_mid_batch_renders_every_clip_and_stores_each_once(
 ) -> None:
     """30 clips through ``quoteclip serve`` to 2 ``quoteclip worker`` processes, all on a ``redis+sentinel://``
     URL; the primary is SIGKILLed once some clips are stored and others are queued or rendering. Every clip ends
-    finished, each mp4 is written once (its file is never replaced), and the test prints the failover's cost."""
+    finished, each mp4 is written once (its file is never replaced), no worker's log holds a traceback (a lost
+    Redis is a line each: the scheduler's too), and the test prints the failover's cost."""
     (http_source.root / "ep.mp4").symlink_to(media(size="320x180", duration=CLIPS + 2, gop=30))
     folder = tmp_path / "sentinel"
     folder.mkdir()
@@ -177,6 +178,8 @@ def test_a_failover_mid_batch_renders_every_clip_and_stores_each_once(
         assert len(stored) == CLIPS, stored
         for job_id, (path, inode) in inodes.items():
             assert path.stat().st_ino == inode, f"{job_id}'s mp4 was written again"
+        traced = [log[max(0, log.index("Traceback") - 2000) :][:4000] for log in logs if "Traceback" in log]
+        assert not traced, "a worker's log holds a traceback:\n" + "\n---\n".join(traced)
         renders = runs(ffmpeg_log)
         after = [when for job_id, when in finished.items() if when > killed]
         first_after = min(after) - killed

@@ -22,6 +22,7 @@ from .stages import ClipStream, Reporter, Splitter, Stage
 from .steps import (
     Production,
     announce,
+    check_clips,
     copy_instant,
     draw_ahead,
     encode,
@@ -73,13 +74,16 @@ def produce_clips(
     report: Reporter | None = None,
     stream: ClipStream | None = None,
     fleet: Splitter | None = None,
+    check: bool = False,
 ) -> list[ClipResult]:
     """The stored clips of one quote in several profiles (specs that differ only in profile), in order. Each is
     looked up on its own; the missing ones are rendered together, from one read and one decode of the source
     (one ffmpeg run, one encoder per profile), and stored one by one, each with its own key and sidecars.
 
     ``stream``: where one clip's render (not an instant copy, not several profiles) sends its fragmented copy while
-    it encodes; told ``finished`` once the render is checked, before the clip is stored, or ``failed``."""
+    it encodes; told ``finished`` once the render is checked, before the clip is stored, or ``failed``.
+    ``check``: once the clips are stored and said to be, each one's quality report is made and put in its manifest
+    (jobs/pipeline/quality.py); the call returns after it."""
 
     say = _told(report)
     looked = [find(spec, settings, storage) for spec in specs]
@@ -93,7 +97,7 @@ def produce_clips(
         raise BadInput("quality: an instant preview is one clip in the source's own shape; ask for one profile")
     streaming = stream if len(missing) == 1 and spec.quality != "instant" else None
     try:
-        return _produce(specs, settings, storage, say, looked, results, missing, streaming, fleet)
+        return _produce(specs, settings, storage, say, looked, results, missing, streaming, fleet, check)
     except BaseException as exc:
         if streaming is not None:
             streaming.failed(f"{exc}".splitlines()[0] if f"{exc}" else type(exc).__name__)
@@ -110,6 +114,7 @@ def _produce(
     missing: list[int],
     streaming: ClipStream | None,
     fleet: Splitter | None = None,
+    check: bool = False,
 ) -> list[ClipResult]:
     """The render and store of ``produce_clips`` (the clips ``missing`` from the store), step by step."""
     need = clip_bytes(specs[missing[0]].duration, len(missing))
@@ -140,8 +145,12 @@ def _produce(
                     encode(ctx)
         end_render(ctx)
         stored = store_clips(ctx)
-    say(Stage.FINISHED, 100)
-    timed = _clip_timings(ctx)
+        say(Stage.FINISHED, 100)
+        timed = _clip_timings(ctx)
+        if check:
+            checking = time.perf_counter()
+            check_clips(ctx)
+            timed["check_s"] = round(time.perf_counter() - checking, 3)
     _log_clips(ctx, timed)
     for n, clip in zip(missing, stored, strict=True):
         results[n] = replace(clip, timings=timed)
@@ -149,9 +158,10 @@ def _produce(
 
 
 def _clip_timings(ctx: Production) -> dict[str, float]:
-    """The clips' timings: the render's, the store's, and a streamed render's first fragment."""
+    """The clips' timings: the render's, the store's (and when it ended), and a streamed render's first fragment."""
     first = ctx.rendered[0]
     timed = {**render_timings(ctx, first.ffmpeg_s), "store_s": round(time.perf_counter() - ctx.rendered_at, 3)}
+    timed["stored_at"] = round(time.time(), 3)  # the epoch's seconds: when the clip was stored and said to be
     if ctx.joined is not None:  # a clip rendered in pieces: how many, how many here, what the sound and join took
         joined = ctx.joined
         timed.update(

@@ -78,4 +78,5 @@ class Splitter(Protocol):
         settings: Settings,
         storage: Storage,
         progress: Callable[[float], None] | None = None,
+        stream: Callable[[Piece], None] | None = None,
     ) -> Joined: ...

@@ -67,6 +67,7 @@ class Production:
     first_frame: bool = False  # the probe decoded a first frame (a failed render need not ask again)
     preview: dict[str, str] | None = None  # an instant preview: copied, or encoded and why
     rendered: list[RenderResult] = field(default_factory=list)  # the clips, in the specs' order
+    manifests: list[bytes | None] = field(default_factory=list)  # their manifests as stored (None: another's)
     still: PosterResult | None = None  # a poster rendered alone
     fetched: int | None = None  # bytes fetched from a remote source (None: a local one)
     title: str | None = None  # the page's title, for the manifest
@@ -258,6 +259,7 @@ def encode(ctx: Production) -> None:
                 ctx.settings,
                 ctx.storage,
                 lambda f: ctx.say(Stage.RENDERING, start + int(f * span)),
+                _declaring_length(ctx.stream.piece, plan.length) if ctx.stream is not None else None,
             )
             ctx.rendered = [ctx.joined.result]
             return
@@ -332,7 +334,7 @@ def store_clips(ctx: Production) -> list[ClipResult]:
     frames = frame_span(cut_start, cut_start + cut_length, source_rate(ctx.info))
     stored = []
     for spec, key, result in zip(ctx.specs, ctx.keys, ctx.rendered, strict=True):
-        clip = _store(
+        clip, manifest = _store(
             spec,
             key,
             ctx.source.identity,
@@ -345,7 +347,21 @@ def store_clips(ctx: Production) -> list[ClipResult]:
             ctx.source_format,
         )
         stored.append(replace(clip, source_bytes=ctx.fetched))
+        ctx.manifests.append(manifest)
     return stored
+
+
+def check_clips(ctx: Production) -> None:
+    """Each clip just stored, checked (jobs/pipeline/quality.py): its report made from the file still here and
+    stored in its manifest. The clips are stored and said to be before: their link never waits for it."""
+    from .quality import checked
+
+    assert ctx.info is not None, "the source was not probed"
+    for spec, key, result, manifest in zip(ctx.specs, ctx.keys, ctx.rendered, ctx.manifests, strict=True):
+        if manifest is None:  # (stored first by another worker, whose file it is: its report is that worker's)
+            continue
+        sound = ctx.info.has_audio
+        checked(ctx.storage, key, manifest, spec, result.path, ctx.binary, result.duration, sound, result.captions)
 
 
 def _store(
@@ -359,9 +375,10 @@ def _store(
     preview: dict[str, str] | None,
     storage: Storage,
     source_format: str | None = None,
-) -> ClipResult:
+) -> tuple[ClipResult, bytes | None]:
     """Store one rendered clip: the sidecars side by side, then the mp4 last (its presence marks it complete). When
-    another worker stored it first, the answer describes the clip stored (its metadata), not this render."""
+    another worker stored it first, the answer describes the clip stored (its metadata), not this render. With it,
+    the manifest stored, or None when the clip stored is another worker's."""
     filename = download_name(spec, key)
     sidecars = sidecar_files(spec, key, identity, title, result, binary, frames, preview, source_format)
     meta = {
@@ -377,10 +394,12 @@ def _store(
         puts = [pool.submit(storage.put_sidecar, key, x, data, kind) for x, (data, kind) in sidecars.items()]
         for put in puts:
             put.result()
+    manifest: bytes | None = sidecars[".manifest.json"][0]
     if not storage.put(result.path, key, filename, meta):
-        # another worker stored the clip first: its bytes stand, so the answer is made from its metadata
-        meta = storage.stat(key) or meta
-    return stored_result(storage, key, meta, cached=False)
+        # another worker stored the clip first: its bytes stand, so the answer is made from its metadata (and its
+        # report is that worker's to make: this render's file is not the one stored)
+        meta, manifest = storage.stat(key) or meta, None
+    return stored_result(storage, key, meta, cached=False), manifest
 
 
 def store_still(ctx: Production) -> None:
