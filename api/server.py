@@ -18,18 +18,20 @@ deadlines and a cap of its own.
 - A connection buffers at most ``WRITE_BUFFER`` bytes of its answer before the answer waits for the client to read
   (asyncio's default is 64 KiB): a thousand viewers of a stream that stopped reading hold little.
 - A connection closed with bytes still buffered for it (a client that stopped reading) is aborted if it has not
-  taken them within ``QUOTECLIP_STREAM_SEND_TIMEOUT`` seconds (a close alone would hold it until they are sent).
+  taken them within ``QUOTECLIP_STREAM_SEND_TIMEOUT`` seconds (a close alone would hold it until they are sent):
+  found by a sweep over the server's connections every ``SWEEP_EVERY`` seconds, through the transports' public
+  ``is_closing``, ``get_write_buffer_size`` and ``abort`` (no method of a transport is replaced: uvloop's cannot be).
 - Once a crowd has left (its connections down to a quarter of their peak, a peak of ``CROWD`` or more), the memory
   it freed is handed back to the system (api/fanout.py ``give_back_memory``): otherwise the process would keep the
-  peak of its viewers for good. The API runs on the C library's allocator (``PYTHONMALLOC=malloc``, set by
-  cli/service.py ``system_allocator`` before the server starts): Python's own keeps a 1 MiB arena for as long as
-  one object in it lives, and a thousand connections' objects, freed among the few that outlive them, left a
-  third of the crowd's peak held for good.
+  peak of its viewers for good (``QUOTECLIP_GIVE_BACK_MEMORY``). The API runs on the C library's allocator
+  (``PYTHONMALLOC=malloc``, set by cli/service.py ``system_allocator`` before the server starts): Python's own keeps
+  a 1 MiB arena for as long as one object in it lives, and a thousand connections' objects, freed among the few that
+  outlive them, left a third of the crowd's peak held for good.
 - The objects the API made as it started are frozen (``settle``: the cyclic collector never walks them again), and
   while a crowd is connected (``CROWD`` connections or more) the collector's oldest generation waits: a full
   collection walks every object a thousand connections made, all its viewers waiting, and several came in a
   crowd's first second. It runs every ``CROWD_COLLECT`` seconds while a crowd stays, and once it has left (with
-  the memory handed back).
+  the memory handed back). Both are ``QUOTECLIP_CROWD_GC``; what each of these moves is worth, figure 17 measures.
 - A streamed answer's chunks can be written straight from the bytes every viewer of its clip shares (``WRITE_CHUNK``
   in a ``GET``'s ``extensions``, on a plain HTTP/1.1 connection: an async function of the bytes, whether they were
   written): the chunk's framing and the bytes go to the socket with one ``writev`` from where they are, and what
@@ -58,6 +60,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 
 from .caps import client_of
@@ -80,6 +83,7 @@ WARN_EVERY = 10.0  # seconds between warnings of connections refused
 CROWD = 64  # connections at once that count as a crowd: its memory is handed back once it has left
 CROWD_COLLECT = 30.0  # seconds between full collections while a crowd stays
 TRIM_AFTER = 1.0  # seconds after a crowd has left that its memory is handed back
+SWEEP_EVERY = 1.0  # seconds between looks for connections closing with bytes their client does not take
 WRITE_BUFFER = 16 * 1024  # bytes a connection's answer buffers before its sender waits for the client to read
 
 
@@ -94,6 +98,8 @@ class GuardedProtocol(HttpToolsProtocol):
     client_connections = 256
     trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()  # proxies: not capped per address
     close_grace = 10.0  # seconds a closed connection has to take what it was sent before it is aborted
+    crowd_gc = True  # the collector's full collections wait while a crowd is connected (QUOTECLIP_CROWD_GC)
+    give_back = True  # a crowd's freed memory handed back once it has left (QUOTECLIP_GIVE_BACK_MEMORY)
     refused_at = 0.0  # when a refusal was last logged (class-wide)
     peak = 0  # the most connections held at once since memory was last handed back (class-wide)
     trimming = False
@@ -107,6 +113,9 @@ class GuardedProtocol(HttpToolsProtocol):
     _head_bytes = 0  # bytes of a request's head received so far (while it is not all in)
     _head_tail = b""  # the last bytes of the head so far (its end may come split between two reads)
     _writable: asyncio.Future[None] | None = None  # a chunk's writer waiting for the socket to take more
+    _closing_since = 0.0  # when the sweep first saw the connection closing with bytes still buffered for it
+    # the servers whose sweep runs, by their set of connections (held: its id is not another's meanwhile; class-wide)
+    sweeping: dict[int, Any] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -123,7 +132,7 @@ class GuardedProtocol(HttpToolsProtocol):
             transport.close()
             return
         GuardedProtocol.peak = max(GuardedProtocol.peak, len(self.connections))
-        if len(self.connections) >= CROWD and GuardedProtocol.crowded is None:
+        if len(self.connections) >= CROWD and GuardedProtocol.crowded is None and self.crowd_gc:
             self._crowd_came()
         sock = transport.get_extra_info("socket")
         # (asyncio's own loop, whose transports wait for a socket as this does; no TLS: the bytes go as they are)
@@ -131,15 +140,34 @@ class GuardedProtocol(HttpToolsProtocol):
         if plain and hasattr(self.loop, "_add_writer") and hasattr(self.loop, "_remove_writer"):
             self._fd = sock.fileno()
         transport.set_write_buffer_limits(high=WRITE_BUFFER)  # (a slow reader's answer waits at this much)
-        close = transport.close
-
-        def closing() -> None:  # a close waits for what is buffered to be sent: never, to a client that stopped reading
-            close()
-            if transport.get_write_buffer_size():
-                self.loop.call_later(self.close_grace, transport.abort)
-
-        transport.close = closing  # type: ignore[method-assign]
+        if id(self.connections) not in GuardedProtocol.sweeping:  # (a close waits for what is buffered: forever, if
+            GuardedProtocol.sweeping[id(self.connections)] = self.connections  # it is never read): one sweep a server
+            self.loop.call_later(SWEEP_EVERY, self._sweep)
         self._arm("headers", self.header_timeout)
+
+    def _sweep(self) -> None:
+        """Abort each connection that has been closing for ``close_grace`` seconds with bytes still buffered for it
+        (its client stopped reading: a close alone would hold it until they are sent); every ``SWEEP_EVERY``
+        seconds while the server holds connections (class-wide, over the server's set of them)."""
+        now = time.monotonic()
+        for held in list(self.connections):
+            if isinstance(held, GuardedProtocol):
+                held.swept(now)
+        if self.connections:
+            self.loop.call_later(SWEEP_EVERY, self._sweep)
+        else:
+            GuardedProtocol.sweeping.pop(id(self.connections), None)
+
+    def swept(self, now: float) -> None:
+        """This connection, seen by the sweep at ``now``: aborted once it has been closing for ``close_grace``
+        seconds with bytes still buffered for it."""
+        transport = self.transport
+        if transport is None or not (transport.is_closing() and transport.get_write_buffer_size()):
+            self._closing_since = 0.0
+        elif not self._closing_since:
+            self._closing_since = now
+        elif now - self._closing_since >= self.close_grace:
+            transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._phase in ("headers", "idle"):  # a request's head, counted before it is parsed, however it arrives
@@ -266,7 +294,8 @@ class GuardedProtocol(HttpToolsProtocol):
             gc.set_threshold(*GuardedProtocol.crowded)
             GuardedProtocol.crowded = None
         gc.collect()
-        give_back_memory()
+        if self.give_back:
+            give_back_memory()
 
     def _evict(self) -> bool:
         """Room made by aborting the idle connection (a request not all in, or kept alive between requests) that has
@@ -388,10 +417,12 @@ def _after(parts: list[bytes | memoryview], sent: int) -> list[bytes | memoryvie
     return []
 
 
-def settle() -> None:
-    """The objects made so far (the app, its modules, its services) frozen: the cyclic collector leaves them be."""
-    gc.collect()
-    gc.freeze()
+def settle(settings: Settings) -> None:
+    """The objects made so far (the app, its modules, its services) frozen: the cyclic collector leaves them be
+    (``QUOTECLIP_CROWD_GC``)."""
+    if settings.crowd_gc:
+        gc.collect()
+        gc.freeze()
 
 
 def protocol(settings: Settings) -> type[GuardedProtocol]:
@@ -407,18 +438,25 @@ def protocol(settings: Settings) -> type[GuardedProtocol]:
             "client_connections": settings.client_connections,
             "trusted": tuple(ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies),
             "close_grace": settings.stream_send_timeout,
+            "crowd_gc": settings.crowd_gc,
+            "give_back": settings.give_back_memory,
         },
     )
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for the API: the protocol above, keep-alive, the listening backlog, and asyncio's own event
-    loop (uvicorn would take uvloop when it is installed, whose transports the protocol cannot wrap: their
-    ``close`` is read-only, and a chunk written from where it is waits for its socket with the selector loop's
-    ``_add_writer``)."""
+    """uvicorn's options for the API: the protocol above, keep-alive, the listening backlog, and the event loop
+    ``QUOTECLIP_EVENT_LOOP`` names (asyncio's own by default, even when uvloop is installed: a chunk written from
+    where it is waits for its socket with the selector loop's ``_add_writer``; on uvloop the chunks go through the
+    server's own writes, the rest alike). BadInput when uvloop is named and not installed."""
+    if settings.event_loop == "uvloop":
+        import importlib.util
+
+        if importlib.util.find_spec("uvloop") is None:
+            raise BadInput("QUOTECLIP_EVENT_LOOP=uvloop needs uvloop, which is not installed: pip install uvloop")
     return {
         "http": protocol(settings),
-        "loop": "asyncio",
+        "loop": settings.event_loop,
         "timeout_keep_alive": settings.keep_alive,
         "backlog": max(128, min(4096, settings.max_connections)),
     }

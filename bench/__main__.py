@@ -13,15 +13,15 @@ from pathlib import Path
 
 from renderer.ffmpeg import ffmpeg_binary
 
-from . import cli, creators, firstframe, links, previews, queue, render, split, viewers
+from . import cli, creators, firstframe, frontdoor, links, previews, queue, render, split, viewers
 from .config import RunConfig
 from .media import source_1080p
 from .report import Machine, Row, machine_line, table, write_json
 from .stack import Stack
 
 # the modules, in the table's order; "click" is figures 3a and 3d alone (a part of "queue", for a partial run), and
-# "loudness" figure 14a alone and "hls" figures 11b–11d alone (parts of "creators"), "visitor" figure 13h alone (a
-# part of "firstframe")
+# "loudness" figure 14a alone and "hls" figures 11b–11d alone (parts of "creators"), "visitor" figures 13h, 13j
+# and 13i alone (a part of "firstframe")
 GROUPS = (
     "render",
     "queue",
@@ -35,6 +35,7 @@ GROUPS = (
     "loudness",
     "hls",
     "viewers",
+    "frontdoor",
     "split",
 )
 
@@ -99,7 +100,7 @@ def run_all(
                 measure("links", lambda: links.figures(run, stack))
             if "firstframe" in only:
                 measure("firstframe", lambda: firstframe.figures(run, ffmpeg, stack))
-            elif "visitor" in only:  # (figure 13h alone; "firstframe" runs it with 13a-13g)
+            elif "visitor" in only:  # (figures 13h, 13j and 13i alone; "firstframe" runs them with 13a-13g)
                 measure("visitor", lambda: firstframe.visitor_figures(run, ffmpeg, stack))
             if "cli" in only:
                 measure("cli", lambda: cli.figures(run, ffmpeg, source, work, stack))
@@ -119,6 +120,10 @@ def run_all(
             stack.start_worker()
             measure("viewers", lambda: viewers.figures(run, stack))
             measure("viewers (cold)", lambda: viewers.figures(run, stack, cold=True))
+    if "frontdoor" in only:  # (its doors started one after another, each with figure 15's caps; one worker)
+        with Stack(work, source, ffmpeg) as stack:
+            stack.start_worker()
+            measure("frontdoor", lambda: frontdoor.figures(run, stack, work))
     if "split" in only:  # (a stack of its own: its workers each held to one core)
         measure("split", lambda: split.figures(run, ffmpeg, work))
     return rows

@@ -64,12 +64,23 @@ WATCH = """(src) => {
     seen.first = frame.presentationTime;
     seen.mediaTime = frame.mediaTime;
   });
+  window.watched = v;
   seen.wall = Date.now();  // the wall clock at the request (the job's and the network's times are wall-clock times)
   seen.t0 = performance.now();
-  v.src = src;
+  PLAY
 }"""
-STOP = """() => { const v = document.getElementById("v") || document.getElementById("player");
-  v.pause(); v.removeAttribute("src"); v.load(); }"""
+# the link as a page's autoplaying <video src>
+WATCH_LINK = WATCH.replace("PLAY", "v.src = src;")
+# the link in a <quote-clip> card (/embed.js), played by a click on its button: its own <video>, fed the link's HLS
+# parts through Media Source while the clip renders
+WATCH_CARD = WATCH.replace(
+    'const v = document.getElementById("v");',
+    'const card = document.createElement("quote-clip"); card.setAttribute("src", src); document.body.append(card);\n'
+    '  const v = card.shadowRoot.querySelector("video");',
+).replace("PLAY", 'card.shadowRoot.querySelector("button.play").click();')
+WATCH = WATCH_LINK
+STOP = """() => { const v = window.watched || document.getElementById("player");
+  v.pause(); v.removeAttribute("src"); v.load(); document.querySelector("quote-clip")?.remove(); }"""
 
 
 def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
@@ -108,7 +119,7 @@ def figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
             starts = iter(FIRST_START + 0.5 + STEP * i for i in range(run.reps))
             played = [page_play(stack, browser, next(starts), run.first_frame_lengths[0]) for _ in range(run.reps)]
             rows.append(page_reading(run.first_frame_lengths[0], played))
-            rows.append(visitor(run, stack, browser))
+            rows += visitors(run, stack, browser)
             rows.append(distant_visitor(run, stack, browser))
         finally:
             browser.close()
@@ -128,12 +139,13 @@ def visitor_figures(run: RunConfig, ffmpeg: str, stack: Stack) -> list[Row]:
     with sync_playwright() as p:
         browser = launch(p, chromium)
         try:
-            return [visitor(run, stack, browser), distant_visitor(run, stack, browser)]
+            return [*visitors(run, stack, browser), distant_visitor(run, stack, browser)]
         finally:
             browser.close()
 
 
 PAGE = "first-frame.html"
+CARD_PAGE = "first-frame-card.html"
 
 
 def chromium_path() -> str | None:
@@ -148,7 +160,7 @@ def chromium_path() -> str | None:
 def prepare(run: RunConfig, ffmpeg: str, stack: Stack, clicks: int) -> Path:
     """Figure 13's source (long enough for ``clicks`` quotes of each length, and 13h's) served by the loopback
     origin, and the page on another origin that plays a link: the source."""
-    clicks = max(clicks, max(visitor_clicks(run).values()) + run.warmup)
+    clicks = max(clicks, 2 * (sum(visitor_clicks(run).values()) + run.warmup))  # (13h's and 13j's, in turn)
     seconds = FIRST_START + VISITOR_OFFSET + STEP * (clicks + 1) + max(run.first_frame_lengths)
     source = source_1080p_gop5(ffmpeg, math.ceil(seconds / 60))
     (stack.http.root / SOURCE).unlink(missing_ok=True)
@@ -156,6 +168,10 @@ def prepare(run: RunConfig, ffmpeg: str, stack: Stack, clicks: int) -> Path:
     (stack.http.root / PAGE).write_text(
         '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">'
         '<video id="v" muted autoplay playsinline width="640"></video>'
+    )
+    (stack.http.root / CARD_PAGE).write_text(
+        '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">'
+        f'<script src="http://127.0.0.1:{stack.port}/embed.js"></script>'
     )
     return source
 
@@ -220,6 +236,7 @@ def first_frame(
     length: float,
     relay_bytes: dict[float, list[int]],
     to_end: bool = False,
+    watch: str = WATCH_LINK,
 ) -> dict[str, Any]:
     """A new clip's signed link given to the <video>: seconds from the request to the first frame presented, to
     "playing", the stalls until the render ended (``to_end``: until the clip ended, played at its own pace, and each
@@ -231,11 +248,11 @@ def first_frame(
     timing: dict[str, Any] = {}
 
     def answered(response: Any) -> None:
-        if response.url == link:
+        if response.url == link or (response.url.startswith(link + "/") and not timing):  # (a card: its first part)
             timing.update(response.request.timing)
 
     page.on("response", answered)
-    page.evaluate(WATCH, link)
+    page.evaluate(watch, link)
     page.wait_for_function("() => window.seen.first !== null || window.seen.events.includes('error')", timeout=600_000)
     if to_end:  # (looked at every quarter of a second: the page's frames are left to the player)
         page.wait_for_function(
@@ -244,7 +261,7 @@ def first_frame(
             timeout=round((3 * length + 600) * 1000),
         )
     if page.evaluate("() => window.seen.events.includes('error')"):
-        failed = page.evaluate("() => [window.seen.events, document.getElementById('v').error?.message]")
+        failed = page.evaluate("() => [window.seen.events, window.watched.error?.message]")
         raise SystemExit(f"bench: the <video> failed: {failed}")
     job = finished(stack, job_id)
     key = redis_keys.stream(job_id)
@@ -343,30 +360,43 @@ def visitor_clicks(run: RunConfig) -> dict[float, int]:
     return {length: VISITOR_CLICKS.get(length, 1) for length in run.first_frame_lengths}
 
 
-def visitor(run: RunConfig, stack: Stack, browser: Any) -> Reading:
+def visitors(run: RunConfig, stack: Stack, browser: Any) -> tuple[Reading, Reading]:
     """Figure 13h: the visitor's way. One Chromium open; for each click a new browser context and page (no page,
     cache or connection kept from the click before) opens the page on another origin, which sets its muted
     autoplaying <video>'s src to a new quote's signed link: from that moment (the page's clock) to the first frame
     presented, and the stalls (`waiting` after `playing`) until the clip's `ended`, played at its own pace. The
-    source's bytes cached, the worker idle before each click (its render, and the clip before, ended)."""
+    source's bytes cached, the worker idle before each click (its render, and the clip before, ended).
+
+    And, click for click beside it, 13j: a new quote's link in a ``<quote-clip>`` card (/embed.js) on the same kind
+    of page, from the click on its play button. Each 13h click is followed by a 13j click, in the same conditions."""
     cached(stack)
     starts = iter(FIRST_START + VISITOR_OFFSET + STEP * i for i in range(10_000))
     counts = visitor_clicks(run)
-    for _ in range(run.warmup):  # (the figure's first page met a colder browser)
+    for _ in range(run.warmup):  # (the figure's first pages met a colder browser)
         visitor_click(stack, browser, next(starts), run.first_frame_lengths[0], to_end=False)
+        visitor_click(stack, browser, next(starts), run.first_frame_lengths[0], to_end=False, card=True)
     clicks: dict[float, list[dict[str, Any]]] = {}
+    cards: dict[float, list[dict[str, Any]]] = {}
     for length, count in counts.items():
-        clicks[length] = [visitor_click(stack, browser, next(starts), length) for _ in range(count)]
-    return visitor_reading(clicks)
+        for _ in range(count):
+            clicks.setdefault(length, []).append(visitor_click(stack, browser, next(starts), length))
+            cards.setdefault(length, []).append(visitor_click(stack, browser, next(starts), length, card=True))
+    link = visitor_reading(clicks)
+    return link, card_reading(cards, clicks)
 
 
-def visitor_click(stack: Stack, browser: Any, start: float, length: float, to_end: bool = True) -> dict[str, Any]:
-    """One visitor's click: a new context and page, the link set as the <video>'s src, played to its end."""
+def visitor_click(
+    stack: Stack, browser: Any, start: float, length: float, to_end: bool = True, card: bool = False
+) -> dict[str, Any]:
+    """One visitor's click: a new context and page, the link set as the <video>'s src (or given to a
+    ``<quote-clip>`` card, its button clicked), played to its end."""
     context = browser.new_context()
     try:
         page = context.new_page()
-        page.goto(stack.http.url(PAGE))
-        return first_frame(stack, page, start, length, {}, to_end=to_end)
+        page.goto(stack.http.url(CARD_PAGE if card else PAGE))
+        if card:
+            page.wait_for_function("() => customElements.get('quote-clip') !== undefined", timeout=30_000)
+        return first_frame(stack, page, start, length, {}, to_end=to_end, watch=WATCH_CARD if card else WATCH_LINK)
     finally:
         context.close()
 
@@ -431,6 +461,29 @@ def visitor_reading(clicks: dict[float, list[dict[str, Any]]]) -> Reading:
         + ", ".join(f"{name} {statistics.median(c[name] for c in every):.2f}" for name in parts),
         VISITOR_TARGET,
         p50 <= 1.0 and p95 <= 1.5 and stalls == 0,
+    )
+
+
+def card_reading(cards: dict[float, list[dict[str, Any]]], links: dict[float, list[dict[str, Any]]]) -> Reading:
+    """13j: the card's first frames beside 13h's (the same clicks' twins), p50 and p95 within 0.1 s of theirs."""
+    every = [c["total"] for each in cards.values() for c in each]
+    plain = [c["total"] for each in links.values() for c in each]
+    stalls = int(sum(c["stalls"] for each in cards.values() for c in each))
+    p50, p95 = statistics.median(every), percentile(every, 0.95)
+    l50, l95 = statistics.median(plain), percentile(plain, 0.95)
+    by_length = "; ".join(
+        f"{length:g} s: p50 {statistics.median(c['total'] for c in each):.2f} over {len(each)}"
+        for length, each in cards.items()
+    )
+    return Reading(
+        "13j. the same as 13h with the link in a <quote-clip> card (/embed.js: the link's HLS parts through Media "
+        "Source while the clip renders), from the click on its play button to the first frame presented; each card "
+        "click follows a 13h click, a new quote each, the worker idle before each",
+        f"p50 {p50:.2f} s, p95 {p95:.2f} s over {len(every)} clicks (13h's beside them: p50 {l50:.2f} s, p95 "
+        f"{l95:.2f} s: {p50 - l50:+.2f} s, {p95 - l95:+.2f} s); by length: {by_length}; stalls to the clip's end: "
+        f"{stalls}",
+        "p50 and p95 within 0.1 s of 13h's",
+        p50 - l50 <= 0.1 and p95 - l95 <= 0.1,
     )
 
 

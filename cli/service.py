@@ -53,7 +53,7 @@ def serve(
         settings = Settings.from_env()
         trusted = ",".join(settings.trusted_proxies)  # forwarded headers only from these (none by default)
         api = create_app(settings)
-        settle()  # (what the API made as it started, frozen: no collection walks it again)
+        settle(settings)  # (what the API made as it started, frozen: no collection walks it again)
         uvicorn.run(
             api,
             host=host,

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import embedded
 from .errors import BadInput
+from .links import MAX_LIFETIME
 from .redis_url import check as check_redis_url
 from .spec import DEFAULT_MAX_SECONDS, EncoderPreset, WatermarkSpec
 
@@ -143,6 +147,12 @@ def _format_family(text: str, name: str) -> str:
     return text.lower()
 
 
+def _event_loop(text: str, name: str) -> str:
+    if text.lower() not in ("asyncio", "uvloop"):
+        raise BadInput(f"{name} must be asyncio or uvloop, got {text[:40]!r}")
+    return text.lower()
+
+
 def _proxy(text: str, name: str) -> str:
     """An http:// proxy URL (host and port; user:password@ allowed)."""
     from urllib.parse import urlsplit
@@ -188,31 +198,79 @@ class SiteKey:
         return {self.id if kid is None else f"{self.id}.{kid}": secret for kid, secret in self.keys()}
 
 
-_KEY_FIELDS = {"id", "secret", "secrets", "brand", "hosts", "max_seconds", "lifetime"}
+_KEY_ID = r"^[A-Za-z0-9_-]{1,64}$"  # quoteclip/links.py KEY_ID: a site id, and a key id
+_SECONDS = {"strict": True, "allow_inf_nan": False, "le": MAX_LIFETIME}  # (never converted first: no bool, no text)
+
+
+class SiteKeyEntry(BaseModel):
+    """One site key as a keys file gives it (``QUOTECLIP_SITE_KEYS`` entries are made into one): its fields and what
+    each may hold. A secret's own rules (length, whitespace, UTF-8) are checked by ``_site_key``, which names it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(strict=True, pattern=_KEY_ID)]
+    secret: object = None  # (its rules, with the key's name: _site_key)
+    secrets: Annotated[dict[Annotated[str, Field(pattern=_KEY_ID)], object], Field(min_length=1)] | None = None
+    brand: WatermarkSpec | None = None
+    hosts: list[Annotated[str, Field(strict=True, min_length=1)]] | None = None
+    max_seconds: Annotated[float, Field(gt=0, **_SECONDS)] | None = None
+    lifetime: Annotated[float, Field(ge=1, **_SECONDS)] | None = None
+
+    @field_validator("brand", mode="before")
+    @classmethod
+    def _brand_text(cls, value: object) -> object:
+        return {"text": value} if isinstance(value, str) else value
+
+
+def _entry_refused(entry: object, where: str, error: Any) -> BadInput:
+    """What is wrong with a site key's entry, as the first of its errors says, named as the operator wrote it."""
+    field_name = str(error["loc"][0]) if error["loc"] else ""
+    fields_list = ", ".join(sorted(SiteKeyEntry.model_fields))
+    top = error["type"] in ("extra_forbidden", "invalid_key") and len(error["loc"]) == 1
+    if not field_name or top or field_name not in SiteKeyEntry.model_fields:
+        unknown = (
+            sorted(str(k)[:64] for k in entry if k not in SiteKeyEntry.model_fields)
+            if isinstance(entry, Mapping)
+            else []
+        )
+        refused = f", not {', '.join(unknown)}" if unknown else ""
+        return BadInput(f"{where} must be an object with {fields_list}{refused}")
+    if field_name == "id":
+        given = entry.get("id") if isinstance(entry, Mapping) else None
+        return BadInput(f"{where}: id must be 1-64 letters, digits, - or _, got {given!r:.80}")
+    if field_name == "secrets" and len(error["loc"]) == 3:  # (a key id: its loc ends with [key])
+        return BadInput(f"{where}: a key id must be 1-64 letters, digits, - or _, got {error['loc'][1]!r:.80}")
+    if field_name == "secrets":
+        return BadInput(f'{where}: secrets must be an object of key ids and secrets, {{"k2": "…"}}')
+    if field_name == "brand":
+        return BadInput(f"{where}: brand is not a watermark ({error['msg']})")
+    if field_name == "hosts":
+        return BadInput(f"{where}: hosts must be a list of host names")
+    least = "above 0" if field_name == "max_seconds" else "from 1"
+    value = error.get("input")
+    return BadInput(
+        f"{where}: {field_name} must be a number of seconds {least} to {MAX_LIFETIME} (ten years), got {value!r:.40}"
+    )
 
 
 def _site_key(entry: object, where: str, names_id: bool = False) -> SiteKey:
     """One site key from its entry; BadInput naming ``where`` (and the key's id, unless ``names_id``: ``where`` says
     it already) and what is wrong."""
-    from .links import KEY_ID, MAX_LIFETIME
-
-    if not isinstance(entry, Mapping) or set(entry) - _KEY_FIELDS:
-        unknown = sorted(str(name)[:64] for name in set(entry) - _KEY_FIELDS) if isinstance(entry, Mapping) else []
-        which = f" ({str(entry['id'])[:64]})" if isinstance(entry, Mapping) and "id" in entry else ""
-        refused = f", not {', '.join(unknown)}" if unknown else ""
-        raise BadInput(f"{where}{which} must be an object with {', '.join(sorted(_KEY_FIELDS))}{refused}")
-    key_id, secret, named = entry.get("id"), entry.get("secret"), entry.get("secrets")
-    if not isinstance(key_id, str) or not KEY_ID.match(key_id):
-        raise BadInput(f"{where}: id must be 1-64 letters, digits, - or _, got {key_id!r}")
-    where = where if names_id else f"{where} ({key_id})"
-    if named is not None and (not isinstance(named, Mapping) or not named):
-        raise BadInput(f'{where}: secrets must be an object of key ids and secrets, {{"k2": "…"}}')
-    live: list[tuple[str | None, object]] = list((named or {}).items())
-    if secret is not None or not live:
-        live.append((None, secret))  # the key without an id: its links name the site alone
+    named_id = entry.get("id") if isinstance(entry, Mapping) else None
+    if not names_id and isinstance(named_id, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", named_id):
+        where = f"{where} ({named_id})"
+    try:
+        key = SiteKeyEntry.model_validate(entry)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = next(
+            (e for e in errors if e["type"] in ("extra_forbidden", "invalid_key") and len(e["loc"]) == 1), errors[0]
+        )
+        raise _entry_refused(entry, where, first) from None
+    live: list[tuple[str | None, object]] = list((key.secrets or {}).items())
+    if key.secret is not None or not live:
+        live.append((None, key.secret))  # the key without an id: its links name the site alone
     for kid, text in live:
-        if kid is not None and not KEY_ID.match(kid):
-            raise BadInput(f"{where}: a key id must be 1-64 letters, digits, - or _, got {kid!r}")
         named_as = "secret" if kid is None else f"the secret of key {kid}"
         if not isinstance(text, str) or len(text) < 16:
             raise BadInput(f"{where}: {named_as} must be text of at least 16 characters")
@@ -223,41 +281,14 @@ def _site_key(entry: object, where: str, names_id: bool = False) -> SiteKey:
                 text.encode("utf-8")  # bytes of the environment that are not UTF-8 arrive as lone surrogates
             except UnicodeEncodeError:
                 raise BadInput(f"{where}: {named_as} must be UTF-8 text (it holds bytes that are not)") from None
-    brand, hosts = entry.get("brand"), entry.get("hosts")
-    most, lifetime = entry.get("max_seconds"), entry.get("lifetime")
-    try:
-        mark = (
-            None
-            if brand is None
-            else WatermarkSpec.model_validate({"text": brand} if isinstance(brand, str) else brand)
-        )
-    except ValueError as exc:
-        from pydantic import ValidationError
-
-        errors = exc.errors() if isinstance(exc, ValidationError) else []
-        why = errors[0]["msg"] if errors else str(exc).splitlines()[0]
-        raise BadInput(f"{where}: brand is not a watermark ({why})") from None
-    if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts)):
-        raise BadInput(f"{where}: hosts must be a list of host names")
-    for name, value, least in (("max_seconds", most, "above 0"), ("lifetime", lifetime, "from 1")):
-        # compared, never converted first: NaN, infinity and a huge number all fail it (NaN would mean no limit)
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not (value > 0 if name == "max_seconds" else value >= 1)
-            or not value <= MAX_LIFETIME
-        ):
-            raise BadInput(
-                f"{where}: {name} must be a number of seconds {least} to {MAX_LIFETIME} (ten years), got {value!r:.40}"
-            )
-    (first_id, first), *others = [(kid, str(text)) for kid, text in live]
+    (first_id, first_secret), *others = [(kid, str(text)) for kid, text in live]
     return SiteKey(
-        key_id,
-        first,
-        mark,
-        None if hosts is None else tuple(h.lower() for h in hosts),
-        None if most is None else float(most),
-        None if lifetime is None else int(lifetime),
+        key.id,
+        first_secret,
+        key.brand,
+        None if key.hosts is None else tuple(h.lower() for h in key.hosts),
+        key.max_seconds,
+        None if key.lifetime is None else int(key.lifetime),
         first_id,
         tuple(others),
     )
@@ -765,6 +796,33 @@ class Settings:
         default=30.0,
         group="API and security",
         parse=_Number(0.1),
+    )
+    event_loop: str = _setting(
+        "QUOTECLIP_EVENT_LOOP",
+        "the API's event loop: `asyncio` (Python's own; a stream's chunks are written from the bytes its viewers "
+        "share, docs/deploy.md) or `uvloop` (installed apart: `pip install uvloop`; the same deadlines and caps, a "
+        "stream's chunks written through the server)",
+        default="asyncio",
+        group="API and security",
+        parse=_event_loop,
+    )
+    crowd_gc: bool = _setting(
+        "QUOTECLIP_CROWD_GC",
+        "the API's cyclic garbage collector held back for crowds: the objects made as it started frozen (never walked "
+        "again), and while 64 connections or more are open its full collections wait, one every 30 s (each walks "
+        "every object the crowd's connections made, all of them waiting); figure 17 measures it",
+        default=True,
+        group="API and security",
+        parse=_flag,
+    )
+    give_back_memory: bool = _setting(
+        "QUOTECLIP_GIVE_BACK_MEMORY",
+        "once a crowd of 64 connections or more has left, the memory it freed is handed back to the system "
+        "(glibc's `malloc_trim`; with `PYTHONMALLOC=malloc`, which `quoteclip serve` sets unless `PYTHONMALLOC` is "
+        "set); figure 17 measures it",
+        default=True,
+        group="API and security",
+        parse=_flag,
     )
     max_connections: int = _setting(
         "QUOTECLIP_MAX_CONNECTIONS",

@@ -144,7 +144,16 @@ def start_seaweedfs(folder: Path, volumes: int = 20) -> S3Server:
             }
         )
     )
-    data = folder / "data"
+    for attempt in range(3):  # (a port found free can be taken before weed binds it: tests run beside it)
+        try:
+            return _weed_server(folder, folder / f"data-{attempt}", volumes, config, access, secret)
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _weed_server(folder: Path, data: Path, volumes: int, config: Path, access: str, secret: str) -> S3Server:
     data.mkdir()
     ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
     argv = [

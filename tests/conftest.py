@@ -197,9 +197,11 @@ def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
     """An FFMPEG_BINARY wrapper that records each run, to assert when ffmpeg did (not) run."""
     log = tmp_path / "ffmpeg-runs.log"
     wrapper = tmp_path / "ffmpeg-counting"
-    # Counts renders, not version queries (the manifest records ffmpeg's version).
+    # Counts renders, not version queries (the manifest records ffmpeg's version) nor the quality check a worker
+    # makes of a clip once stored (its one pass through blackdetect: jobs/pipeline/quality.py).
     wrapper.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -version "*) ;; *) echo run >> "{log}" ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+        f'#!/bin/sh\ncase " $* " in *" -version "*|*"blackdetect="*) ;; *) echo run >> "{log}" ;; esac\n'
+        f'exec "{ffmpeg_bin}" "$@"\n'
     )
     wrapper.chmod(0o755)
     return str(wrapper), log

@@ -155,8 +155,9 @@ def test_batch_renders_yield_the_cores_to_clicks(media, queue_env, workers, ffmp
     niceness (in a session of its own, the nice value would count for nothing against other sessions)."""
     log = tmp_path / "nice.log"
     wrapper = tmp_path / "ffmpeg-nice"
-    wrapper.write_text(  # fields 6 and 19 of /proc/<pid>/stat: the session and the niceness
-        f'#!/bin/sh\ncase " $* " in *" -version "*) ;; *) cut -d" " -f6,19 /proc/$$/stat >> "{log}" ;; esac\n'
+    wrapper.write_text(  # fields 6 and 19 of /proc/<pid>/stat: the session and the niceness (renders only)
+        f'#!/bin/sh\ncase " $* " in *" -version "*|*"blackdetect="*) ;; '
+        f'*) cut -d" " -f6,19 /proc/$$/stat >> "{log}" ;; esac\n'
         f'exec "{ffmpeg_bin}" "$@"\n'
     )
     wrapper.chmod(0o755)

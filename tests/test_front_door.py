@@ -3,22 +3,27 @@ connected, the cyclic collector's full collections wait (each walks every object
 pause for all of them) but for one every ``CROWD_COLLECT`` seconds, and once it has left they come back as they
 were; a request's headers are capped (``MAX_HEADER_BYTES``), not its body; a stream's answer is chunked on HTTP/1.1
 (with the extensions api/streams.py writes it through) and ended by the close on HTTP/1.0; it runs on asyncio's
-loop even when uvloop is installed. These lean on uvicorn's
-httptools protocol as api/server.py subclasses it: its parser callbacks and its answer's cycle."""
+loop even when uvloop is installed, and on uvloop when ``QUOTECLIP_EVENT_LOOP`` names it, with the same caps and
+deadlines. These lean on uvicorn's httptools protocol as api/server.py subclasses it: its parser callbacks and its
+answer's cycle."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import importlib.util
+import os
 import socket
 import sys
 import time
 import types
 
+import pytest
 from conftest import front_door, until
 
 from api import server
+from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 
 
@@ -140,6 +145,34 @@ def test_full_collections_wait_while_a_crowd_is_connected_and_come_back_once_it_
         gc.callbacks.remove(counted)
 
 
+def test_with_crowd_gc_off_a_crowd_leaves_the_collector_and_the_memory_as_they_are(monkeypatch) -> None:
+    """``QUOTECLIP_CROWD_GC=false`` and ``QUOTECLIP_GIVE_BACK_MEMORY=false``: a crowd's coming changes no threshold
+    of the collector, nothing is frozen, and its leaving hands nothing back (``give_back_memory`` not called)."""
+    monkeypatch.setattr(server, "TRIM_AFTER", 0.2)
+    given: list[float] = []
+    monkeypatch.setattr(server, "give_back_memory", lambda: given.append(time.monotonic()))
+    settings = Settings.from_env(
+        {"QUOTECLIP_HEADER_TIMEOUT": "60", "QUOTECLIP_CROWD_GC": "false", "QUOTECLIP_GIVE_BACK_MEMORY": "false"}
+    )
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    server.settle(settings)
+    assert gc.get_freeze_count() == frozen
+    crowd: list[socket.socket] = []
+    try:
+        with front_door(hello, settings) as port:
+            crowd = [socket.create_connection(("127.0.0.1", port)) for _ in range(server.CROWD + 5)]
+            time.sleep(0.5)
+            assert gc.get_threshold() == before
+            for sock in crowd:
+                sock.close()
+            time.sleep(0.8)  # (past TRIM_AFTER: the crowd has left)
+            assert gc.get_threshold() == before and not given, given
+    finally:
+        for sock in crowd:
+            sock.close()
+        gc.set_threshold(*before)
+
+
 def test_the_front_door_runs_on_asyncios_loop_when_uvloop_is_installed(monkeypatch) -> None:
     """uvicorn takes uvloop when it can import it; the protocol wraps asyncio's own transports (a uvloop
     transport's ``close`` cannot be replaced, and every connection would fail as it is made). With a stand-in
@@ -221,6 +254,88 @@ def test_clients_that_stop_reading_a_stored_file_are_cut_at_the_send_deadline() 
     print(f"\n200 stalled readers of a 10 MB answer: cut {cut:.1f} s after all were in (send deadline 2 s)")
     assert got > 10 * 1024 * 1024, got
     assert time.monotonic() - slow_began > 2
+
+
+async def closing(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """An answer of ``/N`` KB in one piece, its connection closed after it, the server's send buffer held small."""
+    scope["extensions"][server.SEND_BUFFER](4096)
+    size = int(scope["path"].strip("/")) * 1024
+    headers = [(b"content-length", b"%d" % size), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"x" * size})
+
+
+def test_a_connection_closed_with_bytes_its_client_does_not_take_is_aborted_at_the_grace() -> None:
+    """Clients that ask for an answer ended by the close (8 KB to 512 KB) and read none of it: the server closes
+    each with bytes still buffered for it, some under the buffer's high-water mark (no send deadline ever armed). A
+    close alone waits for them to be sent: each connection is aborted ``QUOTECLIP_STREAM_SEND_TIMEOUT`` (1 s here)
+    after its close, long before the send deadline (30 s), by a sweep that replaces no method of the transport."""
+    settings = Settings.from_env({"QUOTECLIP_SEND_TIMEOUT": "30", "QUOTECLIP_STREAM_SEND_TIMEOUT": "1"})
+    with front_door(closing, settings) as port:
+        held, count = _held_after_closing(port)
+    assert not held, f"{held} of {count} connections still held by the server 8 s on"
+
+
+def _held_after_closing(port: int) -> tuple[int, int]:
+    """Clients asking ``closing`` for 8 KB to 512 KB, reading none of it: how many of their connections the server
+    still holds 8 s on, of how many."""
+    before = _open_files()
+    stalled = []
+    for kb in range(8, 520, 8):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n" % kb)
+        stalled.append(sock)
+    until(lambda: _open_files() <= before + len(stalled) + 2, 8)  # the server's ends gone, the clients' left
+    held = max(0, _open_files() - before - len(stalled) - 2)
+    for sock in stalled:
+        sock.close()
+    return held, len(stalled)
+
+
+def test_on_uvloop_the_front_door_keeps_its_head_cap_deadlines_and_sweep() -> None:
+    """``QUOTECLIP_EVENT_LOOP=uvloop`` runs the API on uvloop (its transports' methods cannot be replaced): a request
+    is answered on uvloop's loop, a 17 KB head in one write is refused 431, a connection that sends nothing is
+    closed at the header deadline, and connections closed with bytes their clients do not take are not held past the
+    grace (on uvloop they went within it with the sweep switched off too: its transports do not wait for them)."""
+    if importlib.util.find_spec("uvloop") is None:
+        if os.environ.get("CI"):
+            pytest.fail("uvloop is not installed: the bench extra installs it (pip install -e '.[test,bench]')")
+        pytest.skip("uvloop is not installed (pip install uvloop)")
+    loops: list[str] = []
+
+    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        loops.append(type(asyncio.get_running_loop()).__module__)
+        await (hello if scope["path"] == "/" else closing)(scope, receive, send)
+
+    settings = Settings.from_env(
+        {
+            "QUOTECLIP_EVENT_LOOP": "uvloop",
+            "QUOTECLIP_HEADER_TIMEOUT": "1",
+            "QUOTECLIP_SEND_TIMEOUT": "30",
+            "QUOTECLIP_STREAM_SEND_TIMEOUT": "1",
+        }
+    )
+    with front_door(app, settings) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert answer(sock).startswith(b"HTTP/1.1 200 ")
+        assert loops and loops[0].startswith("uvloop"), loops
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 17_000 + b"\r\n\r\n")
+            assert answer(sock).startswith(b"HTTP/1.1 431 ")
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            began = time.monotonic()
+            assert answer(sock) == b""  # (closed, nothing sent)
+            assert 0.5 < time.monotonic() - began < 5
+        held, count = _held_after_closing(port)
+    assert not held, f"{held} of {count} connections still held by the server 8 s on"
+
+
+def test_uvloop_named_but_not_installed_is_refused_by_name(monkeypatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else object())
+    with pytest.raises(BadInput, match="QUOTECLIP_EVENT_LOOP=uvloop needs uvloop"):
+        server.server_options(Settings.from_env({"QUOTECLIP_EVENT_LOOP": "uvloop"}))
 
 
 def test_a_newcomer_takes_the_place_of_a_bodiless_post_or_an_idle_keep_alive() -> None:

@@ -28,7 +28,7 @@ SERVER = "api/server.py GuardedProtocol"
 
 # the methods of uvicorn's httptools protocol the front door overrides, each calling uvicorn's own first
 OVERRIDDEN = {
-    "connection_made": f"{SERVER} (the connection cap, the headers' deadline, a close that aborts a stalled send)",
+    "connection_made": f"{SERVER} (the connection cap, the headers' deadline, the sweep of closing connections)",
     "data_received": f"{SERVER} (the head limit counted as the bytes arrive)",
     "on_message_begin": f"{SERVER} (a request's headers' deadline from its first byte)",
     "on_headers_complete": f"{SERVER} (the extensions a stream's answer uses; HTTP/1.0's close-delimited answer)",
@@ -40,7 +40,7 @@ OVERRIDDEN = {
 }
 # attributes of the protocol read or written
 PROTOCOL_ATTRIBUTES = {
-    "connections": f"{SERVER} (the server's set of connections: counted against the cap)",
+    "connections": f"{SERVER} (the server's set of connections: counted against the cap, swept for closing ones)",
     "cycle": f"{SERVER} (the request under way: its class swapped for HTTP/1.0, its send used for a chunk)",
     "flow": f"{SERVER} (uvicorn's flow control: a chunk waits on its drain)",
     "parser": f"{SERVER} (a request begun: its head counted)",
