@@ -30,8 +30,9 @@ from quoteclip import redis_keys
 from quoteclip.errors import QuoteclipError, RenderFailed
 from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec
+from renderer.fragments import Piece as Fragment
 from renderer.probe import MediaInfo
-from renderer.split import SplitPlan, join_pieces, plan_split, render_piece, render_sound, why_whole
+from renderer.split import SplitPlan, join_pieces, plan_split, render_piece, render_sound, stream_piece, why_whole
 from storage import Storage, open_storage
 
 from .pipeline.stages import Joined
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 LEASE = 20.0  # seconds a piece's claim lives without its holder's renewal
 RENEW = 5.0  # seconds between renewals
 MARKER_TTL = 6 * 3600  # seconds a piece's markers outlive a clip's job that never cleaned up
+FAILED = "the clip's job ended without its pieces joined"
 WAIT_STEP = 0.2  # seconds between looks at the pieces other workers render
 
 # renew the claim only while it is still ours; release it only if it is
@@ -70,9 +72,10 @@ class Fleet:
         settings: Settings,
         storage: Storage,
         progress: Callable[[float], None] | None = None,
+        stream: Callable[[Fragment], None] | None = None,
     ) -> Joined:
         return render_in_pieces(
-            plan, spec, key, source, audio_source, workdir, ffmpeg_bin, settings, storage, self, progress
+            plan, spec, key, source, audio_source, workdir, ffmpeg_bin, settings, storage, self, progress, stream
         )
 
 
@@ -165,15 +168,19 @@ def render_in_pieces(
     storage: Storage,
     fleet: Fleet,
     progress: Callable[[float], None] | None = None,
+    stream: Callable[[Fragment], None] | None = None,
 ) -> Joined:
     """The clip of ``plan`` rendered in pieces with the fleet's help, joined in ``workdir``: see the module. ``spec``
-    is the clip's spec as asked (``plan.spec`` has its brand files as this machine's paths)."""
+    is the clip's spec as asked (``plan.spec`` has its brand files as this machine's paths). ``stream``: handed the
+    clip's stream, piece after piece in the clip's order as each is here and the sound is (``Streamed``)."""
     connection = fleet.connection
     pieces = plan.pieces
     files: dict[int, Path] = {}
+    streamed = Streamed(plan, ffmpeg_bin, stream, settings.render_timeout(settings.piece_seconds))
     poster: Path | None = None
     piece_s: dict[int, float] = {}
     timeout = settings.render_timeout(settings.piece_seconds)
+    joined = False
     try:
         connection.delete(redis_keys.piece_failed(key))  # (a canceled earlier run's: this run starts afresh)
         connection.set(redis_keys.piece_count(key), len(pieces), ex=MARKER_TTL)
@@ -183,6 +190,7 @@ def render_in_pieces(
             sound: Path | None = None
             while len(files) < len(pieces):
                 _check_failed(connection, key)
+                streamed.on(files, sound)
                 took = False
                 for piece in pieces:
                     if piece.index in files:
@@ -209,13 +217,20 @@ def render_in_pieces(
                 if not took and len(files) < len(pieces):
                     time.sleep(WAIT_STEP)
             assert sound is not None
+            streamed.on(files, sound)
             ordered = [files[p.index] for p in pieces]
             began = time.perf_counter()
             result = join_pieces(plan, ordered, sound, poster, workdir, ffmpeg_bin, timeout)
             join_s = round(time.perf_counter() - began, 3)
+            joined = True
     finally:
+        if not joined:  # set before the pieces are removed: a piece job still rendering on another machine drops
+            connection.set(
+                redis_keys.piece_failed(key), FAILED, nx=True, ex=MARKER_TTL
+            )  # its piece (a new run clears it)
         clean_pieces(connection, storage, key, len(pieces))
-        connection.delete(redis_keys.piece_failed(key))
+        if joined:
+            connection.delete(redis_keys.piece_failed(key))
     log.info(
         "clip %s rendered in %d pieces (%d here, %s s of ffmpeg), sound %.2f s, join %.2f s",
         key,
@@ -226,6 +241,33 @@ def render_in_pieces(
         join_s,
     )
     return Joined(result, len(pieces), len(piece_s), piece_s, sound_s, join_s)
+
+
+class Streamed:
+    """A split clip's stream: each piece, once it and the clip's sound are on this machine, copied into the stream's
+    fragments (``renderer/split.py`` ``stream_piece``) in the clip's order, so a viewer of a clip rendered in pieces
+    plays it while the rest render. A stream that fails stops (said once); the clip goes on, as a render's does."""
+
+    def __init__(
+        self, plan: SplitPlan, ffmpeg_bin: str, sink: Callable[[Fragment], None] | None, timeout: float
+    ) -> None:
+        self.plan, self.ffmpeg_bin, self.sink, self.timeout = plan, ffmpeg_bin, sink, timeout
+        self.next = 0  # the next piece to stream, by its place in the plan
+
+    def on(self, files: dict[int, Path], sound: Path | None) -> None:
+        """Stream every piece that is next in order and here (nothing before the sound is)."""
+        pieces = self.plan.pieces
+        while self.sink is not None and sound is not None and self.next < len(pieces):
+            piece = pieces[self.next]
+            if piece.index not in files:
+                return
+            try:
+                stream_piece(self.plan, piece, files[piece.index], sound, self.ffmpeg_bin, self.sink, self.timeout)
+            except Exception as exc:  # noqa: BLE001  (the stream stops; the pieces, and the stored clip, go on)
+                log.warning("the clip's stream stopped at piece %d: %s", piece.index, f"{exc}".splitlines()[0])
+                self.sink = None
+                return
+            self.next += 1
 
 
 def _offer(spec: ClipSpec, plan: SplitPlan, key: str, settings: Settings, fleet: Fleet) -> None:

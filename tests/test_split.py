@@ -4,6 +4,7 @@ piece left behind."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -303,3 +304,82 @@ def test_a_180_s_clip_split_and_whole_have_the_same_frames_at_every_join(media, 
     assert [frame_index(x, span.first + n) for n, x in enumerate(a)] == [
         frame_index(y, span.first + n) for n, y in enumerate(b)
     ]
+
+
+def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media, redis_url, tmp_path) -> None:
+    """A clip rendered in pieces streams: its stream is the init segment, then each piece's fragments in the clip's
+    order once the piece and the clip's sound are here, on the clip's clock (each fragment starts where the one
+    before ends); it decodes to the stored clip's pictures, frame for frame and time for time, with its sound from
+    the clip's start to its end, no gap between the pieces' sound over an AAC frame."""
+    from test_streaming import Collected, decoded
+
+    from jobs.pieces import Fleet
+    from jobs.pipeline.produce import produce_clips
+
+    src = media(size="320x180", fps=30, duration=12, gop=60, pattern="levels")
+    settings = Settings(
+        storage_dir=tmp_path / "clips",
+        allow_local_sources=True,
+        split_seconds=5,
+        piece_seconds=3,
+        redis_url=redis_url,
+    )
+    spec = _spec(src, 1.0, 10.0)
+    stream = Collected()
+    connection = redis.Redis.from_url(redis_url)
+    clip = produce_clips(
+        [spec], settings, LocalStorage(tmp_path / "clips"), stream=stream, fleet=Fleet(connection, "split-stream")
+    )[0]
+    assert (clip.timings or {}).get("pieces") == 3, clip.timings
+    kinds = [p.kind for p in stream.pieces]
+    assert kinds[0] == "init" and kinds.count("init") == 1 and stream.ended == "finished", kinds
+    fragments = [p for p in stream.pieces if p.kind == "fragment"]
+    assert fragments[0].start == 0
+    for before, after in zip(fragments, fragments[1:], strict=False):
+        assert abs(after.start - (before.start + before.seconds)) < 0.5 / 30, (before, after)
+    assert abs(fragments[-1].start + fragments[-1].seconds - 9.0) < 0.5 / 30
+    stored = Path(str(clip.path))
+    assert decoded(stream.data())["video"] == decoded(stored)["video"]  # the stored clip's pictures, at their times
+    with av.open(io.BytesIO(stream.data())) as c:
+        sound = [(float(f.time or 0.0), f.samples / f.sample_rate) for f in c.decode(audio=0)]
+    assert sound[0][0] < 0.03 and abs(sound[-1][0] + sound[-1][1] - 9.0) < 0.05, (sound[0], sound[-1])
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(sound, sound[1:], strict=False)]
+    assert max(gaps) < 1024 / 48000 + 0.001, max(gaps)
+
+
+def test_a_piece_that_ends_after_its_clip_failed_stores_nothing(media, queue_env, tmp_path, ffmpeg_bin) -> None:
+    """The clip's job fails (its sound's ffmpeg fails, after its first piece): no piece, piece job or marker of it
+    is left but the clip's failure, and a piece job already under way on another worker when it failed (run here
+    after the failure) sees it and stores no piece."""
+    from rq import Queue
+
+    from jobs.pieces import Fleet
+    from jobs.pipeline.produce import produce_clips
+    from quoteclip.errors import QuoteclipError
+
+    src = media(size="320x180", fps=30, duration=12, gop=60, pattern="levels")
+    broken = tmp_path / "ffmpeg-no-sound"
+    broken.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -vn "*) echo "no sound here" >&2; exit 1 ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+    )
+    broken.chmod(0o755)
+    queue_env.update(QUOTECLIP_SPLIT_SECONDS="5", QUOTECLIP_PIECE_SECONDS="3", FFMPEG_BINARY=str(broken))
+    settings = Settings.from_env(queue_env).for_queue()
+    connection = redis.Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
+    clips = Path(queue_env["QUOTECLIP_STORAGE_DIR"])
+    spec = _spec(src, 1.0, 10.0)
+    with pytest.raises(QuoteclipError, match="sound|ffmpeg"):
+        produce_clips([spec], settings, LocalStorage(clips), fleet=Fleet(connection, settings.queue_name))
+    failed = connection.keys("quoteclip:piece:*:failed")
+    assert len(failed) == 1, connection.keys("quoteclip:piece:*")
+    key = failed[0].decode().split(":")[2]
+    assert [k for k in connection.keys(f"quoteclip:piece:{key}:*") if k != failed[0]] == []
+    offered = [k for k in connection.keys("rq:job:piece-*") if connection.hget(k, "status") == b"queued"]
+    assert offered == []  # (the piece jobs it offered, removed)
+    late = Queue(settings.queue_name, connection=connection).enqueue(
+        "jobs.pieces.render_piece_job", spec.model_dump(mode="json"), key, 1, settings.piece_seconds
+    )
+    Workers(queue_env, tmp_path).burst(1)
+    assert late.latest_result().return_value == {"piece": 1, "rendered": False}
+    assert not (clips / "pieces").exists() or not list((clips / "pieces").rglob("*.mp4"))
+    assert connection.keys(f"quoteclip:piece:{key}:*:done") == []
