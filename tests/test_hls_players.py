@@ -398,11 +398,12 @@ def starved_not(stalls: list[list[Any]]) -> list[list[Any]]:
     return [stall for stall in stalls if stall[1] - stall[0] > 0.4 or stall[2] or stall[3] * 0.3 > stall[1] + 0.6]
 
 
-def assert_played_every_frame(seen: dict[str, Any], clip_end: float) -> dict[str, Any]:
+def assert_played_every_frame(seen: dict[str, Any], clip_end: float, counts_decoded: bool = True) -> dict[str, Any]:
     """The quote's first frame first, while the playlist grew; every frame decoded, and presented in order with the
     source's picture for its time, but for frames the player had too late to show (on a 2-core machine the render,
     and other work, shares the cores: 0 to 3 % of them seen), at most 10 %; no stall but waits for the render
-    itself (``starved_not``); to the clip's end; the playlist ended."""
+    itself (``starved_not``); to the clip's end; the playlist ended. ``counts_decoded``: the browser's count of
+    frames decoded is checked (not WebKitGTK's, below)."""
     frames = first_frame_at(clip_end, RATE) - FIRST
     found = presented(seen)
     quality = seen["quality"]
@@ -416,7 +417,7 @@ def assert_played_every_frame(seen: dict[str, Any], clip_end: float) -> dict[str
     assert seen["playlists"][-1][1] and len(seen["playlists"]) > 1  # its playlist reloaded until it ended
     assert found["in_order"] and not found["wrong_pictures"] and found["last"] == frames - 1, found
     assert found["drawn_a_frame_off"] <= 0.02 * frames, found  # (and so no frame is systematically another)
-    if quality["total"]:  # every frame decoded (WebKit: or dropped; WebKitGTK at times reports no counts: 0, 0)
+    if counts_decoded:  # every frame decoded (WebKit: or dropped)
         assert quality["total"] >= frames - quality["dropped"], quality
     assert max(found["not_presented"], quality["dropped"]) <= 0.1 * frames, (found, quality)
     # no stall but the render's own pace: a player that has played all the playlist listed waits for the render
@@ -451,10 +452,13 @@ def test_hlsjs_plays_the_growing_stream_in_webkitgtk(webkitgtk, hlsjs, stream_ap
     """hls.js in WebKitGTK (Media Source Extensions and ManagedMediaSource, as an iPhone's WebKit has, and no HLS of
     its own), as in Chromium: the quote's first frame while the playlist grows, every frame in order, no stall,
     to the end; its last playlist ended."""
-    # A second new clip when the first playback misses: WebKitGTK under Xvfb, sharing two cores with the rest of the
-    # suite (and CI's benchmark run), now and then presents late or reports no frame counts; a stream that is wrong
-    # fails both.
-    for attempt, end in enumerate((21.0, 20.0)):
+    # Another new clip when a playback misses: WebKitGTK under Xvfb, sharing two cores with the rest of the suite
+    # (and CI's benchmark run), now and then presents late (61 of 598 frames dropped in one CI run); a stream that
+    # is wrong fails every one. Its count of frames decoded is not checked: it reports no counts at times (0, 0),
+    # and in one CI run 509 decoded and 7 dropped of 568 frames while its own count of frames presented, and the
+    # pictures seen, said all but 7 were presented.
+    ends = (21.0, 20.0, 22.0)
+    for attempt, end in enumerate(ends):
         clip = quote(levels, START, end)
         playlist = stream_api + links.sign(clip, SITE, SECRET) + "/index.m3u8"
         webkitgtk.go(hlsjs_page(http_source, hlsjs, playlist, f"hls-{attempt}.html"))
@@ -469,12 +473,12 @@ def test_hlsjs_plays_the_growing_stream_in_webkitgtk(webkitgtk, hlsjs, stream_ap
         assert seen["supported"] and seen["version"] == HLSJS_VERSION, seen
         assert native == "" and managed  # (hls.js is how it plays HLS)
         try:
-            assert_played_every_frame(seen, end)
+            assert_played_every_frame(seen, end, counts_decoded=False)
             return
         except AssertionError as missed:
-            if attempt:
+            if attempt == len(ends) - 1:
                 raise
-            print(f"WebKitGTK's first playback missed ({missed}); a second new clip")
+            print(f"WebKitGTK's playback {attempt + 1} missed ({missed}); another new clip")
 
 
 # How many frames a busy machine's browser may present before its first requestVideoFrameCallback comes (a second:
