@@ -49,6 +49,15 @@ AUDIO_SLACK = Fraction(8, 100)
 # picture and sound start at 0 and decode to the stored clip's frames and samples; skip_trailer: no ``mfra`` index
 # after the last fragment (a stream is read once, from the start).
 STREAM_MOVFLAGS = "+empty_moov+default_base_moof+delay_moov+skip_trailer"
+# Each fragment's samples laid out in the order of their decode times, one track's run at a time (the muxer's
+# ``frag_interleave``; without it, all of a fragment's pictures, then all its sound). A progressive player reads a
+# growing answer in whole blocks (Chromium's media cache hands its demuxer 32 KiB blocks only until the answer ends,
+# api/streams.py), so the newest fragment's last bytes wait for the next fragment's; a player plays where it has both
+# tracks, so with the sound at the end of each fragment it could play none of the newest fragment, and a viewer of a
+# clip still rendering was a whole fragment behind what was sent (a stall when the render keeps only a little ahead
+# of the player). Interleaved, all but the last few samples before the held-back bytes play. The samples, their
+# times and their bytes are the same.
+STREAM_INTERLEAVE = 1
 READ_SIZE = 1 << 16
 PIPE_BYTES = 1 << 20  # the FIFO's buffer: several fragments of a 1080p clip (the system's default cap, pipe-max-size)
 INIT_BOXES = {b"ftyp", b"moov"}

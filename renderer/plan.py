@@ -12,7 +12,7 @@ import ffmpeg
 from quoteclip.platforms import PLATFORMS, TRUE_PEAK
 from quoteclip.spec import DEFAULT_ENCODER_PRESET, ClipSpec
 
-from .fragments import STREAM_MOVFLAGS, fragment_us
+from .fragments import STREAM_INTERLEAVE, STREAM_MOVFLAGS, fragment_us
 from .frames import frame_span, seek_time
 from .probe import FORMATS, NETWORK_PROTOCOLS, MediaInfo
 
@@ -357,12 +357,14 @@ def _output(
 
 def _tee(output: str, stream: str, rate: Fraction, frames: int) -> str:
     """The tee muxer's outputs: the stored clip (a faststart MP4, as without a stream) and its fragmented copy, cut
-    every ``fragment_frames`` of the clip's ``frames`` whatever the frame (the keyframes stay the encoder's). A copy
-    whose reader has gone is dropped (``onfail=ignore``) and the clip is still written."""
+    every ``fragment_frames`` of the clip's ``frames`` whatever the frame (the keyframes stay the encoder's), each
+    fragment's samples in decode-time order (``STREAM_INTERLEAVE``). A copy whose reader has gone is dropped
+    (``onfail=ignore``) and the clip is still written."""
     each = fragment_us(rate, frames)
     return (
         f"[f=mp4:movflags=+faststart]{_tee_escape(output)}"
-        f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={each}:onfail=ignore]{_tee_escape(stream)}"
+        f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={each}:frag_interleave={STREAM_INTERLEAVE}:onfail=ignore]"
+        f"{_tee_escape(stream)}"
     )
 
 

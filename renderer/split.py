@@ -21,7 +21,7 @@ from quoteclip.errors import QuoteclipError, RenderFailed
 from quoteclip.spec import ClipSpec
 
 from .ffmpeg import run_ffmpeg
-from .fragments import STREAM_MOVFLAGS, fragment_us
+from .fragments import STREAM_INTERLEAVE, STREAM_MOVFLAGS, fragment_us
 from .fragments import Piece as Fragment
 from .fragments import Splitter as FragmentSplitter
 from .plan import (
@@ -184,7 +184,8 @@ def stream_argv(plan: SplitPlan, piece: Piece, path: Path, sound: Path, ffmpeg_b
         *(ffmpeg_bin, "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-i", str(path)),
         *("-ss", f"{start:.6f}", "-t", f"{length:.6f}", "-i", str(sound)),
         *("-map", "0:v:0", "-map", "1:a:0?", "-c", "copy", "-output_ts_offset", f"{start:.6f}"),
-        *("-f", "mp4", "-movflags", STREAM_MOVFLAGS + "+frag_discont", "-frag_duration", str(each), "pipe:1"),
+        *("-f", "mp4", "-movflags", STREAM_MOVFLAGS + "+frag_discont", "-frag_duration", str(each)),
+        *("-frag_interleave", str(STREAM_INTERLEAVE), "pipe:1"),
     ]
 
 

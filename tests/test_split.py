@@ -310,7 +310,8 @@ def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media,
     """A clip rendered in pieces streams: its stream is the init segment, then each piece's fragments in the clip's
     order once the piece and the clip's sound are here, on the clip's clock (each fragment starts where the one
     before ends); it decodes to the stored clip's pictures, frame for frame and time for time, with its sound from
-    the clip's start to its end, no gap between the pieces' sound over an AAC frame."""
+    the clip's start to its end, no gap between the pieces' sound over an AAC frame; each fragment's samples in
+    decode-time order."""
     from test_streaming import Collected, decoded
 
     from jobs.pieces import Fleet
@@ -338,6 +339,13 @@ def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media,
     for before, after in zip(fragments, fragments[1:], strict=False):
         assert abs(after.start - (before.start + before.seconds)) < 0.5 / 30, (before, after)
     assert abs(fragments[-1].start + fragments[-1].seconds - 9.0) < 0.5 / 30
+    # each fragment's samples in decode-time order, as a one-piece render's are (tests/test_visitor_stream.py)
+    from test_visitor_stream import laid_out
+
+    for fragment in fragments:
+        order = laid_out(fragment, stream.pieces[0])
+        late = [(a, b) for a, b in zip(order, order[1:], strict=False) if b[0] < a[0] - a[1] - 1e-6]
+        assert not late, (fragment.start, late[:3])
     stored = Path(str(clip.path))
     assert decoded(stream.data())["video"] == decoded(stored)["video"]  # the stored clip's pictures, at their times
     with av.open(io.BytesIO(stream.data())) as c:

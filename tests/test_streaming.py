@@ -138,7 +138,9 @@ def test_a_streamed_render_tees_its_one_encode_into_the_clip_and_a_fragmented_co
     outputs = teed[teed.index("-vframes") + 2]
     clip, copy = outputs.split("|[")
     assert clip == "[f=mp4:movflags=+faststart]/w/clip.mp4"
-    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration=300000:onfail=ignore]/w/str\\|eam.mp4"  # (30 fps)
+    # (30 fps; each fragment's samples in decode-time order)
+    each = "frag_duration=300000:frag_interleave=1"
+    assert copy == f"f=mp4:movflags={STREAM_MOVFLAGS}:{each}:onfail=ignore]/w/str\\|eam.mp4"
     assert "+delay_moov" in STREAM_MOVFLAGS and "frag_keyframe" not in STREAM_MOVFLAGS
     assert teed[teed.index("-flags:v") + 1] == "+global_header" and teed[teed.index("-flags:a") + 1] == "+global_header"
     assert "-threads" not in teed[: teed.index("-i")]

@@ -1,7 +1,8 @@
 """A clip streamed to a visitor's player while it renders (figure 13h): what a progressive player can play of the
 bytes it has. Chromium's media cache hands its demuxer whole 32 KiB blocks only until the answer ends, so the
-newest fragment's last bytes wait for the next fragment's; a player plays where it has both tracks. Each relayed
-fragment lays its samples out in decode-time order (renderer/interleave.py), so the bytes a player has play to
+newest fragment's last bytes wait for the next fragment's; a player plays where it has both tracks. Each streamed
+fragment lays its samples out in decode-time order (the muxer's frag_interleave, renderer/fragments.py
+STREAM_INTERLEAVE), so the bytes a player has play to
 about their own time; as ffmpeg's muxer writes it (all the pictures, then all the sound), a fragment whose end is
 held back plays not at all, and the player runs a fragment behind what was sent (a stall when the render keeps only
 a little ahead of it)."""
@@ -19,7 +20,6 @@ from jobs.pipeline.produce import produce_clips
 from quoteclip.spec import build_spec
 from renderer.fragments import Piece, children, find, fragment_samples, timescale_of, trak_id, trex_defaults
 from renderer.head import progressive_head
-from renderer.interleave import interleaved
 from storage import LocalStorage
 
 
@@ -105,15 +105,13 @@ def test_a_fragment_with_half_its_bytes_held_back_still_plays_in_part(relayed) -
 
 def test_the_interleaved_stream_decodes_to_the_stored_clip_and_makes_a_head(relayed) -> None:
     """The stream, interleaved, decodes to the stored clip's frames and sound; its head (Chromium's first answer)
-    holds the first fragment's frames; a fragment interleaved again is unchanged."""
+    holds the first fragment's frames."""
     stream, stored = relayed
     assert decoded(stream.data()) == decoded(stored)
     init, first = stream.pieces[0], stream.pieces[1]
     head = progressive_head(init.data, first.data)
     with av.open(io.BytesIO(head)) as alone:
         assert alone.streams.video[0].frames == 9
-    defaults, scales = tracks_of(init.data)
-    assert interleaved(first.data, defaults, scales) == first.data
 
 
 def test_a_progressive_players_first_fragments_end_on_its_blocks_end(relayed) -> None:

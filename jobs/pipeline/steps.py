@@ -25,7 +25,6 @@ from renderer.fragments import Piece
 from renderer.frames import FrameSpan, frame_span
 from renderer.head import with_length
 from renderer.instant import CopyRefused, copy_clip
-from renderer.interleave import Interleaver
 from renderer.plan import output_frames, output_rate, source_rate
 from renderer.probe import MediaInfo, Readable, frame_too_large, has_audio, probe
 from renderer.render import Drawn, PosterResult, RenderResult, cut_for, draw_overlays, render_clips, render_poster
@@ -287,12 +286,9 @@ def clip_length(spec: ClipSpec, info: MediaInfo) -> float:
 
 def _declaring_length(piece: Callable[[Piece], None], seconds: float) -> Callable[[Piece], None]:
     """``piece`` handed the stream's init segment with the clip's length declared in it (``with_length``: players
-    show the length while the clip streams), and the fragments with their tracks' samples interleaved
-    (``renderer/interleave.py``: a progressive player plays each fragment as it comes, not one fragment late)."""
-    interleave = Interleaver()
+    show the length while the clip streams), and the fragments as they are."""
 
     def declared(given: Piece) -> None:
-        given = interleave(given)
         if given.kind == "init":
             try:
                 given = replace(given, data=with_length(given.data, seconds))
