@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import run_cli
 
 from quoteclip.media import ffmpeg_quiet, lavfi
@@ -235,3 +236,36 @@ def test_post_links_snaps_a_link_to_the_words_given(queue_env) -> None:
     between = client.post("/links", json={**body, "start": 1.55, "snap": "words", "words": WORDS})
     assert between.status_code == 200, between.text  # between words: as it is
     assert not [w for w in between.json()["warnings"] if w.startswith("snap")], between.json()
+
+
+def test_check_reports_black_frozen_and_silent_stretches_where_they_are(tmp_path, ffmpeg_bin) -> None:
+    """``quoteclip check`` on a clip with a second of black picture at its start, a picture frozen from 2.0 s to
+    4.5 s and no sound from 1.5 s to 3.8 s: each is a finding of its kind, at its place (within a frame or two),
+    and nothing else is; exit 1."""
+    clip = tmp_path / "flawed.mp4"
+    black = "drawbox=c=black:t=fill:enable='lt(t,1)'"
+    frozen = "split[a][b];[a][b]freezeframes=first=50:last=112:replace=50"  # (frames 50-112 shown as frame 50)
+    picture = f"testsrc2=s=320x180:r=25:d=6,{black},{frozen}"
+    sound = "aevalsrc='if(between(t,1.5,3.8),0,0.3*sin(2*PI*440*t))':s=48000:d=6"
+    subprocess.run(
+        [
+            *ffmpeg_quiet(ffmpeg_bin),
+            *lavfi(picture, sound),
+            # (lossless: a lossy encoder goes on refining a still picture for a few frames, which moves the freeze)
+            *("-c:v", "libx264", "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p"),
+            *("-c:a", "aac", "-shortest", str(clip)),
+        ],
+        check=True,
+        timeout=60,
+    )
+    checked = run_cli("check", str(clip), "--json")
+    assert checked.returncode == 1, checked.stderr
+    found = json.loads(checked.stdout)["findings"]
+    at = {f["kind"]: f["at"] for f in found}
+    assert sorted(at) == ["black", "frozen", "silence"] and len(found) == 3, found
+    assert at["black"] == pytest.approx([0.0, 1.0], abs=0.09), found
+    assert at["frozen"] == pytest.approx([2.0, 4.5], abs=0.09), found
+    assert at["silence"] == pytest.approx([1.5, 3.8], abs=0.05), found
+    assert [f["said"] for f in found if f["kind"] == "frozen"] == [
+        f"frozen from {at['frozen'][0]:.2f} s to {at['frozen'][1]:.2f} s"
+    ]
