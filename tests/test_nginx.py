@@ -4,7 +4,8 @@ and the test's folder, nothing else changed) in front of two ``quoteclip serve``
 - The config passes ``nginx -t``.
 - Through it: both API processes answer; the forwarded client address is the one the rate limit counts
   (``QUOTECLIP_TRUSTED_PROXIES``); a stored clip's signed link is cached by nginx, and 100 viewers asking for it at
-  once are answered from nginx's cache; a client that drips its request's head is closed at nginx's deadline.
+  once are answered from nginx's cache; a client that drips its request's head is closed at nginx's deadline, and
+  one kept alive after its answer at its keep-alive deadline.
 - A player's range probe (``Range``, ``If-Range``, ``X-Playback-Session-Id``) reaches the API for a link that is not
   cached, and such an answer is never cached.
 """
@@ -165,6 +166,18 @@ def test_two_apis_behind_the_shipped_nginx(workers, queue_env, media, http_sourc
                         pass
                 closed = time.monotonic() - began
             assert 9 <= closed <= 13, closed
+            # a connection kept alive after its answer is closed at nginx's keepalive_timeout (5 s, the API's
+            # QUOTECLIP_KEEP_ALIVE): so is a viewer that stopped reading once nginx had handed over its whole answer
+            with socket.create_connection(("127.0.0.1", int(front.rsplit(":", 1)[1]))) as kept:
+                kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                kept.settimeout(30)
+                answer = kept.recv(65536)
+                began = time.monotonic()
+                with contextlib.suppress(ConnectionError):
+                    while kept.recv(4096):
+                        pass
+                closed = time.monotonic() - began
+            assert answer.startswith(b"HTTP/1.1 200") and 4 <= closed <= 7, (answer[:100], closed)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
