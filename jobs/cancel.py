@@ -21,7 +21,7 @@ from quoteclip.errors import BadInput
 from quoteclip.settings import Settings
 from storage import Storage
 
-from .connection import JOB_ID, clients
+from .connection import GROUP, JOB_ID, clients
 from .maintenance import PENDING
 from .pieces import clean_pieces
 from .pipeline.stages import Stage
@@ -73,19 +73,12 @@ def cancel_clip(
         job.meta.update(stage=Stage.FAILED.value, error=CANCELED, error_kind="canceled", permanent=True)
         job.save_meta()
         redis.set(redis_keys.piece_failed(key), CANCELED, ex=CANCELED_TTL)  # piece jobs still running drop theirs
-        if status == JobStatus.STARTED:
-            try:
-                send_stop_job_command(redis, job_id)
-            except InvalidJobOperation:  # (it ended in between)
-                pass
-            _wait_stopped(job)
-        else:
-            job.cancel()
-            redis.zrem(PENDING, job_id)
+        _stop(redis, job, status)
         final = job.get_status(refresh=True)
         removed = clean_pieces(redis, store, key)
         announce(job)
         log.info("canceled %s (was %s, now %s; %d stored pieces removed)", job_id, status.value, final, removed)
+        _cancel_unwanted_group(redis, job)
         return {"job_id": job_id, "status": str(final.value) if final else "canceled", "canceled": True, "waiting": 0}
 
 
@@ -121,6 +114,47 @@ def cancel_batch(
                 answers.append({"job_id": job_id, "status": "unknown", "canceled": False, "waiting": 0})
         stopped = sum(1 for a in answers if a["canceled"])
         return {"batch_id": batch_id, "canceled": stopped, "clips": answers}
+
+
+def _cancel_unwanted_group(redis: Redis, job: Job) -> None:
+    """The group job a canceled clip's job waited on (jobs/queue.py ``enqueue_profiles``: a quote's profiles rendered
+    together, ``group-…``) canceled, or stopped, once none of its clips is wanted: every member's job canceled. While
+    one is still wanted the group renders on, and stores its canceled profiles too."""
+    for group_id in job.dependency_ids:
+        if not group_id.startswith(GROUP):
+            continue
+        try:
+            group = Job.fetch(group_id, connection=redis)
+        except NoSuchJobError:
+            continue
+        status = group.get_status(refresh=False)
+        if status in TERMINAL or not all(_canceled(redis, m) for m in group.meta.get("members") or ()):
+            continue
+        _stop(redis, group, status)
+        log.info("canceled %s: none of its clips is wanted", group_id)
+
+
+def _canceled(redis: Redis, job_id: str) -> bool:
+    """Whether a clip's job was canceled (or is gone: no one waits for it)."""
+    try:
+        member = Job.fetch(job_id, connection=redis)
+    except NoSuchJobError:
+        return True
+    status = member.get_status(refresh=False)
+    return status in (JobStatus.CANCELED, JobStatus.STOPPED) or member.meta.get("error") == CANCELED
+
+
+def _stop(redis: Redis, job: Job, status: JobStatus | None) -> None:
+    """A running job stopped by its worker (rq's stop command), any other canceled (it never runs)."""
+    if status == JobStatus.STARTED:
+        try:
+            send_stop_job_command(redis, job.id)
+        except InvalidJobOperation:  # (it ended in between)
+            return
+        _wait_stopped(job)
+    else:
+        job.cancel()
+        redis.zrem(PENDING, job.id)
 
 
 def _wait_stopped(job: Job) -> None:

@@ -16,6 +16,7 @@ from storage import Storage, open_storage
 
 COMMAND_TIMEOUT = 10.0  # seconds a command through Sentinel may take before its connection is given up
 JOB_ID = re.compile(r"\Aclip-([0-9a-f]{32})\Z")  # \Z: no trailing newline
+GROUP = "group-"  # a job rendering a quote's profiles together (jobs/queue.py enqueue_profiles), then its hash
 
 
 def bulk_queue_name(settings: Settings) -> str:

@@ -25,7 +25,7 @@ from sources import allowed_hosts
 from sources.safety import check_url
 from storage import Storage
 
-from .connection import JOB_ID, bulk_queue_name, clients, connect, job_id_for
+from .connection import GROUP, JOB_ID, bulk_queue_name, clients, connect, job_id_for
 from .maintenance import PENDING, health, mark_pending
 from .metrics import record_cache_hit
 from .pipeline.assets import check_allowed
@@ -131,7 +131,7 @@ def _enqueue_group(
     depends: str | None = None
     if len(group) > 1:
         members = [job_id_for(lookup(specs[n], settings, storage)[0]) for n in group]
-        depends = "group-" + hashlib.sha256(",".join(members).encode()).hexdigest()[:32]
+        depends = GROUP + hashlib.sha256(",".join(members).encode()).hexdigest()[:32]
         queue = Queue(bulk_queue_name(settings) if bulk else settings.queue_name, connection=connection)
         try:
             queue.enqueue(

@@ -187,3 +187,29 @@ def test_a_batchs_cancel_cancels_its_clips_and_keeps_another_requests(media, que
     assert client.delete("/batches/nothing").status_code == 404
     cli = run_cli("cancel", "batch-" + "0" * 24, env=queue_env)
     assert cli.returncode == 2 and "no such batch" in cli.stderr, cli
+
+
+def test_a_quotes_profiles_all_canceled_cancel_their_shared_render(media, queue_env, workers, ffmpeg_counter) -> None:
+    """A quote in two profiles is rendered by one group job (jobs/queue.py enqueue_profiles): one clip canceled, the
+    group stays queued for the other; both canceled, the group is canceled too, and a worker renders nothing."""
+    from rq.job import Job
+
+    from jobs.queue import enqueue_profiles
+    from quoteclip.spec import in_profiles
+
+    settings = Settings.from_env(queue_env)
+    src = media(size="320x180", duration=6)
+    queued = enqueue_profiles(in_profiles(_spec(src, 1, 3), ("landscape", "vertical")), settings)
+    connection = redis.Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"])
+    (group_id,) = Job.fetch(queued[0].job_id, connection=connection).dependency_ids
+    group = Job.fetch(group_id, connection=connection)
+    assert group_id.startswith("group-")
+    first = run_cli("cancel", queued[0].job_id, "--json", env=queue_env)
+    assert first.returncode == 0 and json.loads(first.stdout)["canceled"], first.stderr
+    assert group.get_status(refresh=True) == "queued"  # (the other profile is still wanted)
+    second = run_cli("cancel", queued[1].job_id, "--json", env=queue_env)
+    assert second.returncode == 0 and json.loads(second.stdout)["canceled"], second.stderr
+    assert group.get_status(refresh=True) == "canceled"
+    workers.burst(1)
+    assert runs(ffmpeg_counter[1]) == 0
+    assert [job_status(q.job_id, settings)["status"] for q in queued] == ["failed", "failed"]
