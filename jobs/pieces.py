@@ -32,7 +32,17 @@ from quoteclip.settings import Settings
 from quoteclip.spec import ClipSpec, build_spec
 from renderer.fragments import Piece as Fragment
 from renderer.probe import MediaInfo
-from renderer.split import SplitPlan, join_pieces, plan_split, render_piece, render_sound, stream_piece, why_whole
+from renderer.split import (
+    Piece,
+    SplitPlan,
+    join_pieces,
+    plan_split,
+    render_piece,
+    render_sound,
+    stream_piece,
+    streams_live,
+    why_whole,
+)
 from storage import Storage, open_storage
 
 from .pipeline.stages import Joined
@@ -201,9 +211,11 @@ def render_in_pieces(
                         continue
                     if held.take(piece.index):
                         out = workdir / f"piece-{piece.index}.mp4"
+                        live = streamed.live(piece)
                         _, still, piece_s[piece.index] = render_piece(
-                            plan, piece, source, out, ffmpeg_bin, timeout, settings.max_frame_pixels
+                            plan, piece, source, out, ffmpeg_bin, timeout, settings.max_frame_pixels, live, audio_source
                         )
+                        streamed.went_live(piece, live)
                         files[piece.index], poster = out, poster or still
                         took = True
                         if progress is not None:
@@ -244,15 +256,30 @@ def render_in_pieces(
 
 
 class Streamed:
-    """A split clip's stream: each piece, once it and the clip's sound are on this machine, copied into the stream's
-    fragments (``renderer/split.py`` ``stream_piece``) in the clip's order, so a viewer of a clip rendered in pieces
-    plays it while the rest render. A stream that fails stops (said once); the clip goes on, as a render's does."""
+    """A split clip's stream, in the clip's order. The first piece (the clip's job takes it) streams live, as a
+    one-piece render does: its fragments, with its span's sound, relayed while it renders (``renderer/split.py``
+    ``render_piece``). Every other piece, once it and the clip's sound are here, is copied into the stream's
+    fragments on the clip's clock (``stream_piece``), so a viewer of a clip rendered in pieces plays it from its
+    first frame while the rest render. A stream that fails stops (said once); the clip
+    goes on, as a render's does. A levelled clip's pieces do not stream live (``streams_live``): its stream waits
+    for the first piece and the clip's sound."""
 
     def __init__(
         self, plan: SplitPlan, ffmpeg_bin: str, sink: Callable[[Fragment], None] | None, timeout: float
     ) -> None:
         self.plan, self.ffmpeg_bin, self.sink, self.timeout = plan, ffmpeg_bin, sink, timeout
         self.next = 0  # the next piece to stream, by its place in the plan
+
+    def live(self, piece: Piece) -> Callable[[Fragment], None] | None:
+        """Where ``piece``'s stream goes while it renders here: the stream, for the first piece before anything was
+        streamed (None: it is streamed from its file later, or not at all)."""
+        first = self.next == 0 and piece.index == self.plan.pieces[0].index
+        return self.sink if first and streams_live(self.plan) else None
+
+    def went_live(self, piece: Piece, live: Callable[[Fragment], None] | None) -> None:
+        """``piece`` rendered with ``live`` as its stream: the next piece is the one after it."""
+        if live is not None:
+            self.next += 1
 
     def on(self, files: dict[int, Path], sound: Path | None) -> None:
         """Stream every piece that is next in order and here (nothing before the sound is)."""

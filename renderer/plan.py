@@ -355,14 +355,16 @@ def _output(
     return [out] if still is None else [out, still]
 
 
-def _tee(output: str, stream: str, rate: Fraction, frames: int) -> str:
+def _tee(output: str, stream: str, rate: Fraction, frames: int, picture_only: bool = False) -> str:
     """The tee muxer's outputs: the stored clip (a faststart MP4, as without a stream) and its fragmented copy, cut
     every ``fragment_frames`` of the clip's ``frames`` whatever the frame (the keyframes stay the encoder's), each
     fragment's samples in decode-time order (``STREAM_INTERLEAVE``). A copy whose reader has gone is dropped
-    (``onfail=ignore``) and the clip is still written."""
+    (``onfail=ignore``) and the clip is still written. ``picture_only``: ``output`` is a piece's picture (a plain
+    MP4 of the video alone, ``build_piece``), the copy has the sound too."""
     each = fragment_us(rate, frames)
+    first = "[f=mp4:select=v]" if picture_only else "[f=mp4:movflags=+faststart]"
     return (
-        f"[f=mp4:movflags=+faststart]{_tee_escape(output)}"
+        f"{first}{_tee_escape(output)}"
         f"|[f=mp4:movflags={STREAM_MOVFLAGS}:frag_duration={each}:frag_interleave={STREAM_INTERLEAVE}:onfail=ignore]"
         f"{_tee_escape(stream)}"
     )
@@ -549,12 +551,18 @@ def build_piece(
     first: int,
     count: int,
     max_pixels: int | None = None,
+    audio_source: str | None = None,
 ) -> list[str]:
     """The picture of output frames ``first`` … ``first + count − 1`` of ``target``'s clip alone (no sound), for a
     clip rendered in pieces (``renderer/split.py``): the source decoded from the keyframe before the piece's first
     frame, the frames timed on the whole clip's clock while the picture is made (captions, watermark and fades fall
     where a one-piece render puts them), then on the piece's own. The piece's first frame is the source frame the
-    frame rule gives the one-piece render's frame ``first``; its poster, when ``target`` has one, is taken from it."""
+    frame rule gives the one-piece render's frame ``first``; its poster, when ``target`` has one, is taken from it.
+
+    With ``target.stream``, the same encode is also written to the stream (``_tee``) as it is made, with the sound
+    of the piece's span encoded beside it (the clip's fades, on the clip's clock; ``audio_source`` as
+    ``build_sound`` takes it), so a clip rendered in pieces streams from its first frame as a one-piece render does;
+    the piece's file stays the picture alone, the same frames as without a stream."""
     start, duration = cut
     srate, rate = source_rate(info), output_rate(info)
     span = frame_span(start, start + duration, srate)
@@ -572,9 +580,7 @@ def build_piece(
         video = branches[0]
         nodes.append(_still(target, info, branches[1]))
     spec = target.spec
-    out = ffmpeg.output(
-        video,
-        target.output,
+    picture = dict(
         vcodec="libx264",
         preset=spec.encoder_preset or PRESET,
         crf=CRF,
@@ -583,10 +589,30 @@ def build_piece(
         fps_mode="cfr",
         vframes=count,
         map_metadata=-1,
-        an=None,
-        f="mp4",
         **_rate_cap(spec),
     )
+    if target.stream is None:
+        out = ffmpeg.output(video, target.output, an=None, f="mp4", **picture)
+    else:  # (the piece's sound starts at its first frame: the clip's clock there, as its picture's)
+        if audio_source is not None:
+            audio = source_input(audio_source, begins - info.audio_offset, length).audio
+        elif info.has_audio:
+            audio = src.audio
+        else:
+            audio = ffmpeg.input(f"anullsrc=r={AUDIO_RATE}:cl=stereo", f="lavfi", t=_seconds(length)).audio
+        audio = _sound(target, audio.filter("asetpts", f"PTS+{shift:.6f}/TB"), duration)
+        out = ffmpeg.output(
+            video,
+            audio.filter("asetpts", f"PTS-{shift:.6f}/TB"),
+            _tee(target.output, target.stream, rate, count, picture_only=True),
+            acodec="aac",
+            audio_bitrate=AUDIO_BITRATE,
+            ar=AUDIO_RATE,
+            t=_seconds(length),
+            f="tee",
+            **{"flags:v": "+global_header", "flags:a": "+global_header"},
+            **picture,
+        )
     merged = ffmpeg.merge_outputs(out, *nodes) if nodes else out
     merged = merged.global_args("-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-progress", "pipe:1")
     return list(merged.overwrite_output().compile(cmd=ffmpeg_bin))

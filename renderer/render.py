@@ -230,7 +230,7 @@ def measure_loudness(
     return measured
 
 
-def _run_streamed(
+def run_streamed(
     argv: list[str], timeout: float, progress: Callable[[float], None], fifo: Path, stream: Callable[[Piece], None]
 ) -> str:
     """ffmpeg with its fragmented copy read from ``fifo`` by a thread of this process as it is written. The thread
@@ -372,7 +372,7 @@ def render_clips(
                 relayed_at.append(time.time())
             stream(piece)
 
-        said = _run_streamed(argv, timeout, progress, fifo, relayed)
+        said = run_streamed(argv, timeout, progress, fifo, relayed)
     ffmpeg_s = round(time.perf_counter() - began, 3)
     refused = OVERSIZE_FRAME.search(said)
     if refused:  # the decoder's own cap (-max_pixels) met a frame larger than the first

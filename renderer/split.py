@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from .render import (
     cut_for,
     draw_overlays,
     measure_loudness,
+    run_streamed,
 )
 
 
@@ -129,16 +131,52 @@ def plan_split(
     return SplitPlan(spec, info, cut, drawn, target, plan_pieces(frames, float(output_rate(info)), piece_seconds))
 
 
+def streams_live(plan: SplitPlan) -> bool:
+    """Whether a piece of ``plan``'s clip can stream while it renders, its span's sound encoded beside its picture:
+    not when the clip's sound is levelled (its loudness is measured over the whole cut, with the clip's sound)."""
+    return plan.spec.loudness is None
+
+
 def render_piece(
-    plan: SplitPlan, piece: Piece, source: str, output: Path, ffmpeg_bin: str, timeout: float, max_pixels: int | None
+    plan: SplitPlan,
+    piece: Piece,
+    source: str,
+    output: Path,
+    ffmpeg_bin: str,
+    timeout: float,
+    max_pixels: int | None,
+    stream: Callable[[Fragment], None] | None = None,
+    audio_source: str | None = None,
 ) -> tuple[Path, Path | None, float]:
     """Encode ``piece``'s picture to ``output``; (the file, the clip's poster when this piece holds it, ffmpeg's
-    seconds). The first piece writes the poster (it is at most a second in)."""
+    seconds). The first piece writes the poster (it is at most a second in). ``stream`` (where ``streams_live``):
+    handed the piece's stream as it renders, the init segment with the first piece's fragments only, then its
+    fragments, with its span's sound (``build_piece``; ``audio_source`` as ``render_sound`` takes it)."""
     poster = plan.target.poster if piece.index == 0 else None
     target = replace(plan.target, output=str(output), poster=poster)
-    argv = build_piece(target, plan.info, source, ffmpeg_bin, plan.cut, piece.first, piece.count, max_pixels)
+    fifo = None
+    if stream is not None and streams_live(plan):
+        fifo = output.with_name(f"{output.stem}-stream.mp4")
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo, 0o600)
+        target = replace(target, stream=str(fifo))
+    argv = build_piece(
+        target, plan.info, source, ffmpeg_bin, plan.cut, piece.first, piece.count, max_pixels, audio_source
+    )
     began = time.perf_counter()
-    said = run_ffmpeg(argv, timeout=timeout)
+    if fifo is None or stream is None:
+        said = run_ffmpeg(argv, timeout=timeout)
+    else:
+        sink = stream
+
+        def relayed(part: Fragment) -> None:
+            if part.kind != "init" or piece.index == 0:
+                sink(part)
+
+        try:
+            said = run_streamed(argv, timeout, lambda _: None, fifo, relayed)
+        finally:
+            fifo.unlink(missing_ok=True)
     seconds = round(time.perf_counter() - began, 3)
     refused = OVERSIZE_FRAME.search(said)
     if refused:

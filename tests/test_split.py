@@ -306,13 +306,29 @@ def test_a_180_s_clip_split_and_whole_have_the_same_frames_at_every_join(media, 
     ]
 
 
-def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media, redis_url, tmp_path) -> None:
-    """A clip rendered in pieces streams: its stream is the init segment, then each piece's fragments in the clip's
-    order once the piece and the clip's sound are here, on the clip's clock (each fragment starts where the one
-    before ends); it decodes to the stored clip's pictures, frame for frame and time for time, with its sound from
-    the clip's start to its end, no gap between the pieces' sound over an AAC frame; each fragment's samples in
-    decode-time order."""
+def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(
+    media, redis_url, tmp_path, monkeypatch
+) -> None:
+    """A clip rendered in pieces streams: its stream is the init segment, then the first piece's fragments while it
+    renders (before its file is finished), then each other piece's once it and the clip's sound are here, in the
+    clip's order, on the clip's clock (each fragment starts where the one before ends); it decodes to the stored
+    clip's pictures, frame for frame and time for time, with its sound from the clip's start to its end, no gap
+    between the pieces' sound over an AAC frame; each fragment's samples in decode-time order."""
+    import tempfile
+
     from test_streaming import Collected, decoded
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work))  # (the render's temp folder, where its pieces are)
+    unfinished: list[bool] = []
+
+    class Watched(Collected):
+        def piece(self, piece) -> None:
+            if piece.kind == "fragment" and not unfinished:
+                files = list(work.rglob("piece-0.mp4"))
+                unfinished.append(len(files) == 1 and b"moov" not in files[0].read_bytes())
+            super().piece(piece)
 
     from jobs.pieces import Fleet
     from jobs.pipeline.produce import produce_clips
@@ -326,7 +342,7 @@ def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media,
         redis_url=redis_url,
     )
     spec = _spec(src, 1.0, 10.0)
-    stream = Collected()
+    stream = Watched()
     connection = redis.Redis.from_url(redis_url)
     clip = produce_clips(
         [spec], settings, LocalStorage(tmp_path / "clips"), stream=stream, fleet=Fleet(connection, "split-stream")
@@ -334,17 +350,19 @@ def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media,
     assert (clip.timings or {}).get("pieces") == 3, clip.timings
     kinds = [p.kind for p in stream.pieces]
     assert kinds[0] == "init" and kinds.count("init") == 1 and stream.ended == "finished", kinds
+    assert unfinished == [True]
     fragments = [p for p in stream.pieces if p.kind == "fragment"]
     assert fragments[0].start == 0
     for before, after in zip(fragments, fragments[1:], strict=False):
         assert abs(after.start - (before.start + before.seconds)) < 0.5 / 30, (before, after)
     assert abs(fragments[-1].start + fragments[-1].seconds - 9.0) < 0.5 / 30
-    # each fragment's samples in decode-time order, as a one-piece render's are (tests/test_visitor_stream.py)
+    # each fragment's samples in decode-time order to within a frame, the first piece's as the encoders hand them
+    # to the muxer (as a one-piece render's, tests/test_visitor_stream.py), the others' as copied from their files
     from test_visitor_stream import laid_out
 
     for fragment in fragments:
         order = laid_out(fragment, stream.pieces[0])
-        late = [(a, b) for a, b in zip(order, order[1:], strict=False) if b[0] < a[0] - a[1] - 1e-6]
+        late = [(a, b) for a, b in zip(order, order[1:], strict=False) if b[0] < a[0] - 1 / 30 - 1e-6]
         assert not late, (fragment.start, late[:3])
     stored = Path(str(clip.path))
     assert decoded(stream.data())["video"] == decoded(stored)["video"]  # the stored clip's pictures, at their times
@@ -353,6 +371,48 @@ def test_a_split_clips_stream_plays_its_pieces_in_order_while_they_render(media,
     assert sound[0][0] < 0.03 and abs(sound[-1][0] + sound[-1][1] - 9.0) < 0.05, (sound[0], sound[-1])
     gaps = [b[0] - (a[0] + a[1]) for a, b in zip(sound, sound[1:], strict=False)]
     assert max(gaps) < 1024 / 48000 + 0.001, max(gaps)
+
+
+def test_the_first_piece_streams_while_it_renders_with_its_sound(media, tmp_path, ffmpeg_bin) -> None:
+    """The first piece of a split clip streams live, as a one-piece render does: its first fragment is handed over
+    before ffmpeg has finished the piece's file (a plain MP4's index comes at its end), with the picture and the
+    span's sound; the piece's file is still the picture alone, the frames a piece rendered without a stream has.
+    A levelled clip's piece does not stream while it renders (its loudness is measured over the whole cut)."""
+    from test_streaming import Collected, decoded
+
+    src = media(size="320x180", fps=30, duration=12, gop=60, pattern="levels")
+    spec = _spec(src, 1.0, 10.0)
+    info = probe(str(src))
+    plan = plan_split(spec, str(src), info, tmp_path, piece_seconds=4.5)
+    first = plan.pieces[0]
+    stream, indexed_before_first = Collected(), []
+
+    def sink(part) -> None:
+        if part.kind == "fragment" and not indexed_before_first:
+            indexed_before_first.append(b"moov" in (tmp_path / "live.mp4").read_bytes())
+        stream.piece(part)
+
+    render_piece(plan, first, str(src), tmp_path / "live.mp4", ffmpeg_bin, 60, None, sink)
+    assert indexed_before_first == [False]
+    kinds = [p.kind for p in stream.pieces]
+    assert kinds[0] == "init" and kinds.count("init") == 1 and len(kinds) > 3, kinds
+    with av.open(io.BytesIO(stream.data())) as c:
+        assert {s.type for s in c.streams} == {"video", "audio"}
+        sound = [(float(f.time or 0.0), f.samples / f.sample_rate) for f in c.decode(audio=0)]
+    length = first.count / 30
+    assert sound[0][0] < 0.03 and abs(sound[-1][0] + sound[-1][1] - length) < 0.05, (sound[0], sound[-1], length)
+    render_piece(plan, first, str(src), tmp_path / "plain.mp4", ffmpeg_bin, 60, None)
+    with av.open(str(tmp_path / "live.mp4")) as c:
+        assert [s.type for s in c.streams] == ["video"]
+    assert decoded(tmp_path / "live.mp4")["video"] == decoded(tmp_path / "plain.mp4")["video"]
+    assert decoded(stream.data())["video"] == decoded(tmp_path / "plain.mp4")["video"]
+
+    levelled = plan_split(_spec(src, 1.0, 10.0, loudness=-16), str(src), info, tmp_path, piece_seconds=4.5)
+    untouched = Collected()
+    render_piece(
+        levelled, levelled.pieces[0], str(src), tmp_path / "levelled.mp4", ffmpeg_bin, 60, None, untouched.piece
+    )
+    assert untouched.pieces == []
 
 
 def test_a_piece_that_ends_after_its_clip_failed_stores_nothing(media, queue_env, tmp_path, ffmpeg_bin) -> None:
