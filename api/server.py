@@ -31,7 +31,8 @@ deadlines and a cap of its own.
   while a crowd is connected (``CROWD`` connections or more) the collector's oldest generation waits: a full
   collection walks every object a thousand connections made, all its viewers waiting, and several came in a
   crowd's first second. It runs every ``CROWD_COLLECT`` seconds while a crowd stays, and once it has left (with
-  the memory handed back). Both are ``QUOTECLIP_CROWD_GC``; what each of these moves is worth, figure 17 measures.
+  the memory handed back). Both are ``QUOTECLIP_CROWD_GC`` (off behind a proxy); docs/deploy.md gives what each of
+  these moves is worth, as measured.
 - A streamed answer's chunks can be written straight from the bytes every viewer of its clip shares (``WRITE_CHUNK``
   in a ``GET``'s ``extensions``, on a plain HTTP/1.1 connection: an async function of the bytes, whether they were
   written): the chunk's framing and the bytes go to the socket with one ``writev`` from where they are, and what

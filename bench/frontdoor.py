@@ -3,12 +3,14 @@ one after the other, each on a clip of its own (a new one, its source's bytes wa
 
 - 17a. ``quoteclip serve``: uvicorn with api/server.py's protocol (its deadlines, caps and written chunks);
 - 17b. the same, two processes behind Debian's nginx with deploy/nginx.conf (its per-address limits raised above
-  the crowd, which comes from one address): the deployed shape docs/deploy.md describes;
+  the crowd, which comes from one address), with the settings docs/deploy.md gives behind a proxy: the deployed
+  shape docs/deploy.md describes;
 - 17c. uvicorn with its public settings only (bench/doors.py: httptools, uvloop, ``limit_concurrency``), two
   processes behind the same nginx;
 - 17d. Granian (``--http1-header-read-timeout``, ``--backpressure``), one process, no proxy;
-- 17e–17g. 17b with one of ``quoteclip serve``'s process-wide moves off: Python's own allocator, the collector not
-  held back for crowds (no ``gc.freeze``, no waiting full collections), no memory handed back after a crowd.
+- 17e–17g. 17b with one of ``quoteclip serve``'s process-wide moves changed: Python's own allocator, the collector
+  held back for crowds (``gc.freeze``, full collections waiting: on in a bare ``quoteclip serve``, off behind a
+  proxy), no memory handed back after a crowd.
 
 For each: figure 15's crowd (the first byte's p50/p95 over the reading viewers, the memory of the processes that
 serve the API per viewer while connected and 3 s after they left, when the idle viewers were let go), a client
@@ -54,13 +56,13 @@ DOORS = (
     "uvicorn+nginx",
     "granian",
     "serve+nginx:pymalloc",
-    "serve+nginx:no-crowd-gc",
+    "serve+nginx:crowd-gc",
     "serve+nginx:no-give-back",
 )
 # the deployed shape with one of `quoteclip serve`'s process-wide moves off: its variables
 VARIANTS = {
     "pymalloc": {"PYTHONMALLOC": "pymalloc"},
-    "no-crowd-gc": {"QUOTECLIP_CROWD_GC": "false"},
+    "crowd-gc": {"QUOTECLIP_CROWD_GC": "true"},
     "no-give-back": {"QUOTECLIP_GIVE_BACK_MEMORY": "false"},
 }
 DRIP_EVERY = 1.0  # seconds between the dripping client's bytes
@@ -155,7 +157,8 @@ def started(door: str, stack: Stack, run: RunConfig, work: Path) -> Iterator[Doo
             if binary is None:
                 raise SystemExit("bench: figure 17 needs nginx (apt-get install nginx)")
             ports = [free_port(), free_port()]
-            behind = {**env, "QUOTECLIP_TRUSTED_PROXIES": "127.0.0.1"}
+            # (behind a proxy as docs/deploy.md says: the proxy's address trusted, the crowd GC off unless asked)
+            behind = {"QUOTECLIP_CROWD_GC": "false", **env, "QUOTECLIP_TRUSTED_PROXIES": "127.0.0.1"}
             api_command = ["cli", "serve"] if door == "serve+nginx" else ["bench.doors"]
             for p in ports:
                 spawn([sys.executable, "-m", *api_command, "--port", str(p)], behind)
@@ -417,12 +420,13 @@ def figures(run: RunConfig, stack: Stack, work: Path) -> list[Row]:
 LABELS = {
     "serve": "`quoteclip serve` (uvicorn with api/server.py's protocol), one process, no proxy",
     "serve+nginx": "`quoteclip serve` as above, two processes behind nginx with deploy/nginx.conf (per-address "
-    "limits raised above the crowd)",
+    "limits raised above the crowd), `QUOTECLIP_CROWD_GC=false` as docs/deploy.md says behind a proxy",
     "uvicorn+nginx": "uvicorn with its public settings only (uvloop, `limit_concurrency`), two processes behind "
     "nginx with deploy/nginx.conf (per-address limits raised above the crowd)",
     "granian": "Granian 2.8 (`--http1-header-read-timeout`, `--backpressure`), one process, no proxy",
     "serve+nginx:pymalloc": "17b with Python's own allocator (`PYTHONMALLOC=pymalloc`)",
-    "serve+nginx:no-crowd-gc": "17b with the collector not held back for crowds (`QUOTECLIP_CROWD_GC=false`)",
+    "serve+nginx:crowd-gc": "17b with the collector held back for crowds (`QUOTECLIP_CROWD_GC=true`, a bare "
+    "`quoteclip serve`'s default)",
     "serve+nginx:no-give-back": "17b with no memory handed back (`QUOTECLIP_GIVE_BACK_MEMORY=false`)",
 }
 

@@ -810,7 +810,8 @@ class Settings:
         "QUOTECLIP_CROWD_GC",
         "the API's cyclic garbage collector held back for crowds: the objects made as it started frozen (never walked "
         "again), and while 64 connections or more are open its full collections wait, one every 30 s (each walks "
-        "every object the crowd's connections made, all of them waiting); figure 17 measures it",
+        "every object the crowd's connections made, all of them waiting). It paid in a bare `quoteclip serve`; "
+        "behind a proxy, with two processes, it did not: set it false there (docs/deploy.md gives what it was worth)",
         default=True,
         group="API and security",
         parse=_flag,
@@ -819,7 +820,7 @@ class Settings:
         "QUOTECLIP_GIVE_BACK_MEMORY",
         "once a crowd of 64 connections or more has left, the memory it freed is handed back to the system "
         "(glibc's `malloc_trim`; with `PYTHONMALLOC=malloc`, which `quoteclip serve` sets unless `PYTHONMALLOC` is "
-        "set); figure 17 measures it",
+        "set); docs/deploy.md gives what it is worth",
         default=True,
         group="API and security",
         parse=_flag,

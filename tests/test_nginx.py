@@ -123,6 +123,7 @@ def test_two_apis_behind_the_shipped_nginx(workers, queue_env, media, http_sourc
         **queue_env,
         "QUOTECLIP_SITE_KEYS": f"{SITE}:{SECRET}",
         "QUOTECLIP_TRUSTED_PROXIES": "127.0.0.1/32",
+        "QUOTECLIP_CROWD_GC": "false",  # (as docs/deploy.md sets it behind a proxy)
         "QUOTECLIP_RATE_LIMIT": "1",
         "QUOTECLIP_STREAM": "false",
         "QUOTECLIP_LINK_HOLD": "30",
