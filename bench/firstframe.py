@@ -43,6 +43,9 @@ VISITOR_TARGET = "p50 ≤ 1.0 s, p95 ≤ 1.5 s, no stall"
 # within about 7 minutes. A quick run makes one click of each of its lengths, two of its first.
 VISITOR_CLICKS = {7.0: 26, 30.0: 3, 120.0: 1}
 VISITOR_OFFSET = 1.13  # 13h's quotes start this far past 13a–13c's (new clips, their keyframe 0–5 s before them)
+# 13h's clicks on a cold source (each quote of an episode no one has clipped: a new name of the source, the block
+# cache emptied), of its first length, each to its first frame
+VISITOR_COLD = 30
 # The page on another origin: a muted autoplaying <video>; given a link, what it presents first and when, and each
 # stall after it began playing (a `waiting` event: when, at which media time, how far the bytes it had reached).
 WATCH = """(src) => {
@@ -186,9 +189,9 @@ def launch(p: Any, chromium: str) -> Any:
 # ---- one click ------------------------------------------------------------------------------------------------
 
 
-def clip(stack: Stack, start: float, length: float) -> dict[str, Any]:
+def clip(stack: Stack, start: float, length: float, source: str | None = None) -> dict[str, Any]:
     return {
-        "source": stack.http.url(SOURCE),
+        "source": source or stack.http.url(SOURCE),
         "start": start,
         "end": start + length,
         "caption": CAPTION,
@@ -237,12 +240,13 @@ def first_frame(
     relay_bytes: dict[float, list[int]],
     to_end: bool = False,
     watch: str = WATCH_LINK,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """A new clip's signed link given to the <video>: seconds from the request to the first frame presented, to
     "playing", the stalls until the render ended (``to_end``: until the clip ended, played at its own pace, and each
     stall's moment under "stalls at"), and the parts (from the browser's clock, its network timing and the job's own
-    timings)."""
-    body = clip(stack, start, length)
+    timings). ``source``: another episode's URL than figure 13's."""
+    body = clip(stack, start, length, source)
     link = f"http://127.0.0.1:{stack.port}" + signed.sign(body, SITE_KEY[0], SITE_KEY[1])
     job_id = job_of(stack, body)
     timing: dict[str, Any] = {}
@@ -360,7 +364,7 @@ def visitor_clicks(run: RunConfig) -> dict[float, int]:
     return {length: VISITOR_CLICKS.get(length, 1) for length in run.first_frame_lengths}
 
 
-def visitors(run: RunConfig, stack: Stack, browser: Any) -> tuple[Reading, Reading]:
+def visitors(run: RunConfig, stack: Stack, browser: Any) -> tuple[Reading, Reading, Reading]:
     """Figure 13h: the visitor's way. One Chromium open; for each click a new browser context and page (no page,
     cache or connection kept from the click before) opens the page on another origin, which sets its muted
     autoplaying <video>'s src to a new quote's signed link: from that moment (the page's clock) to the first frame
@@ -368,7 +372,10 @@ def visitors(run: RunConfig, stack: Stack, browser: Any) -> tuple[Reading, Readi
     source's bytes cached, the worker idle before each click (its render, and the clip before, ended).
 
     And, click for click beside it, 13j: a new quote's link in a ``<quote-clip>`` card (/embed.js) on the same kind
-    of page, from the click on its play button. Each 13h click is followed by a 13j click, in the same conditions."""
+    of page, from the click on its play button. Each 13h click is followed by a 13j click, in the same conditions.
+
+    Then 13h's clicks on a cold source: ``VISITOR_COLD`` quotes, each of an episode no one has clipped (a new name
+    of the source, the block cache emptied), to the first frame."""
     cached(stack)
     starts = iter(FIRST_START + VISITOR_OFFSET + STEP * i for i in range(10_000))
     counts = visitor_clicks(run)
@@ -381,12 +388,25 @@ def visitors(run: RunConfig, stack: Stack, browser: Any) -> tuple[Reading, Readi
         for _ in range(count):
             clicks.setdefault(length, []).append(visitor_click(stack, browser, next(starts), length))
             cards.setdefault(length, []).append(visitor_click(stack, browser, next(starts), length, card=True))
+    cold = []
+    for _ in range(1 if run.quick else VISITOR_COLD):
+        source = stack.new_episode(SOURCE)
+        stack.clear_source_cache()
+        cold.append(
+            visitor_click(stack, browser, next(starts), run.first_frame_lengths[0], to_end=False, source=source)
+        )
     link = visitor_reading(clicks)
-    return link, card_reading(cards, clicks)
+    return link, card_reading(cards, clicks), cold_visitor_reading(run.first_frame_lengths[0], cold)
 
 
 def visitor_click(
-    stack: Stack, browser: Any, start: float, length: float, to_end: bool = True, card: bool = False
+    stack: Stack,
+    browser: Any,
+    start: float,
+    length: float,
+    to_end: bool = True,
+    card: bool = False,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """One visitor's click: a new context and page, the link set as the <video>'s src (or given to a
     ``<quote-clip>`` card, its button clicked), played to its end."""
@@ -396,7 +416,8 @@ def visitor_click(
         page.goto(stack.http.url(CARD_PAGE if card else PAGE))
         if card:
             page.wait_for_function("() => customElements.get('quote-clip') !== undefined", timeout=30_000)
-        return first_frame(stack, page, start, length, {}, to_end=to_end, watch=WATCH_CARD if card else WATCH_LINK)
+        watch = WATCH_CARD if card else WATCH_LINK
+        return first_frame(stack, page, start, length, {}, to_end=to_end, watch=watch, source=source)
     finally:
         context.close()
 
@@ -461,6 +482,23 @@ def visitor_reading(clicks: dict[float, list[dict[str, Any]]]) -> Reading:
         + ", ".join(f"{name} {statistics.median(c[name] for c in every):.2f}" for name in parts),
         VISITOR_TARGET,
         p50 <= 1.0 and p95 <= 1.5 and stalls == 0,
+    )
+
+
+def cold_visitor_reading(length: float, clicks: list[dict[str, Any]]) -> Reading:
+    """13h on a cold source: each click a quote of an episode no one has clipped."""
+    totals = [c["total"] for c in clicks]
+    p50, p95 = statistics.median(totals), percentile(totals, 0.95)
+    parts = [name for name in clicks[0] if "→" in name]
+    return Reading(
+        f"13h cold. the same as 13h, {length:g} s clips, each a quote of an episode no one has clipped (a new name of "
+        "the source, probed afresh, its block cache emptied: the cut's bytes read from the loopback origin), to the "
+        "first frame presented (not played to its end), the worker idle before each click",
+        f"p50 {p50:.2f} s, p95 {p95:.2f} s over {len(totals)} clicks; 'playing' p50 "
+        f"{statistics.median(c['playing'] for c in clicks):.2f} s; parts (medians): "
+        + ", ".join(f"{name} {statistics.median(c[name] for c in clicks):.2f}" for name in parts),
+        TARGET,
+        p50 <= 1.0 and p95 <= 1.5,
     )
 
 
@@ -615,10 +653,9 @@ def distant_visitor(run: RunConfig, stack: Stack, browser: Any) -> Reading:
     played, posters = [], []
     try:
         for n in range(2 if run.quick else DISTANT_CLICKS):
-            name = f"new-episode-{n}-{time.monotonic_ns()}.mp4"
-            (stack.http.root / name).symlink_to((stack.http.root / SOURCE).resolve())
+            source = stack.new_episode(SOURCE)
             stack.clear_source_cache()
-            body = {**clip(stack, FIRST_START + STEP * n, run.first_frame_lengths[0]), "source": stack.http.url(name)}
+            body = clip(stack, FIRST_START + STEP * n, run.first_frame_lengths[0], source)
             link = base + signed.sign(body, SITE_KEY[0], SITE_KEY[1])
             poster = base + signed.sign(body, SITE_KEY[0], SITE_KEY[1], variant="poster")
             page_name = f"distant-{n}.html"

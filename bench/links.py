@@ -89,9 +89,10 @@ def stored_link(run: RunConfig, stack: Stack) -> Reading:
     )
 
 
-def link(stack: Stack, start: float, length: float, variant: str = "clip") -> str:
-    """The path of the signed link to figure 3's kind of clip (caption and watermark) at ``start``."""
-    return signed.sign(clip_body(stack, start, length), SITE_KEY[0], SITE_KEY[1], variant=variant)
+def link(stack: Stack, start: float, length: float, variant: str = "clip", source: str | None = None) -> str:
+    """The path of the signed link to figure 3's kind of clip (caption and watermark) at ``start`` (of the episode
+    ``source``, another than figure 3's)."""
+    return signed.sign(clip_body(stack, start, length, source), SITE_KEY[0], SITE_KEY[1], variant=variant)
 
 
 def to_last_byte(stack: Stack, path: str) -> float:

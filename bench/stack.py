@@ -151,6 +151,13 @@ class Stack:
     def renders(self) -> int:
         return len(self.counter.read_text().splitlines()) if self.counter.exists() else 0
 
+    def new_episode(self, of: str = "episode.mp4") -> str:
+        """The URL of an episode no clip has read: a new name on the loopback origin for the file ``of`` names (the
+        worker probes it afresh and reads its bytes from the origin once the block cache is emptied)."""
+        name = f"new-episode-{time.monotonic_ns()}{Path(of).suffix}"
+        (self.http.root / name).symlink_to((self.http.root / of).resolve())
+        return self.http.url(name)
+
     def clear_source_cache(self) -> None:
         shutil.rmtree(self.cache, ignore_errors=True)
         self.http.bytes_sent.clear()
@@ -174,9 +181,9 @@ class Stack:
             self.redis.wait()
 
 
-def clip_body(stack: Stack, start: float, length: float) -> dict[str, Any]:
+def clip_body(stack: Stack, start: float, length: float, source: str | None = None) -> dict[str, Any]:
     return {
-        "source": stack.http.url("episode.mp4"),
+        "source": source or stack.http.url("episode.mp4"),
         "start": start,
         "end": start + length,
         "caption": CAPTION,

@@ -1,10 +1,10 @@
 """A probe helper for a cold ``quoteclip render``: a child process forked as the command starts imports PyAV and
 probes the local files the render asks about, while the command itself imports the rest on the other core.
 
-PyAV is about a fifth of a cold render's imports (BENCHMARKS.md 8c), and the probe's own reads then no longer
-contend with the overlays' drawing for the interpreter. The helper is a hint, never a dependency: a probe it
-cannot answer (it died, it met something other than the errors a probe raises, the source is not a local path)
-is made in the command's own process, as it is in a worker, and gives the same answer.
+PyAV is about a fifth of what a cold render imports, so a one-shot command's answer comes that much sooner, and
+the probe's own reads no longer contend with the overlays' drawing for the interpreter. The helper is a hint, never
+a dependency: a probe it cannot answer (it died, it met something other than the errors a probe raises, the source
+is not a local path) is made in the command's own process, as it is in a worker, and gives the same answer.
 
 Only ``cli.launch`` starts it, before any thread exists; nothing else forks it.
 """

@@ -3,7 +3,8 @@ passing bytes either way (what was sent before stays where it was: a reply Redis
 socket, unread, as a reply lost in a partition does), ``release()`` lets them through again, ``cut()`` drops
 every connection and refuses new ones until ``restore()``. With ``delay`` and ``rate`` it shapes what it passes as a
 distant network would: each chunk reaches the other side ``delay`` seconds after it came (both ways: a round trip
-of twice that), and the server's bytes flow at most ``rate`` bytes a second on each connection."""
+of twice that; a new connection's first bytes a round trip later still, as after TCP's handshake), and the server's
+bytes flow at most ``rate`` bytes a second on each connection."""
 
 from __future__ import annotations
 
@@ -80,15 +81,16 @@ class Proxy:
             with self.lock:
                 self.pairs.append((client, server))
             pump = self._shaped if self.delay or self.rate else self._pump
-            threading.Thread(target=pump, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=pump, args=(client, server, None, True), daemon=True).start()
             threading.Thread(target=pump, args=(server, client, self.rate), daemon=True).start()
 
-    def _shaped(self, source: socket.socket, target: socket.socket, rate: float | None) -> None:
-        """Read as it comes; send each chunk once ``delay`` has passed since it came, and no faster than ``rate``."""
+    def _shaped(self, source: socket.socket, target: socket.socket, rate: float | None, opening: bool = False) -> None:
+        """Read as it comes; send each chunk once ``delay`` has passed since it came, and no faster than ``rate``;
+        ``opening`` (the client's side): nothing before the handshake's round trip and ``delay`` have passed."""
         chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
 
         def send() -> None:
-            free = time.monotonic()  # when the link is next free (the rate's clock)
+            free = time.monotonic() + (3 * self.delay if opening else 0.0)  # when the link is next free
             try:
                 while True:
                     came, data = chunks.get()
@@ -119,7 +121,9 @@ class Proxy:
         except OSError:
             chunks.put((time.monotonic(), b""))
 
-    def _pump(self, source: socket.socket, target: socket.socket, rate: float | None = None) -> None:
+    def _pump(
+        self, source: socket.socket, target: socket.socket, rate: float | None = None, opening: bool = False
+    ) -> None:
         try:
             while True:
                 self.flowing.wait()

@@ -47,13 +47,18 @@ def sample(pid: int, redis_port: int, api_port: int) -> dict[str, Any]:
     return sample_and_viewers(pid, redis_port, api_port)[0]
 
 
-def sample_and_viewers(pid: int, redis_port: int, api_port: int) -> tuple[dict[str, Any], set[int]]:
+def sample_and_viewers(
+    pid: int, redis_port: int, api_port: int, redis_ports: set[int] | None = None
+) -> tuple[dict[str, Any], set[int]]:
     """The API process's Redis connections, viewer connections, descriptors and RSS; and its viewers' ports (the
-    clients' end of each connection to ``api_port`` it holds ``ESTABLISHED``)."""
+    clients' end of each connection to ``api_port`` it holds ``ESTABLISHED``). ``redis_ports``, when given, gets
+    its own end of each of its connections to Redis (the addresses Redis's ``CLIENT LIST`` names it by)."""
     process = psutil.Process(pid)
     conns = process.net_connections(kind="tcp")
     established = [c for c in conns if c.status == psutil.CONN_ESTABLISHED and c.raddr]
     viewers = {c.raddr.port for c in established if c.laddr.port == api_port}
+    if redis_ports is not None:
+        redis_ports.update(c.laddr.port for c in established if c.raddr.port == redis_port)
     return {
         "redis": sum(1 for c in established if c.raddr.port == redis_port),
         "viewers": len(viewers),
