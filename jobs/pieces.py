@@ -260,9 +260,9 @@ class Streamed:
     one-piece render does: its fragments, with its span's sound, relayed while it renders (``renderer/split.py``
     ``render_piece``). Every other piece, once it and the clip's sound are here, is copied into the stream's
     fragments on the clip's clock (``stream_piece``), so a viewer of a clip rendered in pieces plays it from its
-    first frame while the rest render. A stream that fails stops (said once); the clip
-    goes on, as a render's does. A levelled clip's pieces do not stream live (``streams_live``): its stream waits
-    for the first piece and the clip's sound."""
+    first frame while the rest render. A stream that fails stops (said once); the clip goes on, as a render's
+    does. A levelled clip's pieces do not stream live (``streams_live``): its stream waits for the first piece and
+    the clip's sound."""
 
     def __init__(
         self, plan: SplitPlan, ffmpeg_bin: str, sink: Callable[[Fragment], None] | None, timeout: float

@@ -80,9 +80,12 @@ class Proxy:
                 continue
             with self.lock:
                 self.pairs.append((client, server))
-            pump = self._shaped if self.delay or self.rate else self._pump
-            threading.Thread(target=pump, args=(client, server, None, True), daemon=True).start()
-            threading.Thread(target=pump, args=(server, client, self.rate), daemon=True).start()
+            if self.delay or self.rate:
+                threading.Thread(target=self._shaped, args=(client, server, None, True), daemon=True).start()
+                threading.Thread(target=self._shaped, args=(server, client, self.rate), daemon=True).start()
+            else:
+                threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+                threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
 
     def _shaped(self, source: socket.socket, target: socket.socket, rate: float | None, opening: bool = False) -> None:
         """Read as it comes; send each chunk once ``delay`` has passed since it came, and no faster than ``rate``;
@@ -121,9 +124,7 @@ class Proxy:
         except OSError:
             chunks.put((time.monotonic(), b""))
 
-    def _pump(
-        self, source: socket.socket, target: socket.socket, rate: float | None = None, opening: bool = False
-    ) -> None:
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
         try:
             while True:
                 self.flowing.wait()
