@@ -755,8 +755,24 @@ def test_a_links_hls_playlist_plays_in_ffmpegs_hls_demuxer(
     assert "#EXT-X-PLAYLIST-TYPE:EVENT" in lines and '#EXT-X-MAP:URI="init.mp4"' in lines and "1.m4s" in lines
     assert "#EXT-X-ENDLIST" not in lines  # (the render goes on)
     out = tmp_path / "from-hls.mp4"
+    # (``-prefer_x_start``: the demuxer then starts where the playlist's EXT-X-START says, its first fragment, as
+    # Safari and hls.js do; by default it starts a live playlist three fragments from its end, wherever the render is)
     read = subprocess.run(
-        [ffmpeg_bin, "-hide_banner", "-loglevel", "error", "-i", playlist, "-c", "copy", "-f", "mp4", str(out)],
+        [
+            ffmpeg_bin,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-prefer_x_start",
+            "1",
+            "-i",
+            playlist,
+            "-c",
+            "copy",
+            "-f",
+            "mp4",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
