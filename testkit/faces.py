@@ -8,6 +8,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -29,6 +30,9 @@ def answers(base: str) -> bool:
     try:
         with urllib.request.urlopen(base + "/healthz", timeout=2) as response:
             return bool(response.status == 200)
+    except urllib.error.HTTPError as exc:  # (503 while starting: its answer closed, not left to the collector)
+        exc.close()
+        return False
     except OSError:
         return False
 

@@ -347,9 +347,11 @@ def test_pages_open_without_a_key_and_the_user_signs_in_on_the_page(
     try:
         with workers.serve() as base:
             for shell in ("/", "/edit", "/batch", "/pages.js"):
-                assert urllib.request.urlopen(base + shell).status == 200, shell  # no key needed
+                with urllib.request.urlopen(base + shell) as shown:
+                    assert shown.status == 200, shell  # no key needed
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(urllib.request.Request(base + "/previews", data=b"{}", method="POST"))
+            refused.value.close()
             assert refused.value.code == 401  # the data routes still need one
             query = urllib.parse.urlencode({"source": http_source.url("ep.mp4"), "start": "1.0", "end": "2.5"})
             with sync_playwright() as p:

@@ -202,6 +202,7 @@ def _get(url: str, timeout: float = 60) -> int:
             answer.read()
             return answer.status
     except urllib.error.HTTPError as exc:
+        exc.close()
         return exc.code
 
 

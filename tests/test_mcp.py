@@ -193,6 +193,7 @@ def test_an_assistant_over_http_renders_a_quote_and_strangers_are_refused(
                 )
                 with pytest.raises(urllib.error.HTTPError) as refused:  # the API's 401, before the MCP app
                     urllib.request.urlopen(request, timeout=10)
+                refused.value.close()
                 assert refused.value.code == 401, key
     finally:
         worker.terminate()

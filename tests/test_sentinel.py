@@ -96,6 +96,7 @@ def _api_code(base: str, job_id: str) -> int:
         with urllib.request.urlopen(f"{base}/clips/{job_id}", timeout=10) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return int(exc.code)
 
 
