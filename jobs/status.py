@@ -84,7 +84,11 @@ def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[
     elif stage == Stage.FINISHED.value and storage.stat(key) is not None:
         # the worker has stored the clip (the mp4 last) and said so; rq's own bookkeeping follows a moment later
         body.update(status="finished", progress=100, link=storage.link(key), error=None)
-    elif status == JobStatus.STARTED and stage == Stage.QUEUED.value and storage.stat(key) is not None:
+    elif (
+        job.get_status(refresh=False) == JobStatus.STARTED
+        and job.meta.get("stage", Stage.QUEUED.value) == Stage.QUEUED.value
+        and storage.stat(key) is not None
+    ):
         # a job just taken that has not yet looked in the store (a profile's own job, run after its group stored the
         # clip; a job run again after its answer was lost): the clip is stored, and its link works now
         body.update(status="finished", stage="finished", progress=100, link=storage.link(key), error=None)

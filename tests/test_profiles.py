@@ -92,13 +92,17 @@ def test_queued_profiles_render_together_and_a_single_request_joins(levels, queu
         assert (streams(path)["width"], streams(path)["height"]) == SIZES[name]
     # a profile's own job, run after its group stored the clip, is taken before it looks in the store: its clip is
     # finished all the while (a batch page's download of it is the clip, not "started")
+    from datetime import UTC, datetime
+
     from redis import Redis
     from rq.job import Job, JobStatus
 
-    member = Job.fetch(queued[2].job_id, connection=Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"]))
-    member.set_status(JobStatus.STARTED)
-    member.meta.update(stage="queued", progress=0)
-    member.save_meta()
+    with Redis.from_url(queue_env["QUOTECLIP_REDIS_URL"]) as connection:
+        member = Job.fetch(queued[2].job_id, connection=connection)
+        member.set_status(JobStatus.STARTED)
+        member.heartbeat(datetime.now(UTC), 60)  # (its worker alive: not a stale job, which the store answers too)
+        member.meta.update(stage="queued", progress=0)
+        member.save_meta()
     taken = job_status(queued[2].job_id, settings)
     assert taken["status"] == "finished" and taken["link"] == body["link"], taken
     again = enqueue_profiles(specs, settings)
