@@ -425,8 +425,10 @@ def assert_played_every_frame(
     if not smooth:
         # a busy machine's player presents late and its page's callbacks miss frames (in one CI run, WebKitGTK's
         # first callback came two frames in, and its pictures three frames behind): the first picture seen is
-        # the quote's within 0.2 s, and the frames' order and pace are not checked
+        # the quote's within 0.2 s, each picture the source's for its time within 4 frames, and the order of the
+        # callbacks and the pace are not checked
         assert 0 <= found["first_frame"] - FIRST <= 6, found
+        assert not [(n, m) for n, m in found["wrong_pictures"] if abs(m - n) > 4], found
         print(f"a busy machine (load {os.getloadavg()[0]:.1f}): its player's order and pace are not checked")
         return found
     # the quote's first frame first: the frames after it are each the source's frame for its time counted from the
@@ -468,7 +470,7 @@ def test_hlsjs_plays_the_growing_stream_in_chromium(
 def test_hlsjs_plays_the_growing_stream_in_webkitgtk(webkitgtk, hlsjs, stream_api, worker, levels, http_source) -> None:
     """hls.js in WebKitGTK (Media Source Extensions and ManagedMediaSource, as an iPhone's WebKit has, and no HLS of
     its own), as in Chromium: the quote's first frame while the playlist grows, every frame in order, no stall,
-    to the end; its last playlist ended."""
+    to the end; its last playlist ended (on a busy machine, what ``assert_played_every_frame`` says it checks then)."""
     # Another new clip when a playback misses: WebKitGTK under Xvfb, sharing two cores with the rest of the suite
     # (and CI's benchmark run), now and then presents late (61 of 598 frames dropped in one CI run); a stream that
     # is wrong fails every one. On a busy machine (``busy``) its pace is not checked: in one CI run its three
