@@ -15,6 +15,7 @@ worker`` processes (one on a full disk in a private mount namespace), real ffmpe
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -491,7 +492,8 @@ def test_a_killed_workers_job_runs_again_within_30_s(fleet, queue_env, media, re
         took.append(time.monotonic() - killed)
         for orphan in tree:  # rq's scheduler process outlives a killed worker: not ours to keep
             if _alive(orphan):
-                orphan.kill()
+                with contextlib.suppress(psutil.NoSuchProcess):  # (ended since it was looked at)
+                    orphan.kill()
         job = _job(redis_url, job_id)
         assert job.retries_left == ATTEMPTS and job.meta["deaths"] == 1, (job.retries_left, job.meta)
         fleet.start(next(names))  # the orchestrator replaces the dead worker
@@ -729,7 +731,8 @@ def test_fault_run_a_fleet_fails_and_loses_no_clip(fleet, queue_env, s3, http_so
                 if busy:
                     victim = busy[0]
                     for proc in [*_tree(fleet.procs[victim].pid)]:
-                        proc.kill()
+                        with contextlib.suppress(psutil.NoSuchProcess):  # (ended since it was listed)
+                            proc.kill()
                     fleet.kill(victim)
                     kills.append(victim)
                     last_kill = now
