@@ -230,6 +230,9 @@ class Target:
     # a fragmented copy of the same encode, written while it encodes (a FIFO a relay reads: renderer/fragments.py)
     stream: str | None = None
     loudness: Loudness | None = None  # the cut's sound as measured, for a spec with a loudness target
+    # where the picture's detectors (renderer/qa.py's PICTURE_DETECTORS) print what they saw in the frames encoded,
+    # for the clip's quality report: its picture is then not decoded again
+    checks: str | None = None
 
 
 def build_outputs(
@@ -318,6 +321,8 @@ def _output(
     """One output's branch: fit, overlays, fades, the H.264/AAC mp4 (and its poster from the same picture)."""
     spec = target.spec
     video = _picture(target, info, video, duration)
+    if target.checks is not None:
+        video = _detected(video, target.checks)
     audio = _sound(target, audio, duration)
     still = None
     if target.poster is not None:
@@ -384,6 +389,16 @@ def _sound(target: Target, audio: ffmpeg.nodes.FilterableStream, duration: float
         fade, tail = _fade(duration)
         audio = audio.filter("afade", t="in", st=0, d=fade).filter("afade", t="out", st=tail, d=fade)
     return audio
+
+
+def _detected(video: ffmpeg.nodes.FilterableStream, said_to: str) -> ffmpeg.nodes.FilterableStream:
+    """The finished picture through the quality report's detectors (black, frozen), which pass every frame on as it
+    is, what they saw printed to ``said_to``."""
+    from .qa import PICTURE_DETECTORS  # (renderer/qa.py reads this module's loudness)
+
+    for name, options in PICTURE_DETECTORS:
+        video = video.filter(name, **options)
+    return video.filter("metadata", mode="print", file=said_to)
 
 
 def _fade(duration: float) -> tuple[float, float]:

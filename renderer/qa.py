@@ -2,6 +2,11 @@
 ffmpeg pass (black stretches, frozen frames, long silences, loudness and true peak), and from its cut and words
 (an end that falls inside a word). Each finding names what it is, where, and by how much.
 
+A clip just rendered is not decoded again for its picture: the render's own pass runs the picture's detectors on the
+frames it encodes (``PICTURE_DETECTORS``, renderer/plan.py) and writes what they saw beside the clip; its report then
+reads only the clip's sound back (a pass that decodes the sound alone), so the loudness and true peak are the
+encoded sound's, the encoder's overshoot included.
+
 - black: 0.5 s or more of black picture (``blackdetect``'s defaults);
 - frozen: 2 s or more of a picture that does not change (``freezedetect``);
 - silence: 1.5 s or more under -50 dB (``silencedetect``);
@@ -15,10 +20,13 @@ ffmpeg pass (black stretches, frozen frames, long silences, loudness and true pe
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quoteclip.spec import Word
@@ -35,8 +43,17 @@ SILENCE_DB = -50
 INSIDE_WORD = 0.04  # seconds a cut may fall inside a word before it is said
 LOUDNESS_TOLERANCE = 1.0  # LU from a platform's target
 
-_BLACK = re.compile(r"black_start:(-?[\d.]+) black_end:(-?[\d.]+)")
-_FREEZE = re.compile(r"freeze_(start|end): (-?[\d.]+)")
+# The picture's detectors, each (filter, options), and where what they saw goes: the metadata they set on the frames,
+# printed by ``metadata=mode=print`` to a file (PICTURE_FILE, beside the clip). The check's pass runs them on the
+# decoded clip; a render runs them on the frames it encodes.
+PICTURE_DETECTORS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("blackdetect", {"d": BLACK_SECONDS, "pix_th": 0.10}),
+    ("freezedetect", {"n": "-60dB", "d": FROZEN_SECONDS}),
+)
+PICTURE_FILE = "picture-checks.txt"
+
+_BLACK = re.compile(r"lavfi\.black_(start|end)=(-?[\d.]+)")
+_FREEZE = re.compile(r"lavfi\.freezedetect\.freeze_(start|end)=(-?[\d.]+)")
 _SILENCE = re.compile(r"silence_(start|end): (-?[\d.]+)")
 
 
@@ -55,13 +72,21 @@ class Report:
         return {"ok": self.ok, "findings": self.findings, "measured": self.measured}
 
 
-def check_argv(ffmpeg: str, clip: str, sound: bool) -> list[str]:
-    """The one pass that reads the clip: its picture through blackdetect and freezedetect, its sound (when it has
-    one) through silencedetect and ebur128; nothing written."""
+def picture_chain(said_to: str) -> str:
+    """The picture's detectors as a filter chain, what they saw printed to ``said_to`` (a name without ``:``,
+    ``\\``, ``'``, ``,``, ``;`` or brackets: the pass runs in its folder)."""
+    chain = [f"{name}=" + ":".join(f"{k}={v}" for k, v in options.items()) for name, options in PICTURE_DETECTORS]
+    return ",".join([*chain, f"metadata=mode=print:file={said_to}"])
+
+
+def check_argv(ffmpeg: str, clip: str, sound: bool, picture: bool = True) -> list[str]:
+    """The pass that reads the clip (run in a folder of its own): its picture through blackdetect and freezedetect,
+    what they saw printed to PICTURE_FILE in that folder (``picture``: when not read in the render), its sound (when
+    it has one) through silencedetect and ebur128; nothing written."""
     argv = [ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-i", clip]
-    argv += ["-vf", f"blackdetect=d={BLACK_SECONDS}:pix_th=0.10,freezedetect=n=-60dB:d={FROZEN_SECONDS}"]
+    argv += ["-vf", picture_chain(PICTURE_FILE)] if picture else ["-vn"]
     if sound:
-        argv += ["-af", f"silencedetect=noise={SILENCE_DB}dB:d={SILENCE_SECONDS},ebur128=peak=true"]
+        argv += ["-af", f"silencedetect=noise={SILENCE_DB}dB:d={SILENCE_SECONDS},ebur128=peak=true:framelog=verbose"]
     return [*argv, "-f", "null", "-"]
 
 
@@ -79,16 +104,23 @@ def spans(text: str, pattern: re.Pattern[str], duration: float) -> list[tuple[fl
     return out
 
 
-def read(said: str, duration: float, report: Report, target: float | None, peak_limit: float | None) -> None:
-    """The findings of one pass's log ``said`` (``check_argv``) in ``report``."""
-    for start, end in ((float(a), float(b)) for a, b in _BLACK.findall(said)):
-        report.findings.append(
-            {"kind": "black", "said": f"black from {start:.2f} s to {end:.2f} s", "at": [start, end]}
-        )
-    for start, end in spans(said, _FREEZE, duration):
+def read_picture(seen: str, duration: float, report: Report) -> None:
+    """The findings of what the picture's detectors saw (``seen``: the metadata printed, PICTURE_FILE) in
+    ``report``: black stretches of BLACK_SECONDS or more (blackdetect marks every black frame's start and end, as it
+    logs only the long ones), frozen ones (freezedetect marks only those of FROZEN_SECONDS or more)."""
+    for start, end in spans(seen, _BLACK, duration):
+        if end - start >= BLACK_SECONDS - 1e-6:
+            report.findings.append(
+                {"kind": "black", "said": f"black from {start:.2f} s to {end:.2f} s", "at": [start, end]}
+            )
+    for start, end in spans(seen, _FREEZE, duration):
         report.findings.append(
             {"kind": "frozen", "said": f"frozen from {start:.2f} s to {end:.2f} s", "at": [start, end]}
         )
+
+
+def read(said: str, duration: float, report: Report, target: float | None, peak_limit: float | None) -> None:
+    """The findings of the sound's detectors in one pass's log ``said`` (``check_argv``) in ``report``."""
     for start, end in spans(said, _SILENCE, duration):
         if end - start >= SILENCE_SECONDS:
             silent = f"silent (under {SILENCE_DB} dB) from {start:.2f} s to {end:.2f} s"
@@ -156,14 +188,25 @@ def check(
     peak_limit: float | None = None,
     timeout: float = 300,
     captions: CaptionTrack | None = None,
+    picture: str | None = None,
 ) -> Report:
     """The report of ``clip`` (a file): its pass read, its cut (source ``start``, ``end``) against ``words``, and
-    its burned ``captions``' lines against the frame and its safe area."""
+    its burned ``captions``' lines against the frame and its safe area. ``picture``: what the picture's detectors
+    saw in the clip's render (PICTURE_FILE's text); the pass then reads the clip's sound alone (none without it)."""
     report = Report()
-    done = subprocess.run(check_argv(ffmpeg, clip, sound), capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "ffmpeg failed")
-    read(done.stderr, duration, report, target, peak_limit)
+    said = ""
+    if picture is None or sound:
+        with tempfile.TemporaryDirectory(prefix="quoteclip-check-") as folder:
+            argv = check_argv(ffmpeg, os.path.abspath(clip), sound, picture is None)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=folder)
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "ffmpeg failed")
+            said = done.stderr
+            if picture is None:
+                seen = Path(folder, PICTURE_FILE)
+                picture = seen.read_text(encoding="utf-8") if seen.exists() else ""
+    read_picture(picture or "", duration, report)
+    read(said, duration, report, target, peak_limit)
     if cut is not None and words:
         cut_words(words, cut[0], cut[1], report)
     if captions is not None:

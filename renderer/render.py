@@ -34,6 +34,7 @@ from .plan import (
     parse_loudness,
 )
 from .probe import FORMATS, MediaInfo, Readable, probe
+from .qa import PICTURE_FILE
 from .tighten import Kept, tightened
 from .timing import clip_words
 
@@ -59,6 +60,9 @@ class RenderResult:
     # a streamed render: (ffmpeg's start, its first fragment read), seconds since the epoch (time.time)
     streamed: tuple[float, float] | None = None
     kept: Kept | None = None  # a clip with its pauses tightened: the source frames it holds
+    # what the quality report's picture detectors saw in the frames this render encoded (renderer/qa.py's
+    # PICTURE_FILE); None when they did not run (the report then reads the clip's picture itself)
+    picture_checks: str | None = None
 
 
 def poster_time(duration: float) -> float:
@@ -301,6 +305,15 @@ def render_poster(
     return PosterResult(still, width, height, target.poster[1], ffmpeg_s)
 
 
+def _seen(target: Target) -> str | None:
+    """What the picture's detectors printed in ``target``'s render; None when they wrote nothing (then its report
+    reads the clip's picture itself)."""
+    try:
+        return Path(target.checks).read_text(encoding="utf-8") if target.checks is not None else None
+    except OSError:
+        return None
+
+
 def _check_platform(spec: ClipSpec, output: Path, argv: list[str]) -> None:
     """Refuse a platform's clip over the file size the platform takes (its bitrate cap keeps clips under it)."""
     if spec.platform is None:
@@ -346,7 +359,10 @@ def render_clips(
         drawn = draw_overlays([keep.respec(s) for s in specs], workdir, keep.cut)
     elif drawn is None or drawn.cut != cut:
         drawn = draw_overlays(specs, workdir, cut)
-    targets = _targets(specs, drawn, info, source, workdir, probe_source)
+    targets = [
+        replace(t, checks=str(Path(t.output).with_name(PICTURE_FILE)))
+        for t in _targets(specs, drawn, info, source, workdir, probe_source)
+    ]
     fifo = None
     if stream is not None and len(targets) == 1:
         fifo = Path(targets[0].output).with_name("stream.mp4")
@@ -404,6 +420,7 @@ def render_clips(
                 ffmpeg_s,
                 (started, relayed_at[0]) if relayed_at else None,
                 kept=keep,
+                picture_checks=_seen(target),
             )
         )
     return results

@@ -198,9 +198,10 @@ def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
     log = tmp_path / "ffmpeg-runs.log"
     wrapper = tmp_path / "ffmpeg-counting"
     # Counts renders, not version queries (the manifest records ffmpeg's version) nor the quality check a worker
-    # makes of a clip once stored (its one pass through blackdetect: jobs/pipeline/quality.py).
+    # makes of a clip once stored (its pass through the detectors into ffmpeg's null output:
+    # jobs/pipeline/quality.py; a render runs the picture's detectors too, into its clip).
     wrapper.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -version "*|*"blackdetect="*) ;; *) echo run >> "{log}" ;; esac\n'
+        f'#!/bin/sh\ncase " $* " in *" -version "*|*"detect="*" -f null - "*) ;; *) echo run >> "{log}" ;; esac\n'
         f'exec "{ffmpeg_bin}" "$@"\n'
     )
     wrapper.chmod(0o755)

@@ -156,7 +156,7 @@ def test_batch_renders_yield_the_cores_to_clicks(media, queue_env, workers, ffmp
     log = tmp_path / "nice.log"
     wrapper = tmp_path / "ffmpeg-nice"
     wrapper.write_text(  # fields 6 and 19 of /proc/<pid>/stat: the session and the niceness (renders only)
-        f'#!/bin/sh\ncase " $* " in *" -version "*|*"blackdetect="*) ;; '
+        f'#!/bin/sh\ncase " $* " in *" -version "*|*"detect="*" -f null - "*) ;; '
         f'*) cut -d" " -f6,19 /proc/$$/stat >> "{log}" ;; esac\n'
         f'exec "{ffmpeg_bin}" "$@"\n'
     )

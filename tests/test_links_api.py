@@ -76,9 +76,10 @@ def link(clip: dict[str, Any], variant: str = "clip", key: str = SITE, secret: s
 
 
 def runs(log: Path) -> list[str]:
-    """The renders' runs: not a stored clip's quality check (its one blackdetect pass, jobs/pipeline/quality.py)."""
+    """The renders' runs: not a stored clip's quality check (its pass through the detectors into ffmpeg's null
+    output, jobs/pipeline/quality.py; a render runs the picture's detectors too, into its clip)."""
     lines = log.read_text().splitlines() if log.exists() else []
-    return [line for line in lines if "blackdetect=" not in line]
+    return [line for line in lines if not ("detect=" in line and line.endswith(" -f null -"))]
 
 
 def queued(env: dict[str, str]) -> int:

@@ -16,6 +16,8 @@ from conftest import run_cli
 from quoteclip.media import ffmpeg_quiet, lavfi
 from quoteclip.spec import build_spec, snap_cut
 
+# a tone with no sound from 1.5 s to 3.8 s
+SILENT_SOUND = "aevalsrc='if(between(t,1.5,3.8),0,0.3*sin(2*PI*440*t))':s=48000:d=6"
 WORDS = [{"text": "hello", "start": 0.88, "end": 1.5}, {"text": "world", "start": 1.6, "end": 2.4}]
 
 
@@ -246,11 +248,10 @@ def test_check_reports_black_frozen_and_silent_stretches_where_they_are(tmp_path
     black = "drawbox=c=black:t=fill:enable='lt(t,1)'"
     frozen = "split[a][b];[a][b]freezeframes=first=50:last=112:replace=50"  # (frames 50-112 shown as frame 50)
     picture = f"testsrc2=s=320x180:r=25:d=6,{black},{frozen}"
-    sound = "aevalsrc='if(between(t,1.5,3.8),0,0.3*sin(2*PI*440*t))':s=48000:d=6"
     subprocess.run(
         [
             *ffmpeg_quiet(ffmpeg_bin),
-            *lavfi(picture, sound),
+            *lavfi(picture, SILENT_SOUND),
             # (lossless: a lossy encoder goes on refining a still picture for a few frames, which moves the freeze)
             *("-c:v", "libx264", "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p"),
             *("-c:a", "aac", "-shortest", str(clip)),
@@ -269,3 +270,50 @@ def test_check_reports_black_frozen_and_silent_stretches_where_they_are(tmp_path
     assert [f["said"] for f in found if f["kind"] == "frozen"] == [
         f"frozen from {at['frozen'][0]:.2f} s to {at['frozen'][1]:.2f} s"
     ]
+
+
+def test_a_rendered_clips_report_reads_its_picture_in_the_render_and_only_its_sound_after(tmp_path, ffmpeg_bin) -> None:
+    """A clip's report made as it is rendered: black (a second, not a 0.28 s blink), frozen and silent stretches
+    found where they are, the same findings ``quoteclip check`` makes of the stored clip; the picture's detectors
+    ran in the render's own pass and the one pass after it read the clip's sound alone (no second decode of the
+    picture)."""
+    flawed = tmp_path / "flawed.mp4"
+    black = "drawbox=c=black:t=fill:enable='lt(t,1)+between(t,5,5.28)'"
+    frozen = "split[a][b];[a][b]freezeframes=first=50:last=112:replace=50"  # (frames 50-112 shown as frame 50)
+    subprocess.run(
+        [
+            *ffmpeg_quiet(ffmpeg_bin),
+            *lavfi(f"testsrc2=s=320x180:r=25:d=6,{black},{frozen}", SILENT_SOUND),
+            *("-c:v", "libx264", "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p"),
+            *("-c:a", "aac", "-shortest", str(flawed)),
+        ],
+        check=True,
+        timeout=60,
+    )
+    argv_log = tmp_path / "ffmpeg-args.log"
+    wrapper = tmp_path / "ffmpeg-logging"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{argv_log}"\nexec "{ffmpeg_bin}" "$@"\n')
+    wrapper.chmod(0o755)
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": str(wrapper)}
+    made = run_cli("render", str(flawed), "--start", "0", "--end", "6", "--json", env=env)
+    assert made.returncode == 0, made.stderr
+    clip = json.loads(made.stdout)["path"]
+    report = manifest(clip)["qa"]
+    at = {f["kind"]: f["at"] for f in report["findings"]}
+    assert sorted(at) == ["black", "frozen", "silence"] and len(report["findings"]) == 3, report
+    assert at["black"] == pytest.approx([0.0, 1.0], abs=0.05), report
+    assert at["frozen"] == pytest.approx([2.0, 4.5], abs=0.09), report
+    assert at["silence"] == pytest.approx([1.5, 3.8], abs=0.05), report
+
+    runs = argv_log.read_text().splitlines()
+    renders = [run for run in runs if str(flawed) in run]
+    assert len(renders) == 1 and "blackdetect=" in renders[0] and "freezedetect=" in renders[0], runs
+    after = [run for run in runs if str(flawed) not in run and " -version" not in run]
+    assert len(after) == 1 and " -vn " in after[0] and "ebur128" in after[0], runs  # the sound read back alone
+    assert "blackdetect" not in after[0], runs
+
+    checked = run_cli("check", clip, "--json")
+    assert checked.returncode == 1, checked.stderr
+    assert [f["kind"] for f in json.loads(checked.stdout)["findings"]] == ["black", "frozen", "silence"]
+    for finding in json.loads(checked.stdout)["findings"]:
+        assert finding["at"] == pytest.approx(at[finding["kind"]], abs=0.09), (finding, report)

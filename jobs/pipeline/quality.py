@@ -3,8 +3,9 @@ still on the worker's disk, then the manifest stored again with it under ``qa``.
 wait for it: a viewer plays the clip while its report is made, and a manifest read before then has no ``qa`` yet.
 
 A clip's report reads the clip once (one ffmpeg pass: black, frozen frames, silences, loudness and true peak) and
-its cut against its words; a report that cannot be made (ffmpeg failing on the stored file) is logged and leaves
-the manifest as it was: the clip stands whatever its report.
+its cut against its words. A clip rendered in one pass had its picture read by the render itself (renderer/qa.py):
+its report's pass reads back its sound alone, a small part of decoding the clip again. A report that cannot be made
+(ffmpeg failing on the stored file) is logged and leaves the manifest as it was: the clip stands whatever its report.
 """
 
 from __future__ import annotations
@@ -34,12 +35,19 @@ ON_DEMAND_SECONDS = 120.0
 
 
 def clip_report(
-    spec: ClipSpec, path: Path, binary: str, duration: float, sound: bool, captions: CaptionTrack | None = None
+    spec: ClipSpec,
+    path: Path,
+    binary: str,
+    duration: float,
+    sound: bool,
+    captions: CaptionTrack | None = None,
+    picture: str | None = None,
 ) -> dict[str, Any]:
     """The report of the clip ``path`` made for ``spec``: its findings and measures, and the seconds it took. The
     loudness is checked against the spec's target (a platform's, or the one asked) and the true-peak limit then;
     the cut's ends (the quote's, source time) against its words when it has them; the lines of the captions it
-    burns (``captions``, the render's layout, else laid out again from the spec) against its frame."""
+    burns (``captions``, the render's layout, else laid out again from the spec) against its frame. ``picture``:
+    what the render's picture detectors saw (``RenderResult.picture_checks``), so only the sound is read back."""
     from renderer.qa import check
 
     if captions is None:
@@ -56,6 +64,7 @@ def clip_report(
         spec.loudness,
         TRUE_PEAK if spec.loudness is not None else None,
         captions=captions,
+        picture=picture,
     )
     return {**report.to_json(), "checked_s": round(time.perf_counter() - began, 3)}
 
@@ -96,11 +105,12 @@ def checked(
     duration: float,
     sound: bool,
     captions: CaptionTrack | None = None,
+    picture: str | None = None,
 ) -> dict[str, Any] | None:
-    """Make the report of a clip just stored (its file ``path``) and store it in its manifest; None (logged) when
-    it could not be made."""
+    """Make the report of a clip just stored (its file ``path``; ``picture``: what its render's picture detectors
+    saw) and store it in its manifest; None (logged) when it could not be made."""
     try:
-        report = clip_report(spec, path, binary, duration, sound, captions)
+        report = clip_report(spec, path, binary, duration, sound, captions, picture)
         report_into(storage, key, manifest, report)
     except Exception as exc:  # (the clip is stored: a report that fails is said, never raised)
         timeouts = sys.modules.get("rq.timeouts")  # (loaded in a queued job only: the CLI loads no rq)

@@ -357,7 +357,18 @@ def check_clips(ctx: Production) -> None:
         if manifest is None:  # (stored first by another worker, whose file it is: its report is that worker's)
             continue
         sound = ctx.info.has_audio
-        checked(ctx.storage, key, manifest, spec, result.path, ctx.binary, result.duration, sound, result.captions)
+        checked(
+            ctx.storage,
+            key,
+            manifest,
+            spec,
+            result.path,
+            ctx.binary,
+            result.duration,
+            sound,
+            result.captions,
+            result.picture_checks,
+        )
 
 
 def _store(
