@@ -2,10 +2,11 @@
 ffmpeg pass (black stretches, frozen frames, long silences, loudness and true peak), and from its cut and words
 (an end that falls inside a word). Each finding names what it is, where, and by how much.
 
-A clip just rendered is not decoded again for its picture: the render's own pass runs the picture's detectors on the
-frames it encodes (``PICTURE_DETECTORS``, renderer/plan.py) and writes what they saw beside the clip; its report then
-reads only the clip's sound back (a pass that decodes the sound alone), so the loudness and true peak are the
-encoded sound's, the encoder's overshoot included.
+A clip just rendered is not decoded again: the render's own pass runs the detectors on the frames and the sound it
+encodes (``PICTURE_DETECTORS``, ``SOUND_DETECTORS``, renderer/plan.py) and writes what they saw beside the clip.
+A clip with a loudness target is the exception for its sound: its report reads the clip's sound back (a pass that
+decodes the sound alone), so the true peak checked against the limit is the encoded sound's, the AAC encoder's
+overshoot included.
 
 - black: 0.5 s or more of black picture (``blackdetect``'s defaults);
 - frozen: 2 s or more of a picture that does not change (``freezedetect``);
@@ -20,6 +21,7 @@ encoded sound's, the encoder's overshoot included.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -30,8 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quoteclip.spec import Word
-
-from .plan import parse_loudness
 
 if TYPE_CHECKING:
     from .captions import CaptionTrack
@@ -51,10 +51,22 @@ PICTURE_DETECTORS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("freezedetect", {"n": "-60dB", "d": FROZEN_SECONDS}),
 )
 PICTURE_FILE = "picture-checks.txt"
+# The sound's, the same way (``ametadata``, SOUND_FILE): the EBU R128 meter's running integrated loudness and
+# per-channel true peaks (its last reading is the whole clip's), and silences. The meter goes first: it passes the
+# sound on in frames of its own, which keep only the first input frame's metadata of each, so silencedetect's marks
+# set before it would be lost.
+SOUND_DETECTORS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("ebur128", {"peak": "true", "metadata": 1, "framelog": "quiet"}),
+    ("silencedetect", {"noise": f"{SILENCE_DB}dB", "d": SILENCE_SECONDS}),
+)
+SOUND_FILE = "sound-checks.txt"
 
 _BLACK = re.compile(r"lavfi\.black_(start|end)=(-?[\d.]+)")
 _FREEZE = re.compile(r"lavfi\.freezedetect\.freeze_(start|end)=(-?[\d.]+)")
-_SILENCE = re.compile(r"silence_(start|end): (-?[\d.]+)")
+_SILENCE = re.compile(r"lavfi\.silence_(start|end)=(-?[\d.]+)")
+_NUMBER = r"(-?[\d.]+|-?inf|nan)"
+_INTEGRATED = re.compile(rf"lavfi\.r128\.I={_NUMBER}")
+_TRUE_PEAK = re.compile(rf"lavfi\.r128\.true_peaks_ch\d+={_NUMBER}")  # (linear; each channel's highest so far)
 
 
 @dataclass
@@ -72,21 +84,18 @@ class Report:
         return {"ok": self.ok, "findings": self.findings, "measured": self.measured}
 
 
-def picture_chain(said_to: str) -> str:
-    """The picture's detectors as a filter chain, what they saw printed to ``said_to`` (a name without ``:``,
-    ``\\``, ``'``, ``,``, ``;`` or brackets: the pass runs in its folder)."""
-    chain = [f"{name}=" + ":".join(f"{k}={v}" for k, v in options.items()) for name, options in PICTURE_DETECTORS]
-    return ",".join([*chain, f"metadata=mode=print:file={said_to}"])
+def _chain(detectors: tuple[tuple[str, dict[str, Any]], ...], printer: str, said_to: str) -> str:
+    chain = [f"{name}=" + ":".join(f"{k}={v}" for k, v in options.items()) for name, options in detectors]
+    return ",".join([*chain, f"{printer}=mode=print:file={said_to}"])
 
 
-def check_argv(ffmpeg: str, clip: str, sound: bool, picture: bool = True) -> list[str]:
-    """The pass that reads the clip (run in a folder of its own): its picture through blackdetect and freezedetect,
-    what they saw printed to PICTURE_FILE in that folder (``picture``: when not read in the render), its sound (when
-    it has one) through silencedetect and ebur128; nothing written."""
-    argv = [ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-i", clip]
-    argv += ["-vf", picture_chain(PICTURE_FILE)] if picture else ["-vn"]
-    if sound:
-        argv += ["-af", f"silencedetect=noise={SILENCE_DB}dB:d={SILENCE_SECONDS},ebur128=peak=true:framelog=verbose"]
+def check_argv(ffmpeg: str, clip: str, picture: bool, sound: bool) -> list[str]:
+    """The pass that reads the clip (run in a folder of its own): its ``picture`` through blackdetect and
+    freezedetect, its ``sound`` through silencedetect and ebur128, what they saw printed to PICTURE_FILE and
+    SOUND_FILE in that folder; nothing written."""
+    argv = [ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-i", clip]
+    argv += ["-vf", _chain(PICTURE_DETECTORS, "metadata", PICTURE_FILE)] if picture else ["-vn"]
+    argv += ["-af", _chain(SOUND_DETECTORS, "ametadata", SOUND_FILE)] if sound else ["-an"]
     return [*argv, "-f", "null", "-"]
 
 
@@ -119,22 +128,26 @@ def read_picture(seen: str, duration: float, report: Report) -> None:
         )
 
 
-def read(said: str, duration: float, report: Report, target: float | None, peak_limit: float | None) -> None:
-    """The findings of the sound's detectors in one pass's log ``said`` (``check_argv``) in ``report``."""
-    for start, end in spans(said, _SILENCE, duration):
+def read_sound(heard: str, duration: float, report: Report, target: float | None, peak_limit: float | None) -> None:
+    """The findings of what the sound's detectors heard (``heard``: the metadata printed, SOUND_FILE) in ``report``,
+    and its loudness (the meter's last reading) and true peak (the highest of its channels) in its measures."""
+    for start, end in spans(heard, _SILENCE, duration):
         if end - start >= SILENCE_SECONDS:
             silent = f"silent (under {SILENCE_DB} dB) from {start:.2f} s to {end:.2f} s"
             report.findings.append({"kind": "silence", "said": silent, "at": [start, end]})
-    loudness = parse_loudness(said)
-    if loudness is None:
+    readings, peaks = _INTEGRATED.findall(heard), [float(p) for p in _TRUE_PEAK.findall(heard)]
+    if not readings or not peaks:
         return
-    report.measured["loudness"] = {"integrated": loudness.integrated, "true_peak": loudness.true_peak}
-    if target is not None and abs(loudness.integrated - target) > LOUDNESS_TOLERANCE:
-        said_l = f"integrated loudness {loudness.integrated:.1f} LUFS, the platform's target is {target:g}"
-        report.findings.append({"kind": "loudness", "said": said_l, "by": round(loudness.integrated - target, 1)})
-    if peak_limit is not None and loudness.true_peak > peak_limit:
-        said_p = f"true peak {loudness.true_peak:.1f} dBTP, over the platform's limit of {peak_limit:g} dBTP"
-        report.findings.append({"kind": "true peak", "said": said_p, "by": round(loudness.true_peak - peak_limit, 1)})
+    integrated = round(float(readings[-1]), 1)
+    peak = max(peaks)
+    true_peak = round(20 * math.log10(peak), 1) if peak > 0 else (peak if math.isnan(peak) else -math.inf)
+    report.measured["loudness"] = {"integrated": integrated, "true_peak": true_peak}
+    if target is not None and abs(integrated - target) > LOUDNESS_TOLERANCE:
+        said_l = f"integrated loudness {integrated:.1f} LUFS, the platform's target is {target:g}"
+        report.findings.append({"kind": "loudness", "said": said_l, "by": round(integrated - target, 1)})
+    if peak_limit is not None and true_peak > peak_limit:
+        said_p = f"true peak {true_peak:.1f} dBTP, over the platform's limit of {peak_limit:g} dBTP"
+        report.findings.append({"kind": "true peak", "said": said_p, "by": round(true_peak - peak_limit, 1)})
 
 
 def cut_words(words: Sequence[Word], start: float, end: float, report: Report) -> None:
@@ -189,24 +202,27 @@ def check(
     timeout: float = 300,
     captions: CaptionTrack | None = None,
     picture: str | None = None,
+    heard: str | None = None,
 ) -> Report:
     """The report of ``clip`` (a file): its pass read, its cut (source ``start``, ``end``) against ``words``, and
-    its burned ``captions``' lines against the frame and its safe area. ``picture``: what the picture's detectors
-    saw in the clip's render (PICTURE_FILE's text); the pass then reads the clip's sound alone (none without it)."""
+    its burned ``captions``' lines against the frame and its safe area. ``picture``, ``heard``: what the
+    detectors saw and heard in the clip's render (PICTURE_FILE's and SOUND_FILE's text); the pass reads only what
+    they did not (none when they read both, or the picture of a clip with no ``sound``)."""
     report = Report()
-    said = ""
-    if picture is None or sound:
+    if picture is None or (sound and heard is None):
         with tempfile.TemporaryDirectory(prefix="quoteclip-check-") as folder:
-            argv = check_argv(ffmpeg, os.path.abspath(clip), sound, picture is None)
+            argv = check_argv(ffmpeg, os.path.abspath(clip), picture is None, sound and heard is None)
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=folder)
             if done.returncode != 0:
                 raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "ffmpeg failed")
-            said = done.stderr
+            seen, said = Path(folder, PICTURE_FILE), Path(folder, SOUND_FILE)
             if picture is None:
-                seen = Path(folder, PICTURE_FILE)
                 picture = seen.read_text(encoding="utf-8") if seen.exists() else ""
+            if sound and heard is None:
+                heard = said.read_text(encoding="utf-8") if said.exists() else ""
     read_picture(picture or "", duration, report)
-    read(said, duration, report, target, peak_limit)
+    if sound:
+        read_sound(heard or "", duration, report, target, peak_limit)
     if cut is not None and words:
         cut_words(words, cut[0], cut[1], report)
     if captions is not None:

@@ -34,7 +34,7 @@ from .plan import (
     parse_loudness,
 )
 from .probe import FORMATS, MediaInfo, Readable, probe
-from .qa import PICTURE_FILE
+from .qa import PICTURE_FILE, SOUND_FILE
 from .tighten import Kept, tightened
 from .timing import clip_words
 
@@ -60,9 +60,10 @@ class RenderResult:
     # a streamed render: (ffmpeg's start, its first fragment read), seconds since the epoch (time.time)
     streamed: tuple[float, float] | None = None
     kept: Kept | None = None  # a clip with its pauses tightened: the source frames it holds
-    # what the quality report's picture detectors saw in the frames this render encoded (renderer/qa.py's
-    # PICTURE_FILE); None when they did not run (the report then reads the clip's picture itself)
+    # what the quality report's detectors saw in the frames and heard in the sound this render encoded
+    # (renderer/qa.py's PICTURE_FILE, SOUND_FILE); None when they did not run (the report then reads the clip's)
     picture_checks: str | None = None
+    sound_checks: str | None = None
 
 
 def poster_time(duration: float) -> float:
@@ -305,11 +306,20 @@ def render_poster(
     return PosterResult(still, width, height, target.poster[1], ffmpeg_s)
 
 
-def _seen(target: Target) -> str | None:
-    """What the picture's detectors printed in ``target``'s render; None when they wrote nothing (then its report
-    reads the clip's picture itself)."""
+def _checked(target: Target, sound: bool) -> Target:
+    """``target`` with the quality report's detectors on its picture and, when the clip carries the source's
+    ``sound`` and has no loudness target, on its sound: a levelled clip's report reads its sound back from the clip
+    (the true peak against its limit is the encoded sound's, the AAC encoder's overshoot included)."""
+    folder = Path(target.output).parent
+    heard = str(folder / SOUND_FILE) if sound and target.spec.loudness is None else None
+    return replace(target, picture_checks=str(folder / PICTURE_FILE), sound_checks=heard)
+
+
+def _seen(printed: str | None) -> str | None:
+    """What the detectors printed to ``printed``; None when they did not run or wrote nothing (then the report
+    reads the clip itself)."""
     try:
-        return Path(target.checks).read_text(encoding="utf-8") if target.checks is not None else None
+        return Path(printed).read_text(encoding="utf-8") if printed is not None else None
     except OSError:
         return None
 
@@ -360,7 +370,7 @@ def render_clips(
     elif drawn is None or drawn.cut != cut:
         drawn = draw_overlays(specs, workdir, cut)
     targets = [
-        replace(t, checks=str(Path(t.output).with_name(PICTURE_FILE)))
+        _checked(t, info.has_audio or audio_source is not None)
         for t in _targets(specs, drawn, info, source, workdir, probe_source)
     ]
     fifo = None
@@ -420,7 +430,8 @@ def render_clips(
                 ffmpeg_s,
                 (started, relayed_at[0]) if relayed_at else None,
                 kept=keep,
-                picture_checks=_seen(target),
+                picture_checks=_seen(target.picture_checks),
+                sound_checks=_seen(target.sound_checks),
             )
         )
     return results

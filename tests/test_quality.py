@@ -272,11 +272,11 @@ def test_check_reports_black_frozen_and_silent_stretches_where_they_are(tmp_path
     ]
 
 
-def test_a_rendered_clips_report_reads_its_picture_in_the_render_and_only_its_sound_after(tmp_path, ffmpeg_bin) -> None:
+def test_a_rendered_clips_report_is_read_in_its_render_and_a_levelled_clips_sound_after(tmp_path, ffmpeg_bin) -> None:
     """A clip's report made as it is rendered: black (a second, not a 0.28 s blink), frozen and silent stretches
-    found where they are, the same findings ``quoteclip check`` makes of the stored clip; the picture's detectors
-    ran in the render's own pass and the one pass after it read the clip's sound alone (no second decode of the
-    picture)."""
+    found where they are, the same findings and measures ``quoteclip check`` makes of the stored clip, and no
+    ffmpeg run after the render (its own pass ran the detectors). A levelled clip's report reads its sound back
+    (the encoded sound's true peak), in one pass that decodes no picture."""
     flawed = tmp_path / "flawed.mp4"
     black = "drawbox=c=black:t=fill:enable='lt(t,1)+between(t,5,5.28)'"
     frozen = "split[a][b];[a][b]freezeframes=first=50:last=112:replace=50"  # (frames 50-112 shown as frame 50)
@@ -295,25 +295,37 @@ def test_a_rendered_clips_report_reads_its_picture_in_the_render_and_only_its_so
     wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{argv_log}"\nexec "{ffmpeg_bin}" "$@"\n')
     wrapper.chmod(0o755)
     env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": str(wrapper)}
-    made = run_cli("render", str(flawed), "--start", "0", "--end", "6", "--json", env=env)
-    assert made.returncode == 0, made.stderr
-    clip = json.loads(made.stdout)["path"]
-    report = manifest(clip)["qa"]
+
+    def render(*extra: str) -> tuple[str, dict, list[str]]:
+        """The clip, its report, and ffmpeg's runs after its render's."""
+        argv_log.unlink(missing_ok=True)
+        made = run_cli("render", str(flawed), "--start", "0", "--end", "6", "--json", *extra, env=env)
+        assert made.returncode == 0, made.stderr
+        clip = json.loads(made.stdout)["path"]
+        runs = [run for run in argv_log.read_text().splitlines() if " -version" not in run]
+        renders = [n for n, run in enumerate(runs) if str(flawed) in run and "-filter_complex" in run]
+        assert renders and "blackdetect=" in runs[renders[-1]] and "freezedetect=" in runs[renders[-1]], runs
+        return clip, manifest(clip)["qa"], runs[renders[-1] + 1 :]
+
+    clip, report, after = render()
+    assert after == [], after  # the picture and the sound were read in the render
     at = {f["kind"]: f["at"] for f in report["findings"]}
     assert sorted(at) == ["black", "frozen", "silence"] and len(report["findings"]) == 3, report
     assert at["black"] == pytest.approx([0.0, 1.0], abs=0.05), report
     assert at["frozen"] == pytest.approx([2.0, 4.5], abs=0.09), report
     assert at["silence"] == pytest.approx([1.5, 3.8], abs=0.05), report
-
-    runs = argv_log.read_text().splitlines()
-    renders = [run for run in runs if str(flawed) in run]
-    assert len(renders) == 1 and "blackdetect=" in renders[0] and "freezedetect=" in renders[0], runs
-    after = [run for run in runs if str(flawed) not in run and " -version" not in run]
-    assert len(after) == 1 and " -vn " in after[0] and "ebur128" in after[0], runs  # the sound read back alone
-    assert "blackdetect" not in after[0], runs
-
     checked = run_cli("check", clip, "--json")
     assert checked.returncode == 1, checked.stderr
-    assert [f["kind"] for f in json.loads(checked.stdout)["findings"]] == ["black", "frozen", "silence"]
-    for finding in json.loads(checked.stdout)["findings"]:
+    again = json.loads(checked.stdout)
+    assert [f["kind"] for f in again["findings"]] == ["black", "frozen", "silence"], again
+    for finding in again["findings"]:
         assert finding["at"] == pytest.approx(at[finding["kind"]], abs=0.09), (finding, report)
+    for measure in ("integrated", "true_peak"):  # (the sound before the encoder, and as decoded from the clip)
+        heard, decoded = report["measured"]["loudness"][measure], again["measured"]["loudness"][measure]
+        assert heard == pytest.approx(decoded, abs=0.5), (report, again)
+
+    _, levelled, after = render("--loudness", "-16")
+    assert len(after) == 1 and " -vn " in after[0] and "ebur128" in after[0], after  # its sound read back alone
+    assert "blackdetect" not in after[0], after
+    assert sorted(f["kind"] for f in levelled["findings"]) == ["black", "frozen", "silence"], levelled
+    assert levelled["measured"]["loudness"]["integrated"] == pytest.approx(-16, abs=1), levelled

@@ -368,6 +368,7 @@ def check_clips(ctx: Production) -> None:
             sound,
             result.captions,
             result.picture_checks,
+            result.sound_checks,
         )
 
 
