@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Protocol
 
 import ffmpeg
 
@@ -230,10 +230,9 @@ class Target:
     # a fragmented copy of the same encode, written while it encodes (a FIFO a relay reads: renderer/fragments.py)
     stream: str | None = None
     loudness: Loudness | None = None  # the cut's sound as measured, for a spec with a loudness target
-    # where the quality report's detectors (renderer/qa.py) print what they saw in the frames encoded and heard in
-    # the sound encoded: the clip is then not decoded again for them
+    # where the quality report's picture detectors (renderer/qa.py) print what they saw in the frames encoded: the
+    # clip's picture is then not decoded again for its report
     picture_checks: str | None = None
-    sound_checks: str | None = None
 
 
 def build_outputs(
@@ -323,13 +322,8 @@ def _output(
     spec = target.spec
     video = _picture(target, info, video, duration)
     audio = _sound(target, audio, duration)
-    if target.picture_checks is not None or target.sound_checks is not None:
-        from .qa import PICTURE_DETECTORS, SOUND_DETECTORS  # (renderer/qa.py reads no plan: a render needs it here)
-
-        if target.picture_checks is not None:
-            video = _detected(video, PICTURE_DETECTORS, "metadata", target.picture_checks)
-        if target.sound_checks is not None:
-            audio = _detected(audio, SOUND_DETECTORS, "ametadata", target.sound_checks)
+    if target.picture_checks is not None:
+        video = _detected(video, target.picture_checks)
     still = None
     if target.poster is not None:
         branches = video.filter_multi_output("split")
@@ -397,17 +391,16 @@ def _sound(target: Target, audio: ffmpeg.nodes.FilterableStream, duration: float
     return audio
 
 
-def _detected(
-    stream: ffmpeg.nodes.FilterableStream,
-    detectors: tuple[tuple[str, dict[str, Any]], ...],
-    printer: str,
-    said_to: str,
-) -> ffmpeg.nodes.FilterableStream:
-    """An output's finished picture or sound through the quality report's ``detectors`` (renderer/qa.py), which
-    pass every frame on as it is, what they saw printed to ``said_to`` by ``printer`` (``metadata``, ``ametadata``)."""
-    for name, options in detectors:
-        stream = stream.filter(name, **options)
-    return stream.filter(printer, mode="print", file=said_to)
+def _detected(video: ffmpeg.nodes.FilterableStream, said_to: str) -> ffmpeg.nodes.FilterableStream:
+    """An output's finished picture through the quality report's detectors (black, frozen: renderer/qa.py), which
+    pass every frame on as it is, the marks they set on the frames printed to ``said_to``. (The sound's detectors
+    are not run here: ebur128 takes 48 kHz sound only, and in the render's chain the sound of another rate would
+    be resampled before the encoder by another resampler than the output's.)"""
+    from .qa import PICTURE_DETECTORS  # (renderer/qa.py reads this module's loudness)
+
+    for name, options in PICTURE_DETECTORS:
+        video = video.filter(name, **options)
+    return video.filter("metadata", mode="print", file=said_to)
 
 
 def _fade(duration: float) -> tuple[float, float]:

@@ -2,11 +2,9 @@
 ffmpeg pass (black stretches, frozen frames, long silences, loudness and true peak), and from its cut and words
 (an end that falls inside a word). Each finding names what it is, where, and by how much.
 
-A clip just rendered is not decoded again: the render's own pass runs the detectors on the frames and the sound it
-encodes (``PICTURE_DETECTORS``, ``SOUND_DETECTORS``, renderer/plan.py) and writes what they saw beside the clip.
-A clip with a loudness target is the exception for its sound: its report reads the clip's sound back (a pass that
-decodes the sound alone), so the true peak checked against the limit is the encoded sound's, the AAC encoder's
-overshoot included.
+A clip just rendered is not decoded again for its picture: the render's own pass runs the picture's detectors on the
+frames it encodes (``PICTURE_DETECTORS``, renderer/plan.py) and prints what they saw beside the clip (``Seen``); its
+report's pass then reads the clip's sound alone (the sound as encoded, the AAC encoder's overshoot included).
 
 - black: 0.5 s or more of black picture (``blackdetect``'s defaults);
 - frozen: 2 s or more of a picture that does not change (``freezedetect``);
@@ -22,16 +20,15 @@ overshoot included.
 from __future__ import annotations
 
 import math
-import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quoteclip.spec import Word
+
+from .plan import parse_loudness
 
 if TYPE_CHECKING:
     from .captions import CaptionTrack
@@ -43,30 +40,30 @@ SILENCE_DB = -50
 INSIDE_WORD = 0.04  # seconds a cut may fall inside a word before it is said
 LOUDNESS_TOLERANCE = 1.0  # LU from a platform's target
 
-# The picture's detectors, each (filter, options), and where what they saw goes: the metadata they set on the frames,
-# printed by ``metadata=mode=print`` to a file (PICTURE_FILE, beside the clip). The check's pass runs them on the
-# decoded clip; a render runs them on the frames it encodes.
+# The picture's detectors, each (filter, options): run by the check's pass on the decoded clip (their log read), and
+# by a render on the frames it encodes, what they saw printed with ``metadata=mode=print`` to PICTURE_FILE beside
+# the clip (the marks they set on the frames).
 PICTURE_DETECTORS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("blackdetect", {"d": BLACK_SECONDS, "pix_th": 0.10}),
     ("freezedetect", {"n": "-60dB", "d": FROZEN_SECONDS}),
 )
 PICTURE_FILE = "picture-checks.txt"
-# The sound's, the same way (``ametadata``, SOUND_FILE): the EBU R128 meter's running integrated loudness and
-# per-channel true peaks (its last reading is the whole clip's), and silences. The meter goes first: it passes the
-# sound on in frames of its own, which keep only the first input frame's metadata of each, so silencedetect's marks
-# set before it would be lost.
-SOUND_DETECTORS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("ebur128", {"peak": "true", "metadata": 1, "framelog": "quiet"}),
-    ("silencedetect", {"noise": f"{SILENCE_DB}dB", "d": SILENCE_SECONDS}),
-)
-SOUND_FILE = "sound-checks.txt"
 
-_BLACK = re.compile(r"lavfi\.black_(start|end)=(-?[\d.]+)")
-_FREEZE = re.compile(r"lavfi\.freezedetect\.freeze_(start|end)=(-?[\d.]+)")
-_SILENCE = re.compile(r"lavfi\.silence_(start|end)=(-?[\d.]+)")
-_NUMBER = r"(-?[\d.]+|-?inf|nan)"
-_INTEGRATED = re.compile(rf"lavfi\.r128\.I={_NUMBER}")
-_TRUE_PEAK = re.compile(rf"lavfi\.r128\.true_peaks_ch\d+={_NUMBER}")  # (linear; each channel's highest so far)
+_BLACK = re.compile(r"black_start:(-?[\d.]+) black_end:(-?[\d.]+)")
+_FREEZE = re.compile(r"freeze_(start|end): (-?[\d.]+)")
+_SILENCE = re.compile(r"silence_(start|end): (-?[\d.]+)")
+_BLACK_MARK = re.compile(r"lavfi\.black_(start|end)=(-?[\d.]+)")
+_FREEZE_MARK = re.compile(r"lavfi\.freezedetect\.freeze_(start|end)=(-?[\d.]+)")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the picture's detectors printed in a render (PICTURE_FILE's ``text``), and the time of the last frame it
+    encoded (``last_frame``, seconds into the clip: where a black stretch still open at the end ends, as
+    blackdetect's own log ends it)."""
+
+    text: str
+    last_frame: float
 
 
 @dataclass
@@ -84,18 +81,22 @@ class Report:
         return {"ok": self.ok, "findings": self.findings, "measured": self.measured}
 
 
-def _chain(detectors: tuple[tuple[str, dict[str, Any]], ...], printer: str, said_to: str) -> str:
-    chain = [f"{name}=" + ":".join(f"{k}={v}" for k, v in options.items()) for name, options in detectors]
-    return ",".join([*chain, f"{printer}=mode=print:file={said_to}"])
+def picture_chain() -> str:
+    """The picture's detectors as a filter chain."""
+    return ",".join(
+        f"{name}=" + ":".join(f"{k}={v}" for k, v in options.items()) for name, options in PICTURE_DETECTORS
+    )
 
 
 def check_argv(ffmpeg: str, clip: str, picture: bool, sound: bool) -> list[str]:
-    """The pass that reads the clip (run in a folder of its own): its ``picture`` through blackdetect and
-    freezedetect, its ``sound`` through silencedetect and ebur128, what they saw printed to PICTURE_FILE and
-    SOUND_FILE in that folder; nothing written."""
-    argv = [ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error", "-i", clip]
-    argv += ["-vf", _chain(PICTURE_DETECTORS, "metadata", PICTURE_FILE)] if picture else ["-vn"]
-    argv += ["-af", _chain(SOUND_DETECTORS, "ametadata", SOUND_FILE)] if sound else ["-an"]
+    """The pass that reads the clip: its ``picture`` through blackdetect and freezedetect, its ``sound`` through
+    silencedetect and ebur128 (each frame's readings left out of the log, its summary in); nothing written."""
+    argv = [ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-i", clip]
+    argv += ["-vf", picture_chain()] if picture else ["-vn"]
+    if sound:
+        argv += ["-af", f"silencedetect=noise={SILENCE_DB}dB:d={SILENCE_SECONDS},ebur128=peak=true:framelog=verbose"]
+    else:
+        argv += ["-an"]
     return [*argv, "-f", "null", "-"]
 
 
@@ -113,41 +114,54 @@ def spans(text: str, pattern: re.Pattern[str], duration: float) -> list[tuple[fl
     return out
 
 
-def read_picture(seen: str, duration: float, report: Report) -> None:
-    """The findings of what the picture's detectors saw (``seen``: the metadata printed, PICTURE_FILE) in
-    ``report``: black stretches of BLACK_SECONDS or more (blackdetect marks every black frame's start and end, as it
-    logs only the long ones), frozen ones (freezedetect marks only those of FROZEN_SECONDS or more)."""
-    for start, end in spans(seen, _BLACK, duration):
+def read_picture(seen: Seen, duration: float, report: Report) -> None:
+    """The findings of what the picture's detectors printed in a render (``seen``) in ``report``: black stretches
+    of BLACK_SECONDS or more (blackdetect marks the start and end of every black run, and logs only the long ones),
+    frozen ones (freezedetect marks only those of FROZEN_SECONDS or more)."""
+    for start, end in spans(seen.text, _BLACK_MARK, seen.last_frame):
         if end - start >= BLACK_SECONDS - 1e-6:
-            report.findings.append(
-                {"kind": "black", "said": f"black from {start:.2f} s to {end:.2f} s", "at": [start, end]}
-            )
-    for start, end in spans(seen, _FREEZE, duration):
-        report.findings.append(
-            {"kind": "frozen", "said": f"frozen from {start:.2f} s to {end:.2f} s", "at": [start, end]}
-        )
+            _black(start, end, report)
+    for start, end in spans(seen.text, _FREEZE_MARK, duration):
+        _frozen(start, end, report)
 
 
-def read_sound(heard: str, duration: float, report: Report, target: float | None, peak_limit: float | None) -> None:
-    """The findings of what the sound's detectors heard (``heard``: the metadata printed, SOUND_FILE) in ``report``,
-    and its loudness (the meter's last reading) and true peak (the highest of its channels) in its measures."""
-    for start, end in spans(heard, _SILENCE, duration):
+def _black(start: float, end: float, report: Report) -> None:
+    report.findings.append({"kind": "black", "said": f"black from {start:.2f} s to {end:.2f} s", "at": [start, end]})
+
+
+def _frozen(start: float, end: float, report: Report) -> None:
+    report.findings.append({"kind": "frozen", "said": f"frozen from {start:.2f} s to {end:.2f} s", "at": [start, end]})
+
+
+def read(
+    said: str, duration: float, report: Report, target: float | None, peak_limit: float | None, picture: bool = True
+) -> None:
+    """The findings of one pass's log ``said`` (``check_argv``) in ``report``: its picture's (``picture``: when it
+    read the picture) and its sound's."""
+    if picture:
+        for start, end in ((float(a), float(b)) for a, b in _BLACK.findall(said)):
+            _black(start, end, report)
+        for start, end in spans(said, _FREEZE, duration):
+            _frozen(start, end, report)
+    for start, end in spans(said, _SILENCE, duration):
         if end - start >= SILENCE_SECONDS:
             silent = f"silent (under {SILENCE_DB} dB) from {start:.2f} s to {end:.2f} s"
             report.findings.append({"kind": "silence", "said": silent, "at": [start, end]})
-    readings, peaks = _INTEGRATED.findall(heard), [float(p) for p in _TRUE_PEAK.findall(heard)]
-    if not readings or not peaks:
+    loudness = parse_loudness(said)
+    if loudness is None:
         return
-    integrated = round(float(readings[-1]), 1)
-    peak = max(peaks)
-    true_peak = round(20 * math.log10(peak), 1) if peak > 0 else (peak if math.isnan(peak) else -math.inf)
-    report.measured["loudness"] = {"integrated": integrated, "true_peak": true_peak}
-    if target is not None and abs(integrated - target) > LOUDNESS_TOLERANCE:
-        said_l = f"integrated loudness {integrated:.1f} LUFS, the platform's target is {target:g}"
-        report.findings.append({"kind": "loudness", "said": said_l, "by": round(integrated - target, 1)})
-    if peak_limit is not None and true_peak > peak_limit:
-        said_p = f"true peak {true_peak:.1f} dBTP, over the platform's limit of {peak_limit:g} dBTP"
-        report.findings.append({"kind": "true peak", "said": said_p, "by": round(true_peak - peak_limit, 1)})
+    # (a silent clip's true peak is -inf, and a number that is not one cannot be said in JSON: null)
+    finite = {
+        k: v if math.isfinite(v) else None
+        for k, v in (("integrated", loudness.integrated), ("true_peak", loudness.true_peak))
+    }
+    report.measured["loudness"] = finite
+    if target is not None and abs(loudness.integrated - target) > LOUDNESS_TOLERANCE:
+        said_l = f"integrated loudness {loudness.integrated:.1f} LUFS, the platform's target is {target:g}"
+        report.findings.append({"kind": "loudness", "said": said_l, "by": round(loudness.integrated - target, 1)})
+    if peak_limit is not None and loudness.true_peak > peak_limit:
+        said_p = f"true peak {loudness.true_peak:.1f} dBTP, over the platform's limit of {peak_limit:g} dBTP"
+        report.findings.append({"kind": "true peak", "said": said_p, "by": round(loudness.true_peak - peak_limit, 1)})
 
 
 def cut_words(words: Sequence[Word], start: float, end: float, report: Report) -> None:
@@ -201,28 +215,20 @@ def check(
     peak_limit: float | None = None,
     timeout: float = 300,
     captions: CaptionTrack | None = None,
-    picture: str | None = None,
-    heard: str | None = None,
+    picture: Seen | None = None,
 ) -> Report:
     """The report of ``clip`` (a file): its pass read, its cut (source ``start``, ``end``) against ``words``, and
-    its burned ``captions``' lines against the frame and its safe area. ``picture``, ``heard``: what the
-    detectors saw and heard in the clip's render (PICTURE_FILE's and SOUND_FILE's text); the pass reads only what
-    they did not (none when they read both, or the picture of a clip with no ``sound``)."""
+    its burned ``captions``' lines against the frame and its safe area. ``picture``: what the picture's detectors
+    saw in the clip's render; the pass then reads the clip's sound alone (none when it has no ``sound``)."""
     report = Report()
-    if picture is None or (sound and heard is None):
-        with tempfile.TemporaryDirectory(prefix="quoteclip-check-") as folder:
-            argv = check_argv(ffmpeg, os.path.abspath(clip), picture is None, sound and heard is None)
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=folder)
-            if done.returncode != 0:
-                raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "ffmpeg failed")
-            seen, said = Path(folder, PICTURE_FILE), Path(folder, SOUND_FILE)
-            if picture is None:
-                picture = seen.read_text(encoding="utf-8") if seen.exists() else ""
-            if sound and heard is None:
-                heard = said.read_text(encoding="utf-8") if said.exists() else ""
-    read_picture(picture or "", duration, report)
-    if sound:
-        read_sound(heard or "", duration, report, target, peak_limit)
+    if picture is not None:
+        read_picture(picture, duration, report)
+    if picture is None or sound:
+        argv = check_argv(ffmpeg, clip, picture is None, sound)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "ffmpeg failed")
+        read(done.stderr, duration, report, target, peak_limit, picture is None)
     if cut is not None and words:
         cut_words(words, cut[0], cut[1], report)
     if captions is not None:

@@ -31,10 +31,12 @@ from .plan import (
     build_loudness_probe,
     build_outputs,
     build_poster,
+    output_frames,
+    output_rate,
     parse_loudness,
 )
 from .probe import FORMATS, MediaInfo, Readable, probe
-from .qa import PICTURE_FILE, SOUND_FILE
+from .qa import PICTURE_FILE, Seen
 from .tighten import Kept, tightened
 from .timing import clip_words
 
@@ -60,10 +62,9 @@ class RenderResult:
     # a streamed render: (ffmpeg's start, its first fragment read), seconds since the epoch (time.time)
     streamed: tuple[float, float] | None = None
     kept: Kept | None = None  # a clip with its pauses tightened: the source frames it holds
-    # what the quality report's detectors saw in the frames and heard in the sound this render encoded
-    # (renderer/qa.py's PICTURE_FILE, SOUND_FILE); None when they did not run (the report then reads the clip's)
-    picture_checks: str | None = None
-    sound_checks: str | None = None
+    # what the quality report's picture detectors saw in the frames this render encoded (renderer/qa.py's Seen);
+    # None when they did not run (the report then reads the clip's picture itself)
+    picture_checks: Seen | None = None
 
 
 def poster_time(duration: float) -> float:
@@ -306,22 +307,16 @@ def render_poster(
     return PosterResult(still, width, height, target.poster[1], ffmpeg_s)
 
 
-def _checked(target: Target, sound: bool) -> Target:
-    """``target`` with the quality report's detectors on its picture and, when the clip carries the source's
-    ``sound`` and has no loudness target, on its sound: a levelled clip's report reads its sound back from the clip
-    (the true peak against its limit is the encoded sound's, the AAC encoder's overshoot included)."""
-    folder = Path(target.output).parent
-    heard = str(folder / SOUND_FILE) if sound and target.spec.loudness is None else None
-    return replace(target, picture_checks=str(folder / PICTURE_FILE), sound_checks=heard)
-
-
-def _seen(printed: str | None) -> str | None:
-    """What the detectors printed to ``printed``; None when they did not run or wrote nothing (then the report
-    reads the clip itself)."""
+def _seen(target: Target, info: MediaInfo, start: float, duration: float) -> Seen | None:
+    """What the picture's detectors printed in ``target``'s render, with the time of its last frame (the clip's
+    frames at its rate: ``output_frames``); None when they wrote nothing (its report then reads the clip)."""
     try:
-        return Path(printed).read_text(encoding="utf-8") if printed is not None else None
+        text = Path(target.picture_checks).read_text(encoding="utf-8") if target.picture_checks is not None else None
     except OSError:
         return None
+    if text is None:
+        return None
+    return Seen(text, round((output_frames(info, start, duration) - 1) / float(output_rate(info)), 6))
 
 
 def _check_platform(spec: ClipSpec, output: Path, argv: list[str]) -> None:
@@ -369,8 +364,8 @@ def render_clips(
         drawn = draw_overlays([keep.respec(s) for s in specs], workdir, keep.cut)
     elif drawn is None or drawn.cut != cut:
         drawn = draw_overlays(specs, workdir, cut)
-    targets = [
-        _checked(t, info.has_audio or audio_source is not None)
+    targets = [  # (each its picture's detectors: its quality report reads its picture from their print)
+        replace(t, picture_checks=str(Path(t.output).with_name(PICTURE_FILE)))
         for t in _targets(specs, drawn, info, source, workdir, probe_source)
     ]
     fifo = None
@@ -430,8 +425,7 @@ def render_clips(
                 ffmpeg_s,
                 (started, relayed_at[0]) if relayed_at else None,
                 kept=keep,
-                picture_checks=_seen(target.picture_checks),
-                sound_checks=_seen(target.sound_checks),
+                picture_checks=_seen(target, info, cut[0], duration),
             )
         )
     return results

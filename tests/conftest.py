@@ -192,16 +192,26 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     )
 
 
+# A clip's quality report's ffmpeg pass (renderer/qa.py's check_argv), as a shell ``case`` pattern of " $* ": the
+# picture's detectors or the sound's meter (its frames' readings left out of the log) into ffmpeg's null output.
+REPORT_PASS = '*"blackdetect="*" -f null - "*|*"framelog=verbose -f null - "*'
+
+
+def report_pass(argv: str) -> bool:
+    """Whether the ffmpeg arguments ``argv`` (joined by spaces) are a quality report's pass (REPORT_PASS)."""
+    return argv.endswith(" -f null -") and ("blackdetect=" in argv or "framelog=verbose -f null -" in argv)
+
+
 @pytest.fixture
 def ffmpeg_counter(tmp_path: Path, ffmpeg_bin: str) -> tuple[str, Path]:
     """An FFMPEG_BINARY wrapper that records each run, to assert when ffmpeg did (not) run."""
     log = tmp_path / "ffmpeg-runs.log"
     wrapper = tmp_path / "ffmpeg-counting"
     # Counts renders, not version queries (the manifest records ffmpeg's version) nor the quality check a worker
-    # makes of a clip once stored (its pass through the detectors into ffmpeg's null output:
-    # jobs/pipeline/quality.py; a render runs the picture's detectors too, into its clip).
+    # makes of a clip once stored (REPORT_PASS: its pass into ffmpeg's null output reading the clip's picture, or
+    # its sound alone, jobs/pipeline/quality.py; a render runs the picture's detectors too, into its clip).
     wrapper.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -version "*|*"detect="*" -f null - "*) ;; *) echo run >> "{log}" ;; esac\n'
+        f'#!/bin/sh\ncase " $* " in *" -version "*|{REPORT_PASS}) ;; *) echo run >> "{log}" ;; esac\n'
         f'exec "{ffmpeg_bin}" "$@"\n'
     )
     wrapper.chmod(0o755)

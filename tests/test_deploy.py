@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import REPORT_PASS, run_cli
 
 from jobs.queue import enqueue_clip, job_status
 from quoteclip.settings import Settings
@@ -156,7 +156,7 @@ def test_batch_renders_yield_the_cores_to_clicks(media, queue_env, workers, ffmp
     log = tmp_path / "nice.log"
     wrapper = tmp_path / "ffmpeg-nice"
     wrapper.write_text(  # fields 6 and 19 of /proc/<pid>/stat: the session and the niceness (renders only)
-        f'#!/bin/sh\ncase " $* " in *" -version "*|*"detect="*" -f null - "*) ;; '
+        f'#!/bin/sh\ncase " $* " in *" -version "*|{REPORT_PASS}) ;; '
         f'*) cut -d" " -f6,19 /proc/$$/stat >> "{log}" ;; esac\n'
         f'exec "{ffmpeg_bin}" "$@"\n'
     )

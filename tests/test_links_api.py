@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import started
+from conftest import report_pass, started
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -76,10 +76,10 @@ def link(clip: dict[str, Any], variant: str = "clip", key: str = SITE, secret: s
 
 
 def runs(log: Path) -> list[str]:
-    """The renders' runs: not a stored clip's quality check (its pass through the detectors into ffmpeg's null
-    output, jobs/pipeline/quality.py; a render runs the picture's detectors too, into its clip)."""
+    """The renders' runs: not a stored clip's quality check (its pass, jobs/pipeline/quality.py: conftest's
+    REPORT_PASS)."""
     lines = log.read_text().splitlines() if log.exists() else []
-    return [line for line in lines if not ("detect=" in line and line.endswith(" -f null -"))]
+    return [line for line in lines if not report_pass(line)]
 
 
 def queued(env: dict[str, str]) -> int:

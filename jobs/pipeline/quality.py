@@ -3,8 +3,8 @@ still on the worker's disk, then the manifest stored again with it under ``qa``.
 wait for it: a viewer plays the clip while its report is made, and a manifest read before then has no ``qa`` yet.
 
 A clip's report reads the clip once (one ffmpeg pass: black, frozen frames, silences, loudness and true peak) and
-its cut against its words. A clip rendered in one pass was read by the render itself (renderer/qa.py): its report
-reads back at most its sound (a levelled clip's), a small part of decoding the clip again. A report that cannot be made
+its cut against its words. A clip rendered in one pass had its picture read by the render itself (renderer/qa.py):
+its report's pass reads back its sound alone, a small part of decoding the clip again. A report that cannot be made
 (ffmpeg failing on the stored file) is logged and leaves the manifest as it was: the clip stands whatever its report.
 """
 
@@ -25,6 +25,7 @@ from storage import Storage
 
 if TYPE_CHECKING:
     from renderer.captions import CaptionTrack
+    from renderer.qa import Seen
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,13 @@ def clip_report(
     duration: float,
     sound: bool,
     captions: CaptionTrack | None = None,
-    picture: str | None = None,
-    heard: str | None = None,
+    picture: Seen | None = None,
 ) -> dict[str, Any]:
     """The report of the clip ``path`` made for ``spec``: its findings and measures, and the seconds it took. The
     loudness is checked against the spec's target (a platform's, or the one asked) and the true-peak limit then;
     the cut's ends (the quote's, source time) against its words when it has them; the lines of the captions it
-    burns (``captions``, the render's layout, else laid out again from the spec) against its frame. ``picture``,
-    ``heard``: what the render's detectors saw and heard (``RenderResult.picture_checks``, ``sound_checks``), so
-    the clip is read back only for what they did not."""
+    burns (``captions``, the render's layout, else laid out again from the spec) against its frame. ``picture``:
+    what the render's picture detectors saw (``RenderResult.picture_checks``), so only the sound is read back."""
     from renderer.qa import check
 
     if captions is None:
@@ -67,7 +66,6 @@ def clip_report(
         TRUE_PEAK if spec.loudness is not None else None,
         captions=captions,
         picture=picture,
-        heard=heard,
     )
     return {**report.to_json(), "checked_s": round(time.perf_counter() - began, 3)}
 
@@ -108,13 +106,12 @@ def checked(
     duration: float,
     sound: bool,
     captions: CaptionTrack | None = None,
-    picture: str | None = None,
-    heard: str | None = None,
+    picture: Seen | None = None,
 ) -> dict[str, Any] | None:
-    """Make the report of a clip just stored (its file ``path``; ``picture``, ``heard``: what its render's detectors
-    saw and heard) and store it in its manifest; None (logged) when it could not be made."""
+    """Make the report of a clip just stored (its file ``path``; ``picture``: what its render's picture detectors
+    saw) and store it in its manifest; None (logged) when it could not be made."""
     try:
-        report = clip_report(spec, path, binary, duration, sound, captions, picture, heard)
+        report = clip_report(spec, path, binary, duration, sound, captions, picture)
         report_into(storage, key, manifest, report)
     except Exception as exc:  # (the clip is stored: a report that fails is said, never raised)
         timeouts = sys.modules.get("rq.timeouts")  # (loaded in a queued job only: the CLI loads no rq)

@@ -368,7 +368,6 @@ def check_clips(ctx: Production) -> None:
             sound,
             result.captions,
             result.picture_checks,
-            result.sound_checks,
         )
 
 
