@@ -4,7 +4,8 @@ ffmpeg pass (black stretches, frozen frames, long silences, loudness and true pe
 
 A clip just rendered is not decoded again for its picture: the render's own pass runs the picture's detectors on the
 frames it encodes (``PICTURE_DETECTORS``, renderer/plan.py) and prints what they saw beside the clip (``Seen``); its
-report's pass then reads the clip's sound alone (the sound as encoded, the AAC encoder's overshoot included).
+report's pass then reads the clip's sound alone (the sound as encoded, the AAC encoder's overshoot included; no
+pass for a clip without the source's sound).
 
 - black: 0.5 s or more of black picture (``blackdetect``'s defaults);
 - frozen: 2 s or more of a picture that does not change (``freezedetect``);

@@ -425,7 +425,7 @@ def render_clips(
                 ffmpeg_s,
                 (started, relayed_at[0]) if relayed_at else None,
                 kept=keep,
-                picture_checks=_seen(target, info, cut[0], duration),
+                picture_checks=_seen(target, info, cut[0], duration if keep is None else keep.duration),
             )
         )
     return results

@@ -338,3 +338,35 @@ def test_a_black_stretch_open_at_the_clips_end_ends_at_its_last_frame_and_silenc
     read(summary, 3.0, silent, -14.0, -1.0, picture=False)
     assert silent.measured == {"loudness": {"integrated": -70.0, "true_peak": None}}, silent
     assert json.loads(json.dumps(silent.to_json(), allow_nan=False))["measured"] == silent.measured
+
+
+def test_a_silent_sources_clip_black_to_its_end_is_reported_to_its_last_frame_with_no_pass_after(
+    tmp_path, ffmpeg_bin
+) -> None:
+    """A clip of a source without sound whose last 0.6 s are black: its report (made in the render, no pass after
+    it: its silent track is not checked) says black to its last frame, as ``quoteclip check`` of the stored clip
+    says; a clip whose last 0.44 s are black has no finding."""
+    argv_log = tmp_path / "ffmpeg-args.log"
+    wrapper = tmp_path / "ffmpeg-logging"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{argv_log}"\nexec "{ffmpeg_bin}" "$@"\n')
+    wrapper.chmod(0o755)
+    env = {"QUOTECLIP_STORAGE_DIR": str(tmp_path / "clips"), "FFMPEG_BINARY": str(wrapper)}
+    for black_from, found in ((3.4, True), (3.56, False)):
+        dark = tmp_path / f"dark-{black_from}.mp4"
+        picture = f"testsrc2=s=320x180:r=25:d=4,drawbox=c=black:t=fill:enable='gte(t,{black_from})'"
+        subprocess.run(
+            [*ffmpeg_quiet(ffmpeg_bin), "-f", "lavfi", "-i", picture, "-c:v", "libx264", "-preset", "ultrafast"]
+            + ["-qp", "0", "-pix_fmt", "yuv420p", str(dark)],
+            check=True,
+            timeout=60,
+        )
+        argv_log.unlink(missing_ok=True)
+        made = run_cli("render", str(dark), "--start", "0", "--end", "4", "--json", env=env)
+        assert made.returncode == 0, made.stderr
+        clip = json.loads(made.stdout)["path"]
+        runs = [run for run in argv_log.read_text().splitlines() if " -version" not in run]
+        assert str(dark) in runs[-1] and "-filter_complex" in runs[-1], runs  # no pass after the render
+        black = [f["at"] for f in manifest(clip)["qa"]["findings"] if f["kind"] == "black"]
+        checked = json.loads(run_cli("check", clip, "--json").stdout)
+        assert [f["at"] for f in checked["findings"] if f["kind"] == "black"] == black, (checked, black)
+        assert black == ([[black_from, 3.96]] if found else []), black  # (the last of 100 frames at 25 fps)

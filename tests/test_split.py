@@ -17,7 +17,7 @@ import av
 import numpy as np
 import pytest
 import redis
-from conftest import Workers
+from conftest import REPORT_PASS, Workers
 from mediacheck import frame_index, frame_means
 
 from jobs.pieces import splits
@@ -154,7 +154,9 @@ def test_a_long_clip_is_rendered_by_two_workers_under_the_one_piece_key(
     settings = Settings.from_env(queue_env)
     spec = _spec(src, 1.0, 13.0)
     slow = tmp_path / "ffmpeg-slow"  # (each piece a second longer: both workers surely take some)
-    slow.write_text(f'#!/bin/sh\ncase " $* " in *" -an "*) sleep 1 ;; esac\nexec "{ffmpeg_bin}" "$@"\n')
+    slow.write_text(
+        f'#!/bin/sh\ncase " $* " in {REPORT_PASS}) ;; *" -an "*) sleep 1 ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+    )
     slow.chmod(0o755)
     workers.env = {**queue_env, "FFMPEG_BINARY": str(slow)}
     procs = [workers.start(burst=False, name=f"split-{n}-{time.monotonic_ns()}") for n in range(2)]
@@ -195,7 +197,8 @@ def test_a_worker_killed_mid_piece_costs_that_piece_only(media, queue_env, tmp_p
     marker = tmp_path / "b-took-a-piece"
     stuck = tmp_path / "ffmpeg-stuck"
     stuck.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -an "*) touch "{marker}"; sleep 120 ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+        f'#!/bin/sh\ncase " $* " in {REPORT_PASS}) ;; *" -an "*) touch "{marker}"; sleep 120 ;; esac\n'
+        f'exec "{ffmpeg_bin}" "$@"\n'
     )
     stuck.chmod(0o755)
     a = Workers(queue_env, tmp_path)
@@ -428,7 +431,8 @@ def test_a_piece_that_ends_after_its_clip_failed_stores_nothing(media, queue_env
     src = media(size="320x180", fps=30, duration=12, gop=60, pattern="levels")
     broken = tmp_path / "ffmpeg-no-sound"
     broken.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -vn "*) echo "no sound here" >&2; exit 1 ;; esac\nexec "{ffmpeg_bin}" "$@"\n'
+        f'#!/bin/sh\ncase " $* " in {REPORT_PASS}) ;; *" -vn "*) echo "no sound here" >&2; exit 1 ;; esac\n'
+        f'exec "{ffmpeg_bin}" "$@"\n'
     )
     broken.chmod(0o755)
     queue_env.update(QUOTECLIP_SPLIT_SECONDS="5", QUOTECLIP_PIECE_SECONDS="3", FFMPEG_BINARY=str(broken))
