@@ -10,7 +10,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from quoteclip import redis_keys
-from quoteclip.errors import BadInput
+from quoteclip.errors import BadInput, StorageFailed
 from quoteclip.settings import Settings
 from storage import Storage
 
@@ -87,7 +87,7 @@ def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[
     elif (
         job.get_status(refresh=False) == JobStatus.STARTED
         and job.meta.get("stage", Stage.QUEUED.value) == Stage.QUEUED.value
-        and storage.stat(key) is not None
+        and _stored(storage, key)
     ):
         # a job just taken that has not yet looked in the store (a profile's own job, run after its group stored the
         # clip; a job run again after its answer was lost): the clip is stored, and its link works now
@@ -96,6 +96,15 @@ def _status(job_id: str, key: str, connection: Redis, storage: Storage) -> dict[
         # the job's own worker has given up (a retry would say "queued"); rq's bookkeeping follows a moment later
         body.update(status="failed")
     return body
+
+
+def _stored(storage: Storage, key: str) -> bool:
+    """Whether the clip ``key`` is stored, for a job whose own status does not need the store to be said: False when
+    the store does not answer (a job taken again while the store is down is said as it is, ``started``)."""
+    try:
+        return storage.stat(key) is not None
+    except StorageFailed:
+        return False
 
 
 def announce(job: Job) -> None:

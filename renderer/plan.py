@@ -70,6 +70,15 @@ WAVE_CENTRE = 0.5  # where its middle sits, as a share of the frame's height
 PEAK_MARGIN = 1.0
 LIMITER_ATTACK_MS = 5
 LIMITER_RELEASE_MS = 50
+# The quality report's picture detectors (renderer/qa.py), each (filter, options): black for 0.5 s or more
+# (blackdetect's defaults), a picture that does not change for 2 s or more (freezedetect). A render runs them on the
+# frames it encodes; ``quoteclip check`` on the decoded clip.
+BLACK_SECONDS = 0.5
+FROZEN_SECONDS = 2.0
+PICTURE_DETECTORS: tuple[tuple[str, dict[str, float | str]], ...] = (
+    ("blackdetect", {"d": BLACK_SECONDS, "pix_th": 0.10}),
+    ("freezedetect", {"n": "-60dB", "d": FROZEN_SECONDS}),
+)
 # A cut measured quieter than this (EBU R128's absolute gate is -70 LUFS) holds no speech to level: it is left as it
 # is rather than raised to speech level (hiss and hum).
 QUIET_LUFS = -60.0
@@ -396,8 +405,6 @@ def _detected(video: ffmpeg.nodes.FilterableStream, said_to: str) -> ffmpeg.node
     pass every frame on as it is, the marks they set on the frames printed to ``said_to``. (The sound's detectors
     are not run here: ebur128 takes 48 kHz sound only, and in the render's chain the sound of another rate would
     be resampled before the encoder by another resampler than the output's.)"""
-    from .qa import PICTURE_DETECTORS  # (renderer/qa.py reads this module's loudness)
-
     for name, options in PICTURE_DETECTORS:
         video = video.filter(name, **options)
     return video.filter("metadata", mode="print", file=said_to)

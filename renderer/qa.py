@@ -29,25 +29,18 @@ from typing import TYPE_CHECKING, Any
 
 from quoteclip.spec import Word
 
-from .plan import parse_loudness
+from .plan import BLACK_SECONDS, PICTURE_DETECTORS, parse_loudness
 
 if TYPE_CHECKING:
     from .captions import CaptionTrack
 
-BLACK_SECONDS = 0.5
-FROZEN_SECONDS = 2.0
 SILENCE_SECONDS = 1.5
 SILENCE_DB = -50
 INSIDE_WORD = 0.04  # seconds a cut may fall inside a word before it is said
 LOUDNESS_TOLERANCE = 1.0  # LU from a platform's target
 
-# The picture's detectors, each (filter, options): run by the check's pass on the decoded clip (their log read), and
-# by a render on the frames it encodes, what they saw printed with ``metadata=mode=print`` to PICTURE_FILE beside
-# the clip (the marks they set on the frames).
-PICTURE_DETECTORS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("blackdetect", {"d": BLACK_SECONDS, "pix_th": 0.10}),
-    ("freezedetect", {"n": "-60dB", "d": FROZEN_SECONDS}),
-)
+# Where a render prints what the picture's detectors (renderer/plan.py's PICTURE_DETECTORS) saw, beside the clip:
+# the marks they set on the frames (``metadata=mode=print``). The check's pass reads their log instead.
 PICTURE_FILE = "picture-checks.txt"
 
 _BLACK = re.compile(r"black_start:(-?[\d.]+) black_end:(-?[\d.]+)")

@@ -4,6 +4,7 @@ link and sidecars, one ffmpeg run per quote, only the missing profiles rendered,
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -105,5 +106,13 @@ def test_queued_profiles_render_together_and_a_single_request_joins(levels, queu
         member.save_meta()
     taken = job_status(queued[2].job_id, settings)
     assert taken["status"] == "finished" and taken["link"] == body["link"], taken
+    # with the store down (an S3 endpoint no one listens on), that job's status is said as it is, not an error
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = {"QUOTECLIP_S3_ENDPOINT": f"http://127.0.0.1:{port}", "QUOTECLIP_S3_BUCKET": "nowhere"}
+    down |= {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s" * 16, "QUOTECLIP_S3_REGION": "us-east-1"}
+    unanswered = job_status(queued[2].job_id, Settings.from_env({**queue_env, **down}))
+    assert unanswered["status"] == "started" and unanswered["link"] is None, unanswered
     again = enqueue_profiles(specs, settings)
     assert all(q.link for q in again)
