@@ -278,19 +278,30 @@ def test_a_connection_closed_with_bytes_its_client_does_not_take_is_aborted_at_t
 
 def _held_after_closing(port: int) -> tuple[int, int]:
     """Clients asking ``closing`` for 8 KB to 512 KB, reading none of it: how many of their connections the server
-    still holds 8 s on, of how many."""
-    before = _open_files()
+    still holds 8 s on, of how many (its own ends of them, this process's sockets on ``port``: not whatever else
+    this test process opens or closes meanwhile)."""
     stalled = []
     for kb in range(8, 520, 8):
         sock = socket.create_connection(("127.0.0.1", port))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.sendall(b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n" % kb)
         stalled.append(sock)
-    until(lambda: _open_files() <= before + len(stalled) + 2, 8)  # the server's ends gone, the clients' left
-    held = max(0, _open_files() - before - len(stalled) - 2)
+    until(lambda: _server_ends(port) == 0, 8)  # the server's ends gone, the clients' left
+    held = _server_ends(port)
     for sock in stalled:
         sock.close()
     return held, len(stalled)
+
+
+def _server_ends(port: int) -> int:
+    """The connections on ``port`` whose server end this process (the server's) still holds."""
+    import psutil
+
+    return sum(
+        1
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN
+    )
 
 
 def test_on_uvloop_the_front_door_keeps_its_head_cap_deadlines_and_sweep() -> None:
