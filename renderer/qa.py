@@ -145,11 +145,8 @@ def read(
     if loudness is None:
         return
     # (a silent clip's true peak is -inf, and a number that is not one cannot be said in JSON: null)
-    finite = {
-        k: v if math.isfinite(v) else None
-        for k, v in (("integrated", loudness.integrated), ("true_peak", loudness.true_peak))
-    }
-    report.measured["loudness"] = finite
+    integrated, true_peak = (v if math.isfinite(v) else None for v in (loudness.integrated, loudness.true_peak))
+    report.measured["loudness"] = {"integrated": integrated, "true_peak": true_peak}
     if target is not None and abs(loudness.integrated - target) > LOUDNESS_TOLERANCE:
         said_l = f"integrated loudness {loudness.integrated:.1f} LUFS, the platform's target is {target:g}"
         report.findings.append({"kind": "loudness", "said": said_l, "by": round(loudness.integrated - target, 1)})

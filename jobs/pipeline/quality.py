@@ -5,8 +5,8 @@ wait for it: a viewer plays the clip while its report is made, and a manifest re
 A clip's report reads the clip once (one ffmpeg pass: black, frozen frames, silences, loudness and true peak) and
 its cut against its words. A clip rendered in one pass had its picture read by the render itself (renderer/qa.py):
 its report's pass reads back its sound alone (none without the source's sound), a small part of decoding the clip
-again. A report that cannot be made
-(ffmpeg failing on the stored file) is logged and leaves the manifest as it was: the clip stands whatever its report.
+again. A report that cannot be made (ffmpeg failing on the stored file) is logged and leaves the manifest as it was:
+the clip stands whatever its report.
 """
 
 from __future__ import annotations
