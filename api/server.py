@@ -115,8 +115,9 @@ class GuardedProtocol(HttpToolsProtocol):
     _head_tail = b""  # the last bytes of the head so far (its end may come split between two reads)
     _writable: asyncio.Future[None] | None = None  # a chunk's writer waiting for the socket to take more
     _closing_since = 0.0  # when the sweep first saw the connection closing with bytes still buffered for it
-    # the servers whose sweep runs, by their set of connections (held: its id is not another's meanwhile; class-wide)
-    sweeping: dict[int, Any] = {}
+    # the servers' sweeps, by their set of connections: the set (held: its id is not another's meanwhile), the loop
+    # the sweep runs on and its next call (class-wide)
+    sweeping: dict[int, tuple[Any, asyncio.AbstractEventLoop, asyncio.TimerHandle]] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -141,10 +142,23 @@ class GuardedProtocol(HttpToolsProtocol):
         if plain and hasattr(self.loop, "_add_writer") and hasattr(self.loop, "_remove_writer"):
             self._fd = sock.fileno()
         transport.set_write_buffer_limits(high=WRITE_BUFFER)  # (a slow reader's answer waits at this much)
-        if id(self.connections) not in GuardedProtocol.sweeping:  # (a close waits for what is buffered: forever, if
-            GuardedProtocol.sweeping[id(self.connections)] = self.connections  # it is never read): one sweep a server
-            self.loop.call_later(SWEEP_EVERY, self._sweep)
+        self._keep_sweeping()
         self._arm("headers", self.header_timeout)
+
+    def _keep_sweeping(self) -> None:
+        """One sweep a server, on its loop, running while it holds connections (a close waits for what is buffered:
+        forever, if it is never read): started by a connection that finds none, or one on another loop (the same
+        server stopped while its sweep was due, then run again)."""
+        sweep = GuardedProtocol.sweeping.get(id(self.connections))
+        if sweep is None or sweep[1] is not self.loop:
+            self._sweep_next()
+
+    def _sweep_next(self) -> None:
+        GuardedProtocol.sweeping[id(self.connections)] = (
+            self.connections,
+            self.loop,
+            self.loop.call_later(SWEEP_EVERY, self._sweep),
+        )
 
     def _sweep(self) -> None:
         """Abort each connection that has been closing for ``close_grace`` seconds with bytes still buffered for it
@@ -153,9 +167,12 @@ class GuardedProtocol(HttpToolsProtocol):
         now = time.monotonic()
         for held in list(self.connections):
             if isinstance(held, GuardedProtocol):
-                held.swept(now)
+                try:
+                    held.swept(now)
+                except Exception:  # (never the end of the sweep: the other connections are still to be seen)
+                    log.exception("the sweep of closing connections failed on one")
         if self.connections:
-            self.loop.call_later(SWEEP_EVERY, self._sweep)
+            self._sweep_next()
         else:
             GuardedProtocol.sweeping.pop(id(self.connections), None)
 

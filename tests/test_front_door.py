@@ -16,6 +16,7 @@ import importlib.util
 import os
 import socket
 import sys
+import threading
 import time
 import types
 
@@ -276,7 +277,7 @@ def test_a_connection_closed_with_bytes_its_client_does_not_take_is_aborted_at_t
     assert not held, f"{held} of {count} connections still held by the server 8 s on"
 
 
-def _held_after_closing(port: int) -> tuple[int, int]:
+def _held_after_closing(port: int) -> tuple[int, int | str]:
     """Clients asking ``closing`` for 8 KB to 512 KB, reading none of it: how many of their connections the server
     still holds 8 s on, of how many (its own ends of them, this process's sockets on ``port``: not whatever else
     this test process opens or closes meanwhile)."""
@@ -288,9 +289,25 @@ def _held_after_closing(port: int) -> tuple[int, int]:
         stalled.append(sock)
     until(lambda: _server_ends(port) == 0, 8)  # the server's ends gone, the clients' left
     held = _server_ends(port)
+    seen = _sweeps_seen() if held else ""
     for sock in stalled:
         sock.close()
-    return held, len(stalled)
+    return held, f"{len(stalled)} ({seen})" if seen else len(stalled)
+
+
+def _sweeps_seen() -> str:
+    """What the servers' sweeps see, said when a test finds connections held: each server's connections, those
+    closing with bytes still buffered, since when the sweep has seen them so, and when its next look is due."""
+    now = time.monotonic()
+    said = []
+    for connections, _, due in list(server.GuardedProtocol.sweeping.values()):
+        held = [c for c in list(connections) if c.transport is not None and c.transport.is_closing()]
+        since = sorted(round(now - c._closing_since, 1) for c in held if c._closing_since)
+        said.append(
+            f"{len(connections)} held, {len(held)} closing, seen closing for {since[-3:]} s, next look in "
+            f"{due.when() - now:.1f} s"
+        )
+    return "; ".join(said) or "no sweep"
 
 
 def _server_ends(port: int) -> int:
@@ -399,3 +416,33 @@ def test_one_client_address_holds_at_most_its_connections_a_proxy_is_not_capped(
             with socket.create_connection(("127.0.0.1", port)) as again:  # the count follows the connections
                 again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 assert answer(again).startswith(b"HTTP/1.1 200"), trusted
+
+
+def test_the_sweep_runs_for_a_server_run_again() -> None:
+    """A server stopped while its sweep was due, then run again (the same server, a new loop): connections closed
+    with bytes their clients do not take are still aborted at the grace (the sweep of its first run, never come,
+    would otherwise have stood for it for good)."""
+    import uvicorn
+
+    settings = Settings.from_env({"QUOTECLIP_SEND_TIMEOUT": "30", "QUOTECLIP_STREAM_SEND_TIMEOUT": "1"})
+    front = uvicorn.Server(uvicorn.Config(closing, log_config=None, lifespan="off", **server.server_options(settings)))
+    held: int | None = None
+    for run in (1, 2):
+        listening = socket.create_server(("127.0.0.1", 0))
+        port = listening.getsockname()[1]
+        front.should_exit = front.started = False
+        running = threading.Thread(target=front.run, kwargs={"sockets": [listening]}, daemon=True)
+        running.start()
+        try:
+            assert until(lambda: front.started, 10)
+            if run == 1:  # (a connection, so its sweep is due as the server stops)
+                with socket.create_connection(("127.0.0.1", port)) as sock:
+                    sock.sendall(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                    assert answer(sock).startswith(b"HTTP/1.1 200 ")
+            else:
+                held, count = _held_after_closing(port)
+        finally:
+            front.should_exit = True
+            running.join(10)
+        assert not running.is_alive()
+    assert held == 0, f"{held} of {count} connections still held by the server 8 s on"
