@@ -502,9 +502,10 @@ def test_hlsjs_plays_the_growing_stream_in_webkitgtk(webkitgtk, hlsjs, stream_ap
             print(f"WebKitGTK's playback {attempt + 1} missed ({missed}); another new clip")
 
 
-# How many frames a busy machine's browser may present before its first requestVideoFrameCallback comes (a second:
-# the frame's picture and the player's own count of frames presented are what is checked)
-LATE_FIRST_CALLBACK = 30
+# How many frames a busy machine's browser may present before its first requestVideoFrameCallback comes (three
+# seconds: the frame's picture and the player's own count of frames presented are what is checked; a CI run with
+# the benchmark beside the tests saw WebKitGTK's first callback 34 frames in, its picture the 35th frame's)
+LATE_FIRST_CALLBACK = 90
 
 
 # ---- the <quote-clip> card ------------------------------------------------------------------------------------
