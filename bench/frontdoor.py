@@ -13,9 +13,10 @@ one after the other, each on a clip of its own (a new one, its source's bytes wa
   proxy), no memory handed back after a crowd.
 
 For each: figure 15's crowd (the first byte's p50/p95 over the reading viewers, the memory of the processes that
-serve the API per viewer while connected and 3 s after they left, when the idle viewers were let go), a client
-that drips its request's head a byte a second (when it was closed), and 1,000 connections that send nothing (a
-health check on a fresh connection every 100 ms while they are held, and when the last was closed)."""
+serve the API per viewer while connected and 3 s after they left, the CPU seconds the API's processes and nginx
+used while the readers read, when the idle viewers were let go), a client that drips its request's head a byte a
+second (when it was closed), and 1,000 connections that send nothing (a health check on a fresh connection every
+100 ms while they are held, and when the last was closed)."""
 
 from __future__ import annotations
 
@@ -111,6 +112,16 @@ def rss_mb(processes: list[psutil.Process]) -> float:
         with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
     return total / 1024**2
+
+
+def cpu_s(processes: list[psutil.Process]) -> float:
+    """The CPU seconds (user and system) these processes have used so far."""
+    total = 0.0
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            used = p.cpu_times()
+            total += used.user + used.system
+    return total
 
 
 def _answers(port: int) -> bool:
@@ -300,7 +311,9 @@ def the_crowd(run: RunConfig, stack: Stack, door: Door, start: float) -> dict[st
         idled = await asyncio.gather(*idlers)
         return min([seen.asked for seen, _ in readers if seen.asked] + idle_asked), readers, idled
 
+    used = cpu_s(door.api), cpu_s(door.proxy)
     t0, readers, idlers = asyncio.run(everyone())
+    used = cpu_s(door.api) - used[0], cpu_s(door.proxy) - used[1]  # (until every reader had the whole clip)
     stream_end = (readers[0][1] or readers[0][0]).last_byte  # (the unpaced reader's; or its stored file's)
     watch.join(max(0.0, stream_end + send_deadline(run) + 15.0 - time.monotonic()))
     cut_after = None if watch.gone_at is None else watch.gone_at - stream_end
@@ -323,6 +336,8 @@ def the_crowd(run: RunConfig, stack: Stack, door: Door, start: float) -> dict[st
         "kb": (max(peak.peak, before) - before) * 1024 / n,
         "cut_after": cut_after,
         "proxy_mb": rss_mb(door.proxy),
+        "api_cpu_s": used[0],
+        "proxy_cpu_s": used[1],
         "idle_statuses": ",".join(str(status) for status in sorted({status for status, _ in idlers})),
     }
 
@@ -449,6 +464,8 @@ def reading(
         f"viewer, {seen['after']:.0f} MB 3 s after they left "
         f"({(float(seen['after'] or 0) / float(seen['before'] or 1) - 1) * 100:+.0f} %)"
         + (f", nginx {seen['proxy_mb']:.0f} MB" if "+nginx" in door else "")
+        + f"; CPU while the readers read: the API's processes {seen['api_cpu_s']:.1f} s"
+        + (f", nginx {seen['proxy_cpu_s']:.1f} s" if "+nginx" in door else "")
         + f"; idle viewers (statuses {seen['idle_statuses']}) "
         + (f"let go {cut:+.1f} s after the stream's end" if cut is not None else "still held")
         + "; the dripping head "
