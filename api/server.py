@@ -149,7 +149,11 @@ class GuardedProtocol(HttpToolsProtocol):
         """One sweep a server, on its loop, running while it holds connections (a close waits for what is buffered:
         forever, if it is never read): started by a connection that finds none, or one on another loop (the same
         server stopped while its sweep was due, then run again)."""
-        sweep = GuardedProtocol.sweeping.get(id(self.connections))
+        sweeping = GuardedProtocol.sweeping
+        for key, (_, loop, _) in list(sweeping.items()):  # (servers whose loop has closed: theirs go)
+            if loop.is_closed():
+                sweeping.pop(key, None)
+        sweep = sweeping.get(id(self.connections))
         if sweep is None or sweep[1] is not self.loop:
             self._sweep_next()
 
@@ -163,7 +167,11 @@ class GuardedProtocol(HttpToolsProtocol):
     def _sweep(self) -> None:
         """Abort each connection that has been closing for ``close_grace`` seconds with bytes still buffered for it
         (its client stopped reading: a close alone would hold it until they are sent); every ``SWEEP_EVERY``
-        seconds while the server holds connections (class-wide, over the server's set of them)."""
+        seconds while the server holds connections (class-wide, over the server's set of them). A sweep whose
+        server has since been run again on another loop stops: that loop's sweep took its place."""
+        sweep = GuardedProtocol.sweeping.get(id(self.connections))
+        if sweep is None or sweep[1] is not self.loop:
+            return
         now = time.monotonic()
         for held in list(self.connections):
             if isinstance(held, GuardedProtocol):
