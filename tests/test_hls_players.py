@@ -653,9 +653,12 @@ def test_the_card_plays_a_new_clip_from_its_hls_parts_and_seeks_while_it_renders
     # the callback's picture is black: the seek below checks a picture)
     # (a loaded machine delays the first callback: WebKitGTK's came 34 frames late in CI; the player's own count of
     # frames presented still places its first at the clip's start, which is the check)
+    # (a busy machine's page draws the <video> as it is when the callback runs, now and then the frame after the
+    # callback's, as ``presented`` allows: in one CI run the 8th frame's picture at the 7th's callback)
     drawn = first["gray"] >= 1
+    late = 1 if busy() else 0
     assert start < 0.1 and 0 <= before <= LATE_FIRST_CALLBACK, first
-    assert not drawn or frame_index(first["gray"], FIRST + before) == FIRST + before, first
+    assert not drawn or 0 <= frame_index(first["gray"], FIRST + before) - (FIRST + before) <= late, first
     assert still_growing  # (the seek was made while the render went on)
     expected = FIRST + 150
     assert landed["src"] == "blob:" and landed["time"] == pytest.approx(at, abs=0.001), landed
@@ -704,4 +707,5 @@ v.src = {link!r};
     assert 0 <= before <= LATE_FIRST_CALLBACK and first["mediaTime"] - before / float(RATE) < 0.1, first
     # (WebKitGTK, loaded, now and then draws the <video> black before it has the picture: a CI run's first callback
     # read gray 0; the player's own count still places its first frame at the clip's start)
-    assert first["gray"] < 1 or frame_index(first["gray"], FIRST + before) == FIRST + before, first
+    late = 1 if busy() else 0  # (a busy machine's page now and then draws the frame after the callback's)
+    assert first["gray"] < 1 or 0 <= frame_index(first["gray"], FIRST + before) - (FIRST + before) <= late, first
