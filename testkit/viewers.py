@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -67,12 +68,28 @@ def sample_and_viewers(
     }, viewers
 
 
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Until ``sock`` has bytes to read (or its end)."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
 async def idle_viewer(
     port: int, path: str, rcvbuf: int | None = None, asked: list[float] | None = None
 ) -> tuple[int, socket.socket]:
     """A viewer that reads the status line and headers, then nothing more: its status and its socket. With
     ``rcvbuf``, its socket's receive buffer is that small (so the kernel does not read the clip for it); with
-    ``asked``, when its request was written is added to it (``time.monotonic``)."""
+    ``asked``, when its request was written is added to it (``time.monotonic``). The head is found by peeking at
+    what has come, then read to its end alone: nothing of the body is read."""
     sock = socket.socket()
     if rcvbuf is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -83,12 +100,29 @@ async def idle_viewer(
         asked.append(time.monotonic())
     await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: load\r\n\r\n".encode())
     head = b""
-    while b"\r\n\r\n" not in head:
-        got = await loop.sock_recv(sock, 1)  # (a byte at a time: nothing of the body is read)
-        if not got:
+    while True:
+        await _readable(loop, sock)
+        try:
+            seen = sock.recv(HEAD_PEEK, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            continue
+        except OSError:
             break
-        head += got
+        end = seen.find(b"\r\n\r\n")
+        if end >= 0:
+            head = sock.recv(end + 4)
+            break
+        if not seen or len(seen) >= HEAD_PEEK:
+            head = seen
+            break
     return int(head.split(b" ", 2)[1] or 0) if head else 0, sock
+
+
+HEAD_PEEK = 16 * 1024  # bytes an idle viewer looks at for the end of the head
+READ = 64 * 1024  # bytes a reading viewer reads at a time (and hashes at a time)
+# Linux's option that stamps each received segment with the time it came (a struct timespec, CLOCK_REALTIME);
+# Python's socket module does not name it
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 
 
 @dataclass
@@ -96,7 +130,8 @@ class Watched:
     """What a reading viewer saw: its status, when its request was written, when its first byte of the body came and
     its last (``time.monotonic``), the body's bytes, their SHA-256 and whether the body ended as it should (a
     chunked body's last chunk, or its whole ``Content-Length``); ``redirect`` is the ``Location`` of a ``302`` (a
-    clip stored by then)."""
+    clip stored by then). The first byte's time is when the kernel received it (``SO_TIMESTAMPNS``), not when this
+    process, which reads for a thousand viewers at once, got round to it."""
 
     status: int = 0
     asked: float = 0.0
@@ -108,59 +143,129 @@ class Watched:
     redirect: str = ""
 
 
+class _Chunked:
+    """A chunked body's decoder: ``feed`` gives the body's bytes among what came; ``ended`` once its last chunk
+    (and the blank line after it) has come. Raises ValueError on a malformed chunk size."""
+
+    def __init__(self) -> None:
+        self.line = b""
+        self.left = -1  # bytes of the current chunk's data still to come (-1: a size line is due)
+        self.crlf = 0  # bytes of the CRLF after a chunk's data still to come
+        self.last = False  # the zero-size chunk seen: its trailer's blank line is due
+        self.ended = False
+
+    def feed(self, data: memoryview) -> list[memoryview]:
+        out: list[memoryview] = []
+        at = 0
+        while at < len(data) and not self.ended:
+            if self.crlf:
+                take = min(self.crlf, len(data) - at)
+                self.crlf -= take
+                at += take
+            elif self.left > 0:
+                take = min(self.left, len(data) - at)
+                out.append(data[at : at + take])
+                self.left -= take
+                at += take
+                if not self.left:
+                    self.left, self.crlf = -1, 2
+            else:
+                end = bytes(data[at : at + 64]).find(b"\n")
+                if end < 0:
+                    self.line += bytes(data[at:])
+                    if len(self.line) > 64:
+                        raise ValueError("a chunk size line too long")
+                    break
+                line, self.line = (self.line + bytes(data[at : at + end])).strip(), b""
+                at += end + 1
+                if self.last:
+                    self.ended = not line  # (a trailer's header lines skipped; the blank one ends the body)
+                    continue
+                size = int(line.split(b";")[0] or b"0", 16)
+                if size == 0:
+                    self.last = True
+                else:
+                    self.left = size
+        return out
+
+
 async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watched:
     """A viewer that reads the whole answer to ``GET path`` at no more than ``pace`` bytes a second (a player filling
-    its buffer), decoding a chunked body; a ``302`` is returned as it is (its ``redirect``)."""
+    its buffer), decoding a chunked body; a ``302`` is returned as it is (its ``redirect``). Its reads go into one
+    buffer of its own (``READ`` bytes at a time), as a player's would."""
     seen = Watched()
-    reader, writer = await asyncio.open_connection(host, port)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    with contextlib.suppress(OSError):  # (where the kernel does not stamp: the time it is read)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.setblocking(False)
+    buffer = bytearray(READ)
+    view = memoryview(buffer)
+    ancillary = socket.CMSG_SPACE(16)
     try:
+        await loop.sock_connect(sock, (host, port))
         seen.asked = time.monotonic()
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: load\r\n\r\n".encode())
-        await writer.drain()
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        seen.status = int(head[0].split(" ", 2)[1])
-        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+        await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: load\r\n\r\n".encode())
+
+        async def read() -> tuple[int, float]:
+            """Bytes read into ``buffer`` (0 at the end), and when the kernel received them (monotonic)."""
+            while True:
+                try:
+                    n, anc, _, _ = sock.recvmsg_into([view], ancillary)
+                except (BlockingIOError, InterruptedError):
+                    await _readable(loop, sock)
+                    continue
+                now = time.monotonic()
+                at = now
+                for level, kind, data in anc:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                        sec, nsec = struct.unpack("qq", data[:16])
+                        at = min(now, sec + nsec / 1e9 - (time.time() - now))  # (the wall clock's time, on ours)
+                return n, at
+
+        head = b""
+        while b"\r\n\r\n" not in head:
+            n, at = await read()
+            if not n:
+                raise ConnectionError("closed before the head's end")
+            head += bytes(view[:n])
+            if len(head) > 65536:
+                raise ValueError("a head over 64 KiB")
+        head, _, rest = head.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        seen.status = int(lines[0].split(" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
         if seen.status == 302:
             seen.redirect = headers.get("location", "")
             return seen
+        chunked = _Chunked() if headers.get("transfer-encoding", "").lower() == "chunked" else None
+        length = None if chunked is not None else int(headers.get("content-length", "0"))
         digest = hashlib.sha256()
         began = time.monotonic()
-
-        async def take(n: int) -> bytes:
-            data = await reader.readexactly(n)
-            if not seen.first_byte:
-                seen.first_byte = time.monotonic()
-            digest.update(data)
-            seen.size += len(data)
+        data, at = memoryview(rest), at
+        while True:
+            pieces = chunked.feed(data) if chunked is not None else [data[: max(0, (length or 0) - seen.size)]]
+            for piece in pieces:
+                if len(piece) and not seen.first_byte:
+                    seen.first_byte = at
+                digest.update(piece)
+                seen.size += len(piece)
+            if chunked.ended if chunked is not None else seen.size >= (length or 0):
+                seen.complete = True
+                break
             ahead = seen.size / pace - (time.monotonic() - began)  # (never faster than the pace)
             if ahead > 0:
                 await asyncio.sleep(ahead)
-            return data
-
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            while True:
-                line = await reader.readuntil(b"\r\n")
-                size = int(line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    await reader.readuntil(b"\r\n")
-                    seen.complete = True
-                    break
-                for at in range(0, size, 65536):
-                    await take(min(65536, size - at))
-                await reader.readexactly(2)
-        else:
-            length = int(headers.get("content-length", "0"))
-            for at in range(0, length, 65536):
-                await take(min(65536, length - at))
-            seen.complete = True
+            n, at = await read()
+            if not n:
+                break  # (cut: ``complete`` stays false)
+            data = view[:n]
         seen.last_byte = time.monotonic()
         seen.digest = digest.hexdigest()
-    except (asyncio.IncompleteReadError, ConnectionError, ValueError, IndexError):
+    except (ConnectionError, ValueError, IndexError, OSError):
         seen.last_byte = time.monotonic()  # (cut: ``complete`` stays false)
     finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+        sock.close()
     return seen
 
 
