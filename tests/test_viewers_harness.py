@@ -40,6 +40,17 @@ async def serve(answer: Writer) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
+def read_from(answer: Writer, pace: float = 10_000_000) -> Watched:
+    """What a reading viewer saw of ``answer``, read at ``pace`` bytes a second."""
+
+    async def run() -> Watched:
+        server, port = await serve(answer)
+        async with server:
+            return await reading_viewer("127.0.0.1", port, "/clip", pace=pace)
+
+    return asyncio.run(run())
+
+
 async def in_pieces(writer: asyncio.StreamWriter, data: bytes, piece: int, pause: float = 0.0) -> None:
     for at in range(0, len(data), piece):
         writer.write(data[at : at + piece])
@@ -81,15 +92,10 @@ def test_a_body_with_a_length_and_a_redirect() -> None:
         writer.write(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/clip.mp4?x=1\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
 
-    async def run(answer: Writer) -> Watched:
-        server, port = await serve(answer)
-        async with server:
-            return await reading_viewer("127.0.0.1", port, "/clip", pace=10_000_000)
-
-    seen = asyncio.run(run(sized))
+    seen = read_from(sized)
     assert seen.complete and seen.size == len(BODY)
     assert seen.digest == hashlib.sha256(BODY).hexdigest()
-    redirected = asyncio.run(run(moved))
+    redirected = read_from(moved)
     assert redirected.status == 302
     assert redirected.redirect == "http://127.0.0.1:9/clip.mp4?x=1"
 
@@ -102,12 +108,7 @@ def test_a_body_cut_short_is_not_complete(cut_at: int) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + wire[:cut_at])
         await writer.drain()
 
-    async def run() -> Watched:
-        server, port = await serve(answer)
-        async with server:
-            return await reading_viewer("127.0.0.1", port, "/clip", pace=10_000_000)
-
-    seen = asyncio.run(run())
+    seen = read_from(answer)
     assert seen.status == 200 and not seen.complete
 
 
@@ -116,12 +117,7 @@ def test_a_reader_keeps_to_its_pace() -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY)
         await writer.drain()
 
-    async def run() -> Watched:
-        server, port = await serve(answer)
-        async with server:
-            return await reading_viewer("127.0.0.1", port, "/clip", pace=400_000)
-
-    seen = asyncio.run(run())
+    seen = read_from(answer, pace=400_000)
     assert seen.complete
     # 179,200 bytes at 400,000 a second: its last read waits until about 0.45 s after its first
     assert seen.last_byte - seen.first_byte >= 0.25
