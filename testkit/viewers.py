@@ -115,6 +115,7 @@ async def idle_viewer(
         if not seen or len(seen) >= HEAD_PEEK:
             head = seen
             break
+        await asyncio.sleep(0.01)  # (the head's start is there, its end not yet: the socket stays readable)
     return int(head.split(b" ", 2)[1] or 0) if head else 0, sock
 
 
@@ -130,8 +131,10 @@ class Watched:
     """What a reading viewer saw: its status, when its request was written, when its first byte of the body came and
     its last (``time.monotonic``), the body's bytes, their SHA-256 and whether the body ended as it should (a
     chunked body's last chunk, or its whole ``Content-Length``); ``redirect`` is the ``Location`` of a ``302`` (a
-    clip stored by then). The first byte's time is when the kernel received it (``SO_TIMESTAMPNS``), not when this
-    process, which reads for a thousand viewers at once, got round to it."""
+    clip stored by then). The first byte's time is when the kernel received the segments the read that took it
+    took (``SO_TIMESTAMPNS``: the last of them, so never before the byte came), not when this process, which reads
+    for a thousand viewers at once, got round to it; ``stamped`` says whether the kernel stamped it (else it is the
+    time it was read)."""
 
     status: int = 0
     asked: float = 0.0
@@ -141,6 +144,10 @@ class Watched:
     digest: str = ""
     complete: bool = False
     redirect: str = ""
+    stamped: bool = False
+
+
+LINE_MAX = 4096  # bytes a chunk's size line (its extensions too) or a trailer's line may hold
 
 
 class _Chunked:
@@ -170,11 +177,12 @@ class _Chunked:
                 if not self.left:
                     self.left, self.crlf = -1, 2
             else:
-                end = bytes(data[at : at + 64]).find(b"\n")
-                if end < 0:
-                    self.line += bytes(data[at:])
-                    if len(self.line) > 64:
-                        raise ValueError("a chunk size line too long")
+                window = bytes(data[at : at + LINE_MAX])
+                end = window.find(b"\n")
+                if end < 0:  # (the line goes on in the next read: what is left of this one is all of it)
+                    if len(window) >= LINE_MAX or len(self.line) + len(window) > LINE_MAX:
+                        raise ValueError(f"a chunk's size line or trailer line over {LINE_MAX} bytes")
+                    self.line += window
                     break
                 line, self.line = (self.line + bytes(data[at : at + end])).strip(), b""
                 at += end + 1
@@ -207,8 +215,9 @@ async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watche
         seen.asked = time.monotonic()
         await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: load\r\n\r\n".encode())
 
-        async def read() -> tuple[int, float]:
-            """Bytes read into ``buffer`` (0 at the end), and when the kernel received them (monotonic)."""
+        async def read() -> tuple[int, float, bool]:
+            """Bytes read into ``buffer`` (0 at the end), when the kernel received them (monotonic), and whether it
+            said so (else: when they were read)."""
             while True:
                 try:
                     n, anc, _, _ = sock.recvmsg_into([view], ancillary)
@@ -216,19 +225,24 @@ async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watche
                     await _readable(loop, sock)
                     continue
                 now = time.monotonic()
-                at = now
+                at, stamped = now, False
                 for level, kind, data in anc:
                     if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
                         sec, nsec = struct.unpack("qq", data[:16])
-                        at = min(now, sec + nsec / 1e9 - (time.time() - now))  # (the wall clock's time, on ours)
-                return n, at
+                        # the wall clock's time on the monotonic one: read in this order, a pause between the two
+                        # puts the stamp later, never earlier
+                        wall = time.time()
+                        at, stamped = min(now, sec + nsec / 1e9 - (wall - time.monotonic())), True
+                return n, at, stamped
 
         head = b""
-        while b"\r\n\r\n" not in head:
-            n, at = await read()
+        while True:
+            n, at, stamped = await read()
             if not n:
                 raise ConnectionError("closed before the head's end")
             head += bytes(view[:n])
+            if b"\r\n\r\n" in head:
+                break
             if len(head) > 65536:
                 raise ValueError("a head over 64 KiB")
         head, _, rest = head.partition(b"\r\n\r\n")
@@ -242,12 +256,12 @@ async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watche
         length = None if chunked is not None else int(headers.get("content-length", "0"))
         digest = hashlib.sha256()
         began = time.monotonic()
-        data, at = memoryview(rest), at
+        data = memoryview(rest)
         while True:
             pieces = chunked.feed(data) if chunked is not None else [data[: max(0, (length or 0) - seen.size)]]
             for piece in pieces:
                 if len(piece) and not seen.first_byte:
-                    seen.first_byte = at
+                    seen.first_byte, seen.stamped = at, stamped
                 digest.update(piece)
                 seen.size += len(piece)
             if chunked.ended if chunked is not None else seen.size >= (length or 0):
@@ -256,7 +270,7 @@ async def reading_viewer(host: str, port: int, path: str, pace: float) -> Watche
             ahead = seen.size / pace - (time.monotonic() - began)  # (never faster than the pace)
             if ahead > 0:
                 await asyncio.sleep(ahead)
-            n, at = await read()
+            n, at, stamped = await read()
             if not n:
                 break  # (cut: ``complete`` stays false)
             data = view[:n]

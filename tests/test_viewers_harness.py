@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from testkit.viewers import Watched, idle_viewer, reading_viewer
+from testkit.viewers import LINE_MAX, Watched, _Chunked, idle_viewer, reading_viewer
 
 BODY = bytes(range(256)) * 700  # 179,200 bytes: several of the reader's reads
 
@@ -119,7 +119,7 @@ def test_a_reader_keeps_to_its_pace() -> None:
 
     seen = read_from(answer, pace=400_000)
     assert seen.complete
-    # 179,200 bytes at 400,000 a second: its last read waits until about 0.45 s after its first
+    # 179,200 bytes at 400,000 a second: its last read waits until about 0.3 s after its first
     assert seen.last_byte - seen.first_byte >= 0.25
 
 
@@ -175,3 +175,64 @@ def test_the_first_byte_is_when_it_came_not_when_it_was_read() -> None:
     thread.join(5)
     assert seen.complete and seen.size == 10
     assert abs(seen.first_byte - wrote[0]) < 0.1, seen.first_byte - wrote[0]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64, 65, 4096])
+def test_the_chunk_decoder_takes_its_input_split_anywhere(piece: int) -> None:
+    extension = b";name=" + b"x" * 1000  # (a long extension: legal, kept under LINE_MAX)
+    wire = b"".join(b"%x%s\r\n%s\r\n" % (len(part), extension, part) for part in (BODY[:3000], BODY[3000:3001]))
+    wire += b"0\r\nX-Trailer: " + b"t" * 500 + b"\r\n\r\n"
+    decoder, out = _Chunked(), b""
+    for at in range(0, len(wire), piece):
+        out += b"".join(bytes(p) for p in decoder.feed(memoryview(wire[at : at + piece])))
+    assert out == BODY[:3001] and decoder.ended
+
+
+def test_the_chunk_decoder_refuses_a_line_without_end() -> None:
+    decoder = _Chunked()
+    decoder.feed(memoryview(b"a;" + b"x" * (LINE_MAX - 10)))
+    with pytest.raises(ValueError, match="over"):
+        decoder.feed(memoryview(b"y" * 20))
+
+
+def test_an_empty_body_and_bytes_beyond_the_length() -> None:
+    async def empty(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    async def beyond(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n0123456789")
+        await writer.drain()
+
+    none = read_from(empty)
+    assert none.complete and none.size == 0 and not none.first_byte
+    five = read_from(beyond)
+    assert five.complete and five.size == 5 and five.digest == hashlib.sha256(b"01234").hexdigest()
+
+
+def test_heads_that_come_in_two_pieces() -> None:
+    """A head split across two segments: the reading viewer reads it whole with a body larger than its reads after
+    it; the idle viewer waits for its end without spinning."""
+
+    async def split(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Le")
+        await writer.drain()
+        await asyncio.sleep(0.5)
+        writer.write(b"ngth: %d\r\n\r\n" % len(BODY) + BODY)
+        await writer.drain()
+        await asyncio.sleep(0.3)
+
+    seen = read_from(split)
+    assert seen.complete and seen.digest == hashlib.sha256(BODY).hexdigest()
+
+    async def idle() -> tuple[int, float]:
+        server, port = await serve(split)
+        async with server:
+            cpu = time.process_time()
+            status, sock = await idle_viewer(port, "/clip")
+            sock.close()
+            return status, time.process_time() - cpu
+
+    status, cpu = asyncio.run(idle())
+    assert status == 200
+    assert cpu < 0.1, f"the idle viewer used {cpu:.2f} CPU-s waiting 0.5 s for its head's end"
