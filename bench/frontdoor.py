@@ -1,4 +1,4 @@
-"""Figure 17: the front door side by side. The same crowd, the same worker and the same app behind seven doors,
+"""Figure 17: the front door side by side. The same crowd, the same worker and the same app behind eight doors,
 one after the other, each on a clip of its own (a new one, its source's bytes warm):
 
 - 17a. ``quoteclip serve``: uvicorn with api/server.py's protocol (its deadlines, caps and written chunks);
@@ -8,9 +8,10 @@ one after the other, each on a clip of its own (a new one, its source's bytes wa
 - 17c. uvicorn with its public settings only (bench/doors.py: httptools, uvloop, ``limit_concurrency``), two
   processes behind the same nginx;
 - 17d. Granian (``--http1-header-read-timeout``, ``--backpressure``), one process, no proxy;
-- 17e–17g. 17b with one of ``quoteclip serve``'s process-wide moves changed: Python's own allocator, the collector
-  held back for crowds (``gc.freeze``, full collections waiting: on in a bare ``quoteclip serve``, off behind a
-  proxy), no memory handed back after a crowd.
+- 17e–17h. 17b with one of ``quoteclip serve``'s settings changed: Python's own allocator, the collector held back
+  for crowds (``gc.freeze``, full collections waiting: on in a bare ``quoteclip serve``, off behind a proxy), no
+  memory handed back after a crowd, the API's own access log (on in a bare ``quoteclip serve``, off behind a
+  proxy).
 
 For each: figure 15's crowd (the first byte's p50/p95 over the reading viewers, the memory of the processes that
 serve the API per viewer while connected and 3 s after they left, the CPU seconds the API's processes and nginx
@@ -59,12 +60,14 @@ DOORS = (
     "serve+nginx:pymalloc",
     "serve+nginx:crowd-gc",
     "serve+nginx:no-give-back",
+    "serve+nginx:access-log",
 )
 # the deployed shape with one of `quoteclip serve`'s process-wide moves off: its variables
 VARIANTS = {
     "pymalloc": {"PYTHONMALLOC": "pymalloc"},
     "crowd-gc": {"QUOTECLIP_CROWD_GC": "true"},
     "no-give-back": {"QUOTECLIP_GIVE_BACK_MEMORY": "false"},
+    "access-log": {"QUOTECLIP_ACCESS_LOG": "true"},
 }
 DRIP_EVERY = 1.0  # seconds between the dripping client's bytes
 DRIP_BOUND = 40.0  # seconds the dripping client waits to be closed
@@ -169,7 +172,12 @@ def started(door: str, stack: Stack, run: RunConfig, work: Path) -> Iterator[Doo
                 raise SystemExit("bench: figure 17 needs nginx (apt-get install nginx)")
             ports = [free_port(), free_port()]
             # (behind a proxy as docs/deploy.md says: the proxy's address trusted, the crowd GC off unless asked)
-            behind = {"QUOTECLIP_CROWD_GC": "false", **env, "QUOTECLIP_TRUSTED_PROXIES": "127.0.0.1"}
+            behind = {
+                "QUOTECLIP_CROWD_GC": "false",
+                "QUOTECLIP_ACCESS_LOG": "false",
+                **env,
+                "QUOTECLIP_TRUSTED_PROXIES": "127.0.0.1",
+            }
             api_command = ["cli", "serve"] if door == "serve+nginx" else ["bench.doors"]
             for p in ports:
                 spawn([sys.executable, "-m", *api_command, "--port", str(p)], behind)
@@ -435,7 +443,8 @@ def figures(run: RunConfig, stack: Stack, work: Path) -> list[Row]:
 LABELS = {
     "serve": "`quoteclip serve` (uvicorn with api/server.py's protocol), one process, no proxy",
     "serve+nginx": "`quoteclip serve` as above, two processes behind nginx with deploy/nginx.conf (per-address "
-    "limits raised above the crowd), `QUOTECLIP_CROWD_GC=false` as docs/deploy.md says behind a proxy",
+    "limits raised above the crowd), `QUOTECLIP_CROWD_GC=false` and `QUOTECLIP_ACCESS_LOG=false` as docs/deploy.md "
+    "says behind a proxy",
     "uvicorn+nginx": "uvicorn with its public settings only (uvloop, `limit_concurrency`), two processes behind "
     "nginx with deploy/nginx.conf (per-address limits raised above the crowd)",
     "granian": "Granian 2.8 (`--http1-header-read-timeout`, `--backpressure`), one process, no proxy",
@@ -443,6 +452,8 @@ LABELS = {
     "serve+nginx:crowd-gc": "17b with the collector held back for crowds (`QUOTECLIP_CROWD_GC=true`, a bare "
     "`quoteclip serve`'s default)",
     "serve+nginx:no-give-back": "17b with no memory handed back (`QUOTECLIP_GIVE_BACK_MEMORY=false`)",
+    "serve+nginx:access-log": "17b with the API's own access log (`QUOTECLIP_ACCESS_LOG=true`, a bare `quoteclip "
+    "serve`'s default)",
 }
 
 
@@ -485,7 +496,7 @@ def reading(
         and ok == asked
     )
     figure = (
-        f"17{'abcdefg'[number]}. the front door: {LABELS[door]}; {n} viewers of one new {run.quote:g} s clip's signed "
+        f"17{'abcdefgh'[number]}. the front door: {LABELS[door]}; {n} viewers of one new {run.quote:g} s clip's signed "
         f"link (warm source; loopback; figure 15's crowd and caps), a client dripping its head a byte a second, "
         f"{idle_sockets(run)} connections that send nothing"
     )

@@ -59,6 +59,7 @@ def serve(
             host=host,
             port=port,
             log_config=None,
+            access_log=settings.access_log,
             proxy_headers=bool(trusted),
             forwarded_allow_ips=trusted or None,
             **server_options(settings),  # header and body deadlines, keep-alive, a cap on connections (api/server.py)

@@ -816,6 +816,15 @@ class Settings:
         group="API and security",
         parse=_flag,
     )
+    access_log: bool = _setting(
+        "QUOTECLIP_ACCESS_LOG",
+        "the API writes a line for each answer to its log (uvicorn's access log, every token and key in it "
+        "redacted). Behind a proxy whose own log has each request (nginx's), set it false: a crowd's answers then "
+        "cost the API less (docs/deploy.md gives what it was worth)",
+        default=True,
+        group="API and security",
+        parse=_flag,
+    )
     give_back_memory: bool = _setting(
         "QUOTECLIP_GIVE_BACK_MEMORY",
         "once a crowd of 64 connections or more has left, the memory it freed is handed back to the system "

@@ -261,6 +261,21 @@ def test_link_tokens_and_keys_never_reach_the_access_log(queue_env, tmp_path) ->
         assert secret not in text
 
 
+def test_an_api_behind_a_proxy_can_keep_no_access_log(queue_env, tmp_path) -> None:
+    """``QUOTECLIP_ACCESS_LOG=false`` (behind a proxy whose log has each request): requests are answered, and none
+    is written to the API's log."""
+    import urllib.request
+
+    log = tmp_path / "api.log"
+    with serving(user_env({**queue_env, "QUOTECLIP_ACCESS_LOG": "false"}), log) as (_, port, _):
+        for _ in range(3):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+                assert answer.status == 200
+    text = log.read_text()
+    assert "Application startup complete" in text and "Shutting down" in text, text  # (the API's log, to its end)
+    assert "GET /healthz" not in text, text
+
+
 # ---- 4. Redis unreachable --------------------------------------------------------------------------------------------
 
 

@@ -127,6 +127,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "QUOTECLIP_KEEP_ALIVE": ("2", 2.0),
     "QUOTECLIP_EVENT_LOOP": ("uvloop", "uvloop"),
     "QUOTECLIP_CROWD_GC": ("false", False),
+    "QUOTECLIP_ACCESS_LOG": ("false", False),
     "QUOTECLIP_GIVE_BACK_MEMORY": ("false", False),
     "QUOTECLIP_MAX_CONNECTIONS": ("500", 500),
     "QUOTECLIP_FINDERS": ("2", 2),
