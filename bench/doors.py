@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     from api.auth import RedactSecrets
     from quoteclip.logs import setup_service_logging
 
-    setup_service_logging()  # (its access log as `quoteclip serve` writes it: the same work on each side)
+    setup_service_logging()  # (its access log as `quoteclip serve` writes it, QUOTECLIP_ACCESS_LOG's: the same work)
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactSecrets())
     settings = Settings.from_env()
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",
         log_config=None,
+        access_log=settings.access_log,
     )
 
 

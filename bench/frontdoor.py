@@ -62,7 +62,7 @@ DOORS = (
     "serve+nginx:no-give-back",
     "serve+nginx:access-log",
 )
-# the deployed shape with one of `quoteclip serve`'s process-wide moves off: its variables
+# the deployed shape with one of `quoteclip serve`'s settings changed: its variables
 VARIANTS = {
     "pymalloc": {"PYTHONMALLOC": "pymalloc"},
     "crowd-gc": {"QUOTECLIP_CROWD_GC": "true"},
@@ -171,7 +171,8 @@ def started(door: str, stack: Stack, run: RunConfig, work: Path) -> Iterator[Doo
             if binary is None:
                 raise SystemExit("bench: figure 17 needs nginx (apt-get install nginx)")
             ports = [free_port(), free_port()]
-            # (behind a proxy as docs/deploy.md says: the proxy's address trusted, the crowd GC off unless asked)
+            # (behind a proxy as docs/deploy.md says: the proxy's address trusted, the crowd GC and the API's access
+            # log off unless asked)
             behind = {
                 "QUOTECLIP_CROWD_GC": "false",
                 "QUOTECLIP_ACCESS_LOG": "false",

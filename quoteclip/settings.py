@@ -819,8 +819,8 @@ class Settings:
     access_log: bool = _setting(
         "QUOTECLIP_ACCESS_LOG",
         "the API writes a line for each answer to its log (uvicorn's access log, every token and key in it "
-        "redacted). Behind a proxy whose own log has each request (nginx's), set it false: a crowd's answers then "
-        "cost the API less (docs/deploy.md gives what it was worth)",
+        "redacted). Behind a proxy whose own log has each request (nginx's), set it false: a new clip's crowd had "
+        "its first bytes sooner without it (docs/deploy.md gives what it was worth)",
         default=True,
         group="API and security",
         parse=_flag,

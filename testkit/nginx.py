@@ -35,7 +35,7 @@ def rendered(folder: Path, port: int, upstreams: list[int], changes: list[tuple[
     for old, new in (
         ("pid /run/nginx-quoteclip.pid;", f"pid {folder / 'nginx.pid'};"),
         ("error_log /var/log/nginx/quoteclip-error.log warn;", f"error_log {folder / 'error.log'} info;"),
-        ("access_log /var/log/nginx/quoteclip-access.log;", f"access_log {folder / 'access.log'};"),
+        ("access_log /var/log/nginx/quoteclip-access.log quoteclip;", f"access_log {folder / 'access.log'} quoteclip;"),
         ("        server 127.0.0.1:8000;\n        server 127.0.0.1:8001;\n", servers),
         ("proxy_cache_path /var/cache/nginx/quoteclip", f"proxy_cache_path {folder / 'cache'}"),
         ("        listen 80;", f"        listen 127.0.0.1:{port};"),
